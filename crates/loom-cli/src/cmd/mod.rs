@@ -1,0 +1,15 @@
+//! One module per subcommand; each has `Args` (clap) and `run`.
+
+pub(crate) mod blob;
+pub(crate) mod import;
+pub(crate) mod log;
+pub(crate) mod sessions;
+
+use std::path::PathBuf;
+
+/// What every command gets besides its own arguments.
+#[derive(Debug)]
+pub(crate) struct Context {
+    /// The database path.
+    pub(crate) db: PathBuf,
+}

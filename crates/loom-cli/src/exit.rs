@@ -1,0 +1,51 @@
+//! The one place where errors become messages and exit codes.
+//!
+//! Exit codes: 0 success, 1 internal error (a bug, a failing disk), 2 bad input (the user can fix
+//! it: a malformed file, an unknown session, a bad flag; clap also uses 2 for usage errors).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Bad input: the user can fix it.
+pub(crate) const BAD_INPUT: u8 = 2;
+/// Internal error.
+pub(crate) const INTERNAL: u8 = 1;
+
+/// Marks an error as the user's to fix (exit code 2).
+#[derive(Debug)]
+pub(crate) struct BadInput(pub(crate) anyhow::Error);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Wraps an error as bad input.
+pub(crate) fn bad_input(e: impl Into<anyhow::Error>) -> anyhow::Error {
+    anyhow::Error::new(BadInput(e.into()))
+}
+
+fn is_bad_input(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.is::<BadInput>()
+            || cause
+                .downcast_ref::<loom_store::StoreError>()
+                .is_some_and(loom_store::StoreError::is_bad_input)
+    })
+}
+
+/// Prints the error chain to stderr and picks the exit code.
+pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = if is_bad_input(&e) { BAD_INPUT } else { INTERNAL };
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "error: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The `loom` binary: parse the command line, run the command, map its error to an exit code.
+
+mod cmd;
+mod exit;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Loom: a context engine for LLM agents.
+#[derive(Debug, Parser)]
+#[command(name = "loom", version, about, propagate_version = true)]
+struct Cli {
+    /// The database (SQLite, WAL). Blobs live in the folder beside it with the extension
+    /// `.workspace`.
+    #[arg(long, global = true, env = "LOOM_DB", default_value = "loom.db")]
+    db: PathBuf,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Import agent histories (OpenAI Chat, Anthropic Messages, OpenAI Responses) into the log.
+    Import(cmd::import::Args),
+    /// List sessions.
+    Sessions(cmd::sessions::Args),
+    /// Print a session's events.
+    Log(cmd::log::Args),
+    /// Write a blob's original bytes to stdout.
+    Blob(cmd::blob::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let ctx = cmd::Context { db: cli.db };
+    let result = match cli.command {
+        Command::Import(args) => cmd::import::run(&ctx, args),
+        Command::Sessions(args) => cmd::sessions::run(&ctx, args),
+        Command::Log(args) => cmd::log::run(&ctx, args),
+        Command::Blob(args) => cmd::blob::run(&ctx, args),
+    };
+    exit::report(result)
+}

@@ -1,0 +1,531 @@
+//! The log: sessions and the events appended to them.
+//!
+//! Events are the truth (DESIGN.md, principle 1): appended, numbered by a per-session `seq` that
+//! starts at 1 and never skips, and never edited. Their JSON form is documented in
+//! `docs/formats.md`; every map in it is ordered, so serialisation is canonical.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{LogError, Result};
+use crate::stats::ContentStats;
+
+/// Position of an event in its session's log: 1-based, strictly increasing, no gaps.
+pub type Seq = u64;
+
+/// Priority a direct message gets when the sender gives none (seed 002).
+pub const DEFAULT_PRIORITY: f64 = 0.5;
+
+/// Longest id accepted for sessions and agents, in bytes.
+const MAX_ID_LEN: usize = 1024;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates and wraps an id: non-empty, at most 1024 bytes, no control characters.
+            pub fn new(id: impl Into<String>) -> Result<Self> {
+                let id = id.into();
+                if id.is_empty() {
+                    return Err(LogError::invalid($what, "must not be empty"));
+                }
+                if id.len() > MAX_ID_LEN {
+                    return Err(LogError::invalid(
+                        $what,
+                        format!("is {} bytes long; at most {MAX_ID_LEN} are allowed", id.len()),
+                    ));
+                }
+                if id.chars().any(char::is_control) {
+                    return Err(LogError::invalid($what, "must not contain control characters"));
+                }
+                Ok(Self(id))
+            }
+
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = LogError;
+            fn try_from(id: String) -> Result<Self> {
+                Self::new(id)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// Names one session: one agent's log stream.
+    SessionId,
+    "session"
+);
+id_type!(
+    /// Names an agent. Each agent has its own sessions, workspace and budget (isolation).
+    AgentId,
+    "agent"
+);
+
+/// A session as the store lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The session's id.
+    pub id: SessionId,
+    /// The agent whose log this is.
+    pub agent: AgentId,
+    /// The session that spawned this one, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<SessionId>,
+    /// When the session was created, UTC milliseconds.
+    pub created_ms: i64,
+    /// Number of events in the log (equal to the last seq).
+    pub event_count: u64,
+}
+
+/// Reference to content in the blob store: the SHA-256 of the bytes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct BlobRef(String);
+
+impl BlobRef {
+    const PREFIX: &'static str = "sha256:";
+
+    /// Wraps a lowercase hex SHA-256 digest.
+    pub fn from_hex(hex: &str) -> Result<Self> {
+        if hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            Ok(Self(hex.to_owned()))
+        } else {
+            Err(LogError::invalid(
+                "blob",
+                format!("`{hex}` is not a lowercase hex SHA-256 digest"),
+            ))
+        }
+    }
+
+    /// The 64 hex digits.
+    pub fn hex(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for BlobRef {
+    type Error = LogError;
+    fn try_from(s: String) -> Result<Self> {
+        match s.strip_prefix(Self::PREFIX) {
+            Some(hex) => Self::from_hex(hex),
+            None => Err(LogError::invalid(
+                "blob",
+                format!("`{s}` does not start with `{}`", Self::PREFIX),
+            )),
+        }
+    }
+}
+
+impl From<BlobRef> for String {
+    fn from(r: BlobRef) -> String {
+        format!("{}{}", BlobRef::PREFIX, r.0)
+    }
+}
+
+impl fmt::Display for BlobRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", Self::PREFIX, self.0)
+    }
+}
+
+/// Message content: plain text, or a list of parts (text and images) as multimodal APIs send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    /// Plain text.
+    Text(String),
+    /// Ordered parts.
+    Parts(Vec<ContentPart>),
+}
+
+impl MessageContent {
+    /// The text of the content: the string, or the text parts joined by newlines.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Self::Text(s) => s.as_str().into(),
+            Self::Parts(parts) => {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        ContentPart::Text { text } => Some(text.as_str()),
+                        ContentPart::Image { .. } => None,
+                    })
+                    .collect();
+                texts.join("\n").into()
+            }
+        }
+    }
+}
+
+impl From<&str> for MessageContent {
+    fn from(s: &str) -> Self {
+        Self::Text(s.to_owned())
+    }
+}
+
+impl From<String> for MessageContent {
+    fn from(s: String) -> Self {
+        Self::Text(s)
+    }
+}
+
+/// One part of multimodal content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image by URL; inline images use a `data:` URL.
+    Image {
+        /// `https://…` or `data:<media type>;base64,…`.
+        url: String,
+        /// Provider detail hint (`low`, `high`, `auto`), if given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+}
+
+/// A call the assistant made. Parallel calls share one assistant event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Call id, unique within the session.
+    pub id: String,
+    /// Tool name exactly as the agent gave it.
+    pub name: String,
+    /// Arguments as the raw JSON text the model produced (kept verbatim, even when malformed).
+    pub arguments: String,
+}
+
+/// Where a tool result's content lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutput {
+    /// Inline text.
+    Text(String),
+    /// Inline multimodal parts.
+    Parts(Vec<ContentPart>),
+    /// Offloaded to the blob store (large or binary outputs).
+    Blob(BlobRef),
+}
+
+/// What happened. The `kind` tag names the variant in JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EventBody {
+    /// The system prompt (OpenAI `developer` messages land here too).
+    System {
+        /// Prompt content.
+        content: MessageContent,
+    },
+    /// A user message.
+    User {
+        /// Message content.
+        content: MessageContent,
+        /// Participant name, if the source gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    /// An assistant turn: text, reasoning and zero or more tool calls.
+    Assistant {
+        /// Visible text; `None` when the model sent only calls.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<MessageContent>,
+        /// Reasoning or thinking text, when the provider exposes it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
+        /// Calls made in this turn, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+        /// Participant name, if the source gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    /// The result of one tool call.
+    ToolResult {
+        /// The call this answers.
+        call_id: String,
+        /// The tool that was called (taken from the call).
+        tool_name: String,
+        /// The output, inline or in the blob store.
+        content: ToolOutput,
+        /// Whether the tool reported an error.
+        #[serde(default)]
+        is_error: bool,
+        /// Stats of the original output.
+        stats: ContentStats,
+    },
+    /// A message between agents (seed 002).
+    DirectMessage {
+        /// Sending agent or node.
+        source: String,
+        /// Receiving agent or node.
+        target: String,
+        /// Message text.
+        content: String,
+        /// 0.0 to 1.0; higher is delivered first.
+        #[serde(default = "default_priority")]
+        priority: f64,
+        /// Seconds after the event's timestamp when the message expires.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ttl_seconds: Option<u64>,
+        /// Task this message belongs to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_task_id: Option<String>,
+        /// Free-form metadata (ordered keys).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        metadata: BTreeMap<String, serde_json::Value>,
+    },
+    /// This agent spawned a child with its own session.
+    Spawn {
+        /// The child's session.
+        child: SessionId,
+        /// The child agent.
+        agent: AgentId,
+        /// The goal the child was given.
+        goal: String,
+        /// An explicit, compacted extract of the parent's steps, if one was passed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        extract: Option<String>,
+    },
+    /// A child returned its result.
+    AgentResult {
+        /// The child's session.
+        child: SessionId,
+        /// The child agent.
+        agent: AgentId,
+        /// What the child returned.
+        result: String,
+        /// Whether the child reported success.
+        success: bool,
+    },
+    /// Content the user wants kept verbatim in every request (instructions, constraints, plan).
+    Pin {
+        /// A short name for the pin.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        /// The pinned text.
+        content: String,
+    },
+}
+
+fn default_priority() -> f64 {
+    DEFAULT_PRIORITY
+}
+
+/// The kind of an event, without its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// See [`EventBody::System`].
+    System,
+    /// See [`EventBody::User`].
+    User,
+    /// See [`EventBody::Assistant`].
+    Assistant,
+    /// See [`EventBody::ToolResult`].
+    ToolResult,
+    /// See [`EventBody::DirectMessage`].
+    DirectMessage,
+    /// See [`EventBody::Spawn`].
+    Spawn,
+    /// See [`EventBody::AgentResult`].
+    AgentResult,
+    /// See [`EventBody::Pin`].
+    Pin,
+}
+
+impl EventKind {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::ToolResult => "tool_result",
+            Self::DirectMessage => "direct_message",
+            Self::Spawn => "spawn",
+            Self::AgentResult => "agent_result",
+            Self::Pin => "pin",
+        }
+    }
+}
+
+impl EventBody {
+    /// The event's kind.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Self::System { .. } => EventKind::System,
+            Self::User { .. } => EventKind::User,
+            Self::Assistant { .. } => EventKind::Assistant,
+            Self::ToolResult { .. } => EventKind::ToolResult,
+            Self::DirectMessage { .. } => EventKind::DirectMessage,
+            Self::Spawn { .. } => EventKind::Spawn,
+            Self::AgentResult { .. } => EventKind::AgentResult,
+            Self::Pin { .. } => EventKind::Pin,
+        }
+    }
+
+    /// Checks the rules a single event must meet on its own (pairing across events is the
+    /// [`Ledger`](crate::Ledger)'s job).
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Self::Assistant { tool_calls, .. } => {
+                for (i, call) in tool_calls.iter().enumerate() {
+                    if call.id.is_empty() {
+                        return Err(LogError::invalid(
+                            format!("tool_calls[{i}].id"),
+                            "must not be empty",
+                        ));
+                    }
+                    if call.name.is_empty() {
+                        return Err(LogError::invalid(
+                            format!("tool_calls[{i}].name"),
+                            "must not be empty",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Self::ToolResult { call_id, .. } if call_id.is_empty() => {
+                Err(LogError::invalid("call_id", "must not be empty"))
+            }
+            Self::DirectMessage { priority, .. } if !(0.0..=1.0).contains(priority) => {
+                Err(LogError::invalid(
+                    "priority",
+                    format!("{priority} is outside 0.0..=1.0"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An event about to be appended: the store assigns its seq.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    /// When it happened, UTC milliseconds.
+    pub ts_ms: i64,
+    /// What happened.
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+impl NewEvent {
+    /// An event at the given time.
+    pub fn new(ts_ms: i64, body: EventBody) -> Self {
+        Self { ts_ms, body }
+    }
+}
+
+/// An event in the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the session's log.
+    pub seq: Seq,
+    /// When it happened, UTC milliseconds.
+    pub ts_ms: i64,
+    /// What happened.
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_reject_empty_and_control_chars() {
+        assert!(SessionId::new("").is_err());
+        assert!(SessionId::new("a\nb").is_err());
+        assert!(SessionId::new("x".repeat(1025)).is_err());
+        assert_eq!(SessionId::new("traj/1").unwrap().as_str(), "traj/1");
+    }
+
+    #[test]
+    fn blob_ref_round_trips_through_json() {
+        let r = BlobRef::from_hex(&"ab".repeat(32)).unwrap();
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(json, format!("\"sha256:{}\"", "ab".repeat(32)));
+        assert_eq!(serde_json::from_str::<BlobRef>(&json).unwrap(), r);
+        assert!(serde_json::from_str::<BlobRef>("\"sha256:xyz\"").is_err());
+    }
+
+    #[test]
+    fn event_json_is_flat_and_tagged() {
+        let e = Event {
+            seq: 3,
+            ts_ms: 1_700_000_000_000,
+            body: EventBody::Assistant {
+                content: None,
+                reasoning: None,
+                tool_calls: vec![ToolCall {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    arguments: "{\"command\":\"ls\"}".into(),
+                }],
+                name: None,
+            },
+        };
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            json,
+            r#"{"seq":3,"ts_ms":1700000000000,"kind":"assistant","tool_calls":[{"id":"c1","name":"bash","arguments":"{\"command\":\"ls\"}"}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&json).unwrap(), e);
+    }
+
+    #[test]
+    fn direct_message_priority_defaults_and_is_checked() {
+        let body: EventBody = serde_json::from_str(
+            r#"{"kind":"direct_message","source":"a","target":"b","content":"hi"}"#,
+        )
+        .unwrap();
+        match &body {
+            EventBody::DirectMessage { priority, .. } => assert_eq!(*priority, DEFAULT_PRIORITY),
+            other => panic!("unexpected {other:?}"),
+        }
+        body.validate().unwrap();
+        let bad: EventBody = serde_json::from_str(
+            r#"{"kind":"direct_message","source":"a","target":"b","content":"hi","priority":1.5}"#,
+        )
+        .unwrap();
+        assert!(matches!(bad.validate(), Err(LogError::InvalidField { field, .. }) if field == "priority"));
+    }
+
+    #[test]
+    fn content_text_joins_text_parts() {
+        let c = MessageContent::Parts(vec![
+            ContentPart::Text { text: "a".into() },
+            ContentPart::Image { url: "data:image/png;base64,AA".into(), detail: None },
+            ContentPart::Text { text: "b".into() },
+        ]);
+        assert_eq!(c.text(), "a\nb");
+    }
+}

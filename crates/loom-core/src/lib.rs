@@ -1,0 +1,20 @@
+//! Loom's data model and its pure logic.
+//!
+//! Everything here is plain data and synchronous functions: no I/O, no async, no clocks. Storage,
+//! token counting and the CLI build on these types; the log's truth lives in [`Event`]s, and every
+//! other record is derived from them.
+
+mod error;
+mod event;
+mod ledger;
+mod stats;
+mod step;
+
+pub use error::{LogError, Result};
+pub use event::{
+    AgentId, BlobRef, ContentPart, Event, EventBody, EventKind, MessageContent, NewEvent, Seq,
+    SessionId, SessionInfo, ToolCall, ToolOutput, DEFAULT_PRIORITY,
+};
+pub use ledger::{CallState, Ledger};
+pub use stats::{ContentStats, ContentType, StatsBuilder};
+pub use step::{Category, CompactStep, Step, ToolKind};

@@ -1,0 +1,104 @@
+//! Steps: what one tool call and its result amount to, reduced to what the agent needs next.
+//!
+//! A [`Step`] is derived from a tool call and its result in the log (seeds 000 and 001); it never
+//! replaces them. Its `observation` is one truthful line computed from the original output, and
+//! its `outcome_ref` names where the original bytes can be recovered exactly.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{BlobRef, Seq};
+use crate::stats::ContentStats;
+
+/// What kind of tool a step came from; picks its reducer and its compaction group.
+///
+/// Kinds come from an explicit tool-kind mapping (built-in aliases plus user configuration), never
+/// from substrings of tool names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Reads a file.
+    ReadFile,
+    /// Writes or edits a file.
+    WriteFile,
+    /// Lists a directory or globs paths.
+    ListDir,
+    /// Searches file contents (grep-like).
+    Grep,
+    /// Searches the web.
+    WebSearch,
+    /// Fetches or navigates to a URL.
+    Navigate,
+    /// Interacts with a page (click, type, scroll).
+    BrowserAction,
+    /// Runs a shell command.
+    Shell,
+    /// A user-defined kind from configuration.
+    Custom(String),
+    /// No mapping matched.
+    Unknown,
+}
+
+/// The compaction category of a kind: consecutive steps of one category form one group.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// File reads, writes, listings.
+    File,
+    /// Shell commands.
+    Shell,
+    /// Searches (web or content).
+    Search,
+    /// Web navigation and page interaction.
+    Web,
+    /// A user-defined category.
+    Custom(String),
+    /// Everything else.
+    Other,
+}
+
+/// One reduced tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// `step_001`, numbered per session in the order results arrived.
+    pub id: String,
+    /// The call this step reduces.
+    pub call_id: String,
+    /// Seq of the assistant event that made the call.
+    pub call_seq: Seq,
+    /// Seq of the tool result.
+    pub result_seq: Seq,
+    /// Tool name exactly as the agent gave it.
+    pub tool_name: String,
+    /// The kind the tool-kind mapping chose.
+    pub kind: ToolKind,
+    /// The arguments that identify the action (path, command, query), without large content.
+    pub minimal_args: BTreeMap<String, serde_json::Value>,
+    /// One line saying what happened, computed from the original output.
+    pub observation: String,
+    /// Where the original output can be recovered (`outputs/shell_003.log`), when it was offloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome_ref: Option<String>,
+    /// The blob holding the original output, when it was offloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<BlobRef>,
+    /// Whether the call succeeded.
+    pub success: bool,
+    /// The error, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the result arrived, UTC milliseconds.
+    pub timestamp_ms: i64,
+    /// Stats of the original output.
+    pub stats: ContentStats,
+}
+
+/// A step reduced to one line for prompt inclusion (seed 001).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactStep {
+    /// The step's id.
+    pub id: String,
+    /// One-line summary, e.g. `Read config.json (1.2KB)`.
+    pub summary: String,
+}

@@ -1,0 +1,123 @@
+//! The one error type of the storage layer; backend errors are normalised into it.
+
+use std::path::PathBuf;
+
+use loom_core::{LogError, Seq, SessionId};
+
+/// A `Result` whose error is a [`StoreError`].
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What went wrong in a store operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The session does not exist.
+    #[error("session `{0}` not found")]
+    SessionNotFound(SessionId),
+    /// A session with this id already exists.
+    #[error("session `{0}` already exists")]
+    SessionExists(SessionId),
+    /// An event broke the log's rules; nothing of the batch was written.
+    #[error("session `{session}`, event {index} of the batch (would be seq {seq}): {source}")]
+    InvalidEvent {
+        /// The session appended to.
+        session: SessionId,
+        /// 0-based index of the offending event in the batch.
+        index: usize,
+        /// The seq it would have received.
+        seq: Seq,
+        /// The rule it broke.
+        #[source]
+        source: LogError,
+    },
+    /// A tool-call state change that the call's state does not allow (e.g. a stale resolve).
+    #[error("session `{session}`: {source}")]
+    CallState {
+        /// The session.
+        session: SessionId,
+        /// Why the change was refused.
+        #[source]
+        source: LogError,
+    },
+    /// A derived record that contradicts the log.
+    #[error("session `{session}`: invalid {record}: {reason}")]
+    InvalidRecord {
+        /// The session.
+        session: SessionId,
+        /// Which record (`summary`, `step step_003`, ...).
+        record: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No blob with this reference or alias.
+    #[error("blob `{0}` not found")]
+    BlobNotFound(String),
+    /// A blob's bytes no longer hash to its reference.
+    #[error("blob `{reference}` is corrupt: its content hashes to {actual}")]
+    BlobCorrupt {
+        /// The reference that was read.
+        reference: String,
+        /// The hash of what is on disk.
+        actual: String,
+    },
+    /// A reference or alias that would reach outside the workspace.
+    #[error("blob reference `{reference}` is refused: {reason}")]
+    UnsafeReference {
+        /// The reference as given.
+        reference: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A file-system operation failed.
+    #[error("{action} `{}`: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored record could not be decoded (corrupt database or a newer schema).
+    #[error("corrupt record in {table}: {reason}")]
+    Corrupt {
+        /// The table or file.
+        table: &'static str,
+        /// What failed to decode.
+        reason: String,
+    },
+    /// The database's schema is newer than this build understands.
+    #[error("database schema version {found} is newer than this build's {supported}; upgrade loom")]
+    SchemaTooNew {
+        /// Version in the database.
+        found: i64,
+        /// Newest version this build knows.
+        supported: i64,
+    },
+    /// The database backend failed.
+    #[error("database error while {action}: {source}")]
+    Backend {
+        /// What was being done.
+        action: &'static str,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// Whether the error is the caller's fault (bad input) rather than the system's.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Self::SessionNotFound(_)
+                | Self::SessionExists(_)
+                | Self::InvalidEvent { .. }
+                | Self::CallState { .. }
+                | Self::InvalidRecord { .. }
+                | Self::BlobNotFound(_)
+                | Self::UnsafeReference { .. }
+        )
+    }
+}

@@ -1,0 +1,87 @@
+//! Loom's storage: the event log and the records derived from it, behind one trait.
+//!
+//! [`Store`] is implemented by every backend ([`MemoryStore`] for tests and embedding, and
+//! `SqliteStore`, the embedded default) and all of them pass the one conformance suite in
+//! `tests/suite/`. Large and binary outputs live in a [`BlobStore`], content-addressed and
+//! integrity-checked on every read.
+
+mod blob;
+mod error;
+mod memory;
+mod records;
+
+mod validate;
+
+pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
+pub use error::{Result, StoreError};
+pub use memory::MemoryStore;
+pub use records::{
+    CallStatus, ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary,
+    ToolCallRecord,
+};
+
+
+use std::ops::RangeInclusive;
+
+use loom_core::{BlobRef, Event, NewEvent, Seq, SessionId, SessionInfo};
+
+/// The log and its derived records.
+///
+/// Every method is atomic: it either takes full effect or none, so bad input never leaves a
+/// partial change behind. Appends are validated against the session's tool-call ledger (no orphan
+/// results, no duplicate call ids, no stale results) before anything is written. An `Ok` from a
+/// write means the write is durable.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Creates a session and appends its first events in one transaction.
+    ///
+    /// Fails with [`StoreError::SessionExists`] if the id is taken.
+    fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo>;
+
+    /// The session, if it exists.
+    fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>>;
+
+    /// Every session, ordered by id.
+    fn sessions(&self) -> Result<Vec<SessionInfo>>;
+
+    /// Appends events to an existing session; returns the seqs they were given.
+    fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>>;
+
+    /// Events whose seq lies in `range` (clamped to the log), in seq order.
+    fn read(&self, session: &SessionId, range: RangeInclusive<Seq>) -> Result<Vec<Event>>;
+
+    /// The last seq of the session (0 when it has no events).
+    fn latest_seq(&self, session: &SessionId) -> Result<Seq>;
+
+    /// Every tool call of the session with its status, ordered by the seq that made it.
+    fn tool_calls(&self, session: &SessionId) -> Result<Vec<ToolCallRecord>>;
+
+    /// Marks a pending call as expired; a call in any other state is an error.
+    fn expire_tool_call(&self, session: &SessionId, call_id: &str) -> Result<()>;
+
+    /// Stores a summary of `[from_seq, to_seq]`; the store assigns the next version.
+    fn put_summary(&self, summary: &NewSummary) -> Result<Summary>;
+
+    /// Every summary of the session, oldest version first.
+    fn summaries(&self, session: &SessionId) -> Result<Vec<Summary>>;
+
+    /// Records a model-call receipt; returns its id (1-based, per session).
+    fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall>;
+
+    /// Every receipt of the session, in the order they were recorded.
+    fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>>;
+
+    /// Inserts or replaces steps (keyed by session and step id).
+    fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()>;
+
+    /// Every step of the session, ordered by the seq of its result.
+    fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>>;
+
+    /// Names a blob with a human-readable alias within the session (`outputs/search_001.json`).
+    ///
+    /// An alias, once set, points at one blob forever: setting it again to the same blob is a
+    /// no-op, to another blob an error.
+    fn put_alias(&self, session: &SessionId, alias: &BlobAlias, blob: &BlobRef) -> Result<()>;
+
+    /// The blob an alias points at, if it is set.
+    fn resolve_alias(&self, session: &SessionId, alias: &BlobAlias) -> Result<Option<BlobRef>>;
+}

@@ -1,0 +1,221 @@
+//! The in-memory backend: the reference implementation of [`Store`], for tests and embedding.
+
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+use std::sync::{Mutex, MutexGuard};
+
+use loom_core::{Event, Ledger, NewEvent, Seq, SessionId, SessionInfo};
+
+use crate::records::{
+    ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord,
+};
+use crate::{validate, Result, Store, StoreError};
+
+#[derive(Debug, Default)]
+struct SessionData {
+    info: Option<SessionInfo>,
+    events: Vec<Event>,
+    ledger: Ledger,
+    summaries: Vec<Summary>,
+    model_calls: Vec<ModelCall>,
+    steps: BTreeMap<String, StepRecord>,
+    aliases: BTreeMap<String, loom_core::BlobRef>,
+}
+
+/// Keeps everything in process memory; nothing survives the process.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<BTreeMap<SessionId, SessionData>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<SessionId, SessionData>> {
+        // A panic while holding the lock cannot leave a half-applied change: every mutation
+        // below is computed first and then committed with infallible operations.
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn existing<'a>(
+    map: &'a mut BTreeMap<SessionId, SessionData>,
+    id: &SessionId,
+) -> Result<&'a mut SessionData> {
+    map.get_mut(id)
+        .ok_or_else(|| StoreError::SessionNotFound(id.clone()))
+}
+
+fn append_to(data: &mut SessionData, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
+    let first = data.events.len() as Seq + 1;
+    let mut ledger = data.ledger.clone();
+    validate::events(session, &mut ledger, first, events)?;
+    for (i, e) in events.iter().enumerate() {
+        data.events.push(Event {
+            seq: first + i as Seq,
+            ts_ms: e.ts_ms,
+            body: e.body.clone(),
+        });
+    }
+    data.ledger = ledger;
+    if let Some(info) = data.info.as_mut() {
+        info.event_count = data.events.len() as u64;
+    }
+    Ok(first..=first + events.len() as Seq - 1)
+}
+
+impl Store for MemoryStore {
+    fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
+        let mut map = self.lock();
+        if map.contains_key(&session.id) {
+            return Err(StoreError::SessionExists(session.id.clone()));
+        }
+        let mut data = SessionData {
+            info: Some(SessionInfo {
+                id: session.id.clone(),
+                agent: session.agent.clone(),
+                parent: session.parent.clone(),
+                created_ms: session.created_ms,
+                event_count: 0,
+            }),
+            ..SessionData::default()
+        };
+        if !events.is_empty() {
+            append_to(&mut data, &session.id, events)?;
+        }
+        let info = data.info.clone().ok_or_else(|| StoreError::Corrupt {
+            table: "sessions",
+            reason: "new session lost its info".into(),
+        })?;
+        map.insert(session.id.clone(), data);
+        Ok(info)
+    }
+
+    fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
+        Ok(self.lock().get(id).and_then(|d| d.info.clone()))
+    }
+
+    fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        Ok(self.lock().values().filter_map(|d| d.info.clone()).collect())
+    }
+
+    fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
+        let mut map = self.lock();
+        let data = existing(&mut map, session)?;
+        if events.is_empty() {
+            let last = data.events.len() as Seq;
+            return Ok(last + 1..=last);
+        }
+        append_to(data, session, events)
+    }
+
+    fn read(&self, session: &SessionId, range: RangeInclusive<Seq>) -> Result<Vec<Event>> {
+        let mut map = self.lock();
+        let data = existing(&mut map, session)?;
+        let (from, to) = (*range.start(), *range.end());
+        Ok(data
+            .events
+            .iter()
+            .filter(|e| e.seq >= from && e.seq <= to)
+            .cloned()
+            .collect())
+    }
+
+    fn latest_seq(&self, session: &SessionId) -> Result<Seq> {
+        let mut map = self.lock();
+        Ok(existing(&mut map, session)?.events.len() as Seq)
+    }
+
+    fn tool_calls(&self, session: &SessionId) -> Result<Vec<ToolCallRecord>> {
+        let mut map = self.lock();
+        let data = existing(&mut map, session)?;
+        Ok(validate::call_records(&data.ledger))
+    }
+
+    fn expire_tool_call(&self, session: &SessionId, call_id: &str) -> Result<()> {
+        let mut map = self.lock();
+        let data = existing(&mut map, session)?;
+        data.ledger
+            .expire(call_id)
+            .map_err(|source| StoreError::CallState {
+                session: session.clone(),
+                source,
+            })
+    }
+
+    fn put_summary(&self, summary: &NewSummary) -> Result<Summary> {
+        let mut map = self.lock();
+        let data = existing(&mut map, &summary.session)?;
+        validate::summary(summary, data.events.len() as Seq)?;
+        let stored = Summary {
+            version: data.summaries.len() as u32 + 1,
+            summary: summary.clone(),
+        };
+        data.summaries.push(stored.clone());
+        Ok(stored)
+    }
+
+    fn summaries(&self, session: &SessionId) -> Result<Vec<Summary>> {
+        let mut map = self.lock();
+        Ok(existing(&mut map, session)?.summaries.clone())
+    }
+
+    fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall> {
+        let mut map = self.lock();
+        let data = existing(&mut map, &call.session)?;
+        validate::model_call(call, data.events.len() as Seq)?;
+        let stored = ModelCall {
+            id: data.model_calls.len() as u64 + 1,
+            call: call.clone(),
+        };
+        data.model_calls.push(stored.clone());
+        Ok(stored)
+    }
+
+    fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
+        let mut map = self.lock();
+        Ok(existing(&mut map, session)?.model_calls.clone())
+    }
+
+    fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
+        let mut map = self.lock();
+        let data = existing(&mut map, session)?;
+        for step in steps {
+            validate::step(session, step, &data.ledger)?;
+        }
+        for step in steps {
+            data.steps.insert(step.id.clone(), step.clone());
+        }
+        Ok(())
+    }
+
+    fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
+        let mut map = self.lock();
+        let mut steps: Vec<StepRecord> = existing(&mut map, session)?.steps.values().cloned().collect();
+        steps.sort_by(|a, b| (a.result_seq, &a.id).cmp(&(b.result_seq, &b.id)));
+        Ok(steps)
+    }
+
+    fn put_alias(&self, session: &SessionId, alias: &crate::BlobAlias, blob: &loom_core::BlobRef) -> Result<()> {
+        let mut map = self.lock();
+        let data = existing(&mut map, session)?;
+        match data.aliases.get(alias.as_str()) {
+            Some(old) if old != blob => Err(validate::alias_conflict(session, alias, old, blob)),
+            Some(_) => Ok(()),
+            None => {
+                data.aliases.insert(alias.as_str().to_owned(), blob.clone());
+                Ok(())
+            }
+        }
+    }
+
+    fn resolve_alias(&self, session: &SessionId, alias: &crate::BlobAlias) -> Result<Option<loom_core::BlobRef>> {
+        let mut map = self.lock();
+        Ok(existing(&mut map, session)?.aliases.get(alias.as_str()).cloned())
+    }
+}
