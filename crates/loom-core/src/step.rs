@@ -40,6 +40,21 @@ pub enum ToolKind {
     Unknown,
 }
 
+impl ToolKind {
+    /// The default compaction category of this kind. User configuration may map tools to other
+    /// categories; this is what applies when it does not.
+    pub fn category(&self) -> Category {
+        match self {
+            Self::ReadFile | Self::WriteFile | Self::ListDir => Category::File,
+            Self::Grep | Self::WebSearch => Category::Search,
+            Self::Navigate | Self::BrowserAction => Category::Web,
+            Self::Shell => Category::Shell,
+            Self::Custom(name) => Category::Custom(name.clone()),
+            Self::Unknown => Category::Other,
+        }
+    }
+}
+
 /// The compaction category of a kind: consecutive steps of one category form one group.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
