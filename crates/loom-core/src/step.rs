@@ -107,6 +107,12 @@ pub struct Step {
     pub timestamp_ms: i64,
     /// Stats of the original output.
     pub stats: ContentStats,
+    /// How many results the original output held (search hits, grep matches, directory
+    /// entries), when the tool's reducer can count them. Group summaries in compaction add these
+    /// up ("5 searches (73 results)"), so a count the reducer does not know stays `None` rather
+    /// than a guess.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<u64>,
 }
 
 /// A step reduced to one line for prompt inclusion (seed 001).
