@@ -113,6 +113,11 @@ pub struct Step {
     /// than a guess.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<u64>,
+    /// Figures the reducer read from the output that are not arguments (`exit_code`, `status`,
+    /// `title`), so compact templates and later passes can use them without re-reading the
+    /// original. Ordered, so a step's JSON is canonical.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub facts: BTreeMap<String, serde_json::Value>,
 }
 
 /// A step reduced to one line for prompt inclusion (seed 001).
