@@ -64,7 +64,9 @@ impl BlobAlias {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
             {
-                return Err(refuse("only letters, digits, `.`, `_`, `-` and `/` are allowed"));
+                return Err(refuse(
+                    "only letters, digits, `.`, `_`, `-` and `/` are allowed",
+                ));
             }
         }
         Ok(Self(alias.to_owned()))
@@ -203,13 +205,11 @@ impl FsBlobStore {
                 source,
             })?;
         }
-        let root = workspace
-            .canonicalize()
-            .map_err(|source| StoreError::Io {
-                action: "resolving workspace",
-                path: workspace.to_owned(),
-                source,
-            })?;
+        let root = workspace.canonicalize().map_err(|source| StoreError::Io {
+            action: "resolving workspace",
+            path: workspace.to_owned(),
+            source,
+        })?;
         Ok(Self { root })
     }
 
@@ -352,7 +352,16 @@ mod tests {
 
     #[test]
     fn aliases_refuse_escapes() {
-        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a b", "a\\b"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a//b",
+            "./a",
+            "a b",
+            "a\\b",
+        ] {
             assert!(BlobAlias::new(bad).is_err(), "{bad:?} should be refused");
         }
         assert_eq!(

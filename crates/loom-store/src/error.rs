@@ -88,7 +88,9 @@ pub enum StoreError {
         reason: String,
     },
     /// The database's schema is newer than this build understands.
-    #[error("database schema version {found} is newer than this build's {supported}; upgrade loom")]
+    #[error(
+        "database schema version {found} is newer than this build's {supported}; upgrade loom"
+    )]
     SchemaTooNew {
         /// Version in the database.
         found: i64,

@@ -1,7 +1,7 @@
 //! Loom's storage: the event log and the records derived from it, behind one trait.
 //!
 //! [`Store`] is implemented by every backend ([`MemoryStore`] for tests and embedding, and
-//! `SqliteStore`, the embedded default) and all of them pass the one conformance suite in
+//! [`SqliteStore`], the embedded default) and all of them pass the one conformance suite in
 //! `tests/suite/`. Large and binary outputs live in a [`BlobStore`], content-addressed and
 //! integrity-checked on every read.
 
@@ -9,8 +9,9 @@ mod blob;
 mod error;
 mod memory;
 mod records;
-
+mod sqlite;
 mod validate;
+mod workspace;
 
 pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
 pub use error::{Result, StoreError};
@@ -19,7 +20,8 @@ pub use records::{
     CallStatus, ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary,
     ToolCallRecord,
 };
-
+pub use sqlite::SqliteStore;
+pub use workspace::Workspace;
 
 use std::ops::RangeInclusive;
 

@@ -51,7 +51,11 @@ fn existing<'a>(
         .ok_or_else(|| StoreError::SessionNotFound(id.clone()))
 }
 
-fn append_to(data: &mut SessionData, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
+fn append_to(
+    data: &mut SessionData,
+    session: &SessionId,
+    events: &[NewEvent],
+) -> Result<RangeInclusive<Seq>> {
     let first = data.events.len() as Seq + 1;
     let mut ledger = data.ledger.clone();
     validate::events(session, &mut ledger, first, events)?;
@@ -101,7 +105,11 @@ impl Store for MemoryStore {
     }
 
     fn sessions(&self) -> Result<Vec<SessionInfo>> {
-        Ok(self.lock().values().filter_map(|d| d.info.clone()).collect())
+        Ok(self
+            .lock()
+            .values()
+            .filter_map(|d| d.info.clone())
+            .collect())
     }
 
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
@@ -196,12 +204,21 @@ impl Store for MemoryStore {
 
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
         let mut map = self.lock();
-        let mut steps: Vec<StepRecord> = existing(&mut map, session)?.steps.values().cloned().collect();
+        let mut steps: Vec<StepRecord> = existing(&mut map, session)?
+            .steps
+            .values()
+            .cloned()
+            .collect();
         steps.sort_by(|a, b| (a.result_seq, &a.id).cmp(&(b.result_seq, &b.id)));
         Ok(steps)
     }
 
-    fn put_alias(&self, session: &SessionId, alias: &crate::BlobAlias, blob: &loom_core::BlobRef) -> Result<()> {
+    fn put_alias(
+        &self,
+        session: &SessionId,
+        alias: &crate::BlobAlias,
+        blob: &loom_core::BlobRef,
+    ) -> Result<()> {
         let mut map = self.lock();
         let data = existing(&mut map, session)?;
         match data.aliases.get(alias.as_str()) {
@@ -214,8 +231,15 @@ impl Store for MemoryStore {
         }
     }
 
-    fn resolve_alias(&self, session: &SessionId, alias: &crate::BlobAlias) -> Result<Option<loom_core::BlobRef>> {
+    fn resolve_alias(
+        &self,
+        session: &SessionId,
+        alias: &crate::BlobAlias,
+    ) -> Result<Option<loom_core::BlobRef>> {
         let mut map = self.lock();
-        Ok(existing(&mut map, session)?.aliases.get(alias.as_str()).cloned())
+        Ok(existing(&mut map, session)?
+            .aliases
+            .get(alias.as_str())
+            .cloned())
     }
 }

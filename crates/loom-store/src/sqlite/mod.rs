@@ -1,0 +1,627 @@
+//! The SQLite backend: the embedded default, one database file in WAL mode.
+//!
+//! Durability: every write is one transaction committed with `synchronous=FULL`, so an `Ok` means
+//! the WAL has been synced and the write survives a crash or power loss. Concurrency: one
+//! connection per store behind a mutex (threads take turns), and several processes may share the
+//! file: WAL lets readers run beside the one writer, writes take the write lock up front
+//! (`BEGIN IMMEDIATE`) so two writers can never read the same last seq, and a busy timeout makes a
+//! writer wait its turn instead of failing.
+
+mod rows;
+mod schema;
+
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use loom_core::{AgentId, BlobRef, Event, Ledger, NewEvent, Seq, SessionId, SessionInfo};
+use rusqlite::{
+    params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
+};
+
+use crate::records::{
+    ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord,
+};
+use crate::{validate, BlobAlias, Result, Store, StoreError};
+use rows::{
+    corrupt, find_session, from_json, load_ledger, require_session, seq_bound, seq_column,
+    session_id, store_calls, to_json, touched_calls, SessionRow,
+};
+
+/// How long a write waits for another process's write to finish before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Prepared statements kept per connection; enough for every query this backend issues.
+const STATEMENT_CACHE: usize = 64;
+
+/// Wraps a backend error with what was being done.
+pub(crate) fn backend(action: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Backend {
+        action,
+        source: Box::new(source),
+    }
+}
+
+/// The log and its derived records in one SQLite file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens the database at `path`, creating it and bringing its schema up to date.
+    ///
+    /// Fails with [`StoreError::SchemaTooNew`] when the file was written by a newer build.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn =
+            Connection::open_with_flags(path, flags).map_err(backend("opening the database"))?;
+        configure(&conn)?;
+        schema::migrate(&mut conn)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version this build writes.
+    pub fn schema_version() -> i64 {
+        schema::latest_version()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while the lock was held dropped its transaction, which rolls it back, so the
+        // connection is in a clean state and can be used again.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` in a transaction that holds the write lock from its start, and commits on `Ok`.
+    ///
+    /// On `Err` the transaction is dropped, which rolls it back: nothing partial is ever written.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend("starting a write transaction"))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(backend("committing a write"))?;
+        Ok(out)
+    }
+
+    /// Runs `f` in a read transaction, so that it sees one consistent snapshot.
+    fn read_tx<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(backend("starting a read transaction"))?;
+        let out = f(&tx)?;
+        // Ending a read-only transaction releases its snapshot; it writes nothing.
+        tx.commit().map_err(backend("ending a read transaction"))?;
+        Ok(out)
+    }
+}
+
+/// Per-connection settings; none of them is stored in the file except the journal mode.
+fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(backend("setting the busy timeout"))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(backend("switching to WAL mode"))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend {
+            action: "switching to WAL mode",
+            source: format!("the database stayed in `{mode}` journal mode").into(),
+        });
+    }
+    // FULL syncs the WAL on every commit: an acknowledged write survives power loss, not only a
+    // crash of this process.
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(backend("setting synchronous=FULL"))?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(backend("enabling foreign keys"))?;
+    Ok(())
+}
+
+/// Writes already validated events from seq `first`, the touched calls' states, and the new
+/// length of the log.
+fn write_events(
+    tx: &Transaction<'_>,
+    session_pk: i64,
+    first: Seq,
+    events: &[NewEvent],
+    ledger: &Ledger,
+) -> Result<RangeInclusive<Seq>> {
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO events (session, seq, ts_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(backend("appending events"))?;
+    let mut seq = first;
+    for event in events {
+        let body = to_json(&event.body, "events")?;
+        insert
+            .execute(params![
+                session_pk,
+                seq_bound(seq),
+                event.ts_ms,
+                event.body.kind().as_str(),
+                body
+            ])
+            .map_err(backend("appending events"))?;
+        seq += 1;
+    }
+    let last = seq - 1;
+    store_calls(tx, session_pk, ledger, touched_calls(events))?;
+    tx.prepare_cached("UPDATE sessions SET last_seq = ?2 WHERE pk = ?1")
+        .and_then(|mut stmt| stmt.execute(params![session_pk, seq_bound(last)]))
+        .map_err(backend("updating the session's last seq"))?;
+    Ok(first..=last)
+}
+
+fn session_info(row: &rusqlite::Row<'_>) -> Result<SessionInfo> {
+    let get = |idx: usize| -> Result<String> { row.get(idx).map_err(backend("reading a session")) };
+    let agent = AgentId::new(get(1)?).map_err(|e| corrupt("sessions", e))?;
+    let parent: Option<String> = row.get(2).map_err(backend("reading a session"))?;
+    Ok(SessionInfo {
+        id: session_id(get(0)?, "sessions")?,
+        agent,
+        parent: parent.map(|p| session_id(p, "sessions")).transpose()?,
+        created_ms: row.get(3).map_err(backend("reading a session"))?,
+        event_count: seq_column(row, 4, "sessions")?,
+    })
+}
+
+const SESSION_COLUMNS: &str = "SELECT id, agent, parent, created_ms, last_seq FROM sessions";
+
+impl Store for SqliteStore {
+    fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
+        self.write(|tx| {
+            if find_session(tx, &session.id)?.is_some() {
+                return Err(StoreError::SessionExists(session.id.clone()));
+            }
+            let mut ledger = Ledger::new();
+            validate::events(&session.id, &mut ledger, 1, events)?;
+            tx.prepare_cached(
+                "INSERT INTO sessions (id, agent, parent, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    session.id.as_str(),
+                    session.agent.as_str(),
+                    session.parent.as_ref().map(SessionId::as_str),
+                    session.created_ms,
+                ])
+            })
+            .map_err(backend("creating a session"))?;
+            let pk = tx.last_insert_rowid();
+            if !events.is_empty() {
+                write_events(tx, pk, 1, events, &ledger)?;
+            }
+            Ok(SessionInfo {
+                id: session.id.clone(),
+                agent: session.agent.clone(),
+                parent: session.parent.clone(),
+                created_ms: session.created_ms,
+                event_count: events.len() as u64,
+            })
+        })
+    }
+
+    fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(&format!("{SESSION_COLUMNS} WHERE id = ?1"))
+            .map_err(backend("reading a session"))?;
+        let mut rows = stmt
+            .query([id.as_str()])
+            .map_err(backend("reading a session"))?;
+        match rows.next().map_err(backend("reading a session"))? {
+            Some(row) => session_info(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(&format!("{SESSION_COLUMNS} ORDER BY id"))
+            .map_err(backend("listing sessions"))?;
+        let mut rows = stmt.query([]).map_err(backend("listing sessions"))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(backend("listing sessions"))? {
+            out.push(session_info(row)?);
+        }
+        Ok(out)
+    }
+
+    fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
+        self.write(|tx| {
+            let SessionRow { pk, last_seq } = require_session(tx, session)?;
+            let first = last_seq + 1;
+            if events.is_empty() {
+                return Ok(first..=last_seq);
+            }
+            let touched = touched_calls(events);
+            let mut ledger = load_ledger(tx, pk, touched.iter().copied())?;
+            validate::events(session, &mut ledger, first, events)?;
+            write_events(tx, pk, first, events, &ledger)
+        })
+    }
+
+    fn read(&self, session: &SessionId, range: RangeInclusive<Seq>) -> Result<Vec<Event>> {
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT seq, ts_ms, body FROM events
+                     WHERE session = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq",
+                )
+                .map_err(backend("reading events"))?;
+            let mut rows = stmt
+                .query(params![
+                    pk,
+                    seq_bound(*range.start()),
+                    seq_bound(*range.end())
+                ])
+                .map_err(backend("reading events"))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(backend("reading events"))? {
+                let body: String = row.get(2).map_err(backend("reading events"))?;
+                out.push(Event {
+                    seq: seq_column(row, 0, "events")?,
+                    ts_ms: row.get(1).map_err(backend("reading events"))?,
+                    body: from_json(&body, "events")?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn latest_seq(&self, session: &SessionId) -> Result<Seq> {
+        Ok(require_session(&self.lock(), session)?.last_seq)
+    }
+
+    fn tool_calls(&self, session: &SessionId) -> Result<Vec<ToolCallRecord>> {
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT call_id, tool_name, call_seq, status, result_seq FROM tool_calls
+                     WHERE session = ?1 ORDER BY call_seq, call_id",
+                )
+                .map_err(backend("listing tool calls"))?;
+            let mut rows = stmt.query([pk]).map_err(backend("listing tool calls"))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(backend("listing tool calls"))? {
+                let status: String = row.get(3).map_err(backend("listing tool calls"))?;
+                let result_seq: Option<i64> = row.get(4).map_err(backend("listing tool calls"))?;
+                out.push(ToolCallRecord {
+                    call_id: row.get(0).map_err(backend("listing tool calls"))?,
+                    tool_name: row.get(1).map_err(backend("listing tool calls"))?,
+                    call_seq: seq_column(row, 2, "tool_calls")?,
+                    status: rows::parse_status(&status)?,
+                    result_seq: result_seq
+                        .map(|s| {
+                            Seq::try_from(s)
+                                .map_err(|_| corrupt("tool_calls", format!("negative seq {s}")))
+                        })
+                        .transpose()?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn expire_tool_call(&self, session: &SessionId, call_id: &str) -> Result<()> {
+        self.write(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            let mut ledger = load_ledger(tx, pk, [call_id])?;
+            ledger
+                .expire(call_id)
+                .map_err(|source| StoreError::CallState {
+                    session: session.clone(),
+                    source,
+                })?;
+            store_calls(tx, pk, &ledger, [call_id])
+        })
+    }
+
+    fn put_summary(&self, summary: &NewSummary) -> Result<Summary> {
+        self.write(|tx| {
+            let SessionRow { pk, last_seq } = require_session(tx, &summary.session)?;
+            validate::summary(summary, last_seq)?;
+            let version: u32 = tx
+                .query_row(
+                    "SELECT COALESCE(MAX(version), 0) + 1 FROM summaries WHERE session = ?1",
+                    [pk],
+                    |row| row.get(0),
+                )
+                .map_err(backend("numbering a summary"))?;
+            tx.prepare_cached(
+                "INSERT INTO summaries
+                     (session, version, from_seq, to_seq, content, producer, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    pk,
+                    version,
+                    seq_bound(summary.from_seq),
+                    seq_bound(summary.to_seq),
+                    summary.content,
+                    summary.producer,
+                    summary.created_ms,
+                ])
+            })
+            .map_err(backend("storing a summary"))?;
+            Ok(Summary {
+                version,
+                summary: summary.clone(),
+            })
+        })
+    }
+
+    fn summaries(&self, session: &SessionId) -> Result<Vec<Summary>> {
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT version, from_seq, to_seq, content, producer, created_ms
+                     FROM summaries WHERE session = ?1 ORDER BY version",
+                )
+                .map_err(backend("listing summaries"))?;
+            let mut rows = stmt.query([pk]).map_err(backend("listing summaries"))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(backend("listing summaries"))? {
+                let get_err = backend("listing summaries");
+                let (version, content, producer, created_ms) = (|| {
+                    Ok::<_, rusqlite::Error>((row.get(0)?, row.get(3)?, row.get(4)?, row.get(5)?))
+                })()
+                .map_err(get_err)?;
+                out.push(Summary {
+                    version,
+                    summary: NewSummary {
+                        session: session.clone(),
+                        from_seq: seq_column(row, 1, "summaries")?,
+                        to_seq: seq_column(row, 2, "summaries")?,
+                        content,
+                        producer,
+                        created_ms,
+                    },
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall> {
+        self.write(|tx| {
+            let SessionRow { pk, last_seq } = require_session(tx, &call.session)?;
+            validate::model_call(call, last_seq)?;
+            let id: u64 = tx
+                .query_row(
+                    "SELECT COALESCE(MAX(id), 0) + 1 FROM model_calls WHERE session = ?1",
+                    [pk],
+                    |row| row.get(0),
+                )
+                .map_err(backend("numbering a model call"))?;
+            let receipt = to_json(&call.receipt, "model_calls")?;
+            tx.prepare_cached(
+                "INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    pk,
+                    id,
+                    seq_bound(call.at_seq),
+                    call.created_ms,
+                    receipt
+                ])
+            })
+            .map_err(backend("recording a model call"))?;
+            Ok(ModelCall {
+                id,
+                call: call.clone(),
+            })
+        })
+    }
+
+    fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT id, at_seq, created_ms, receipt FROM model_calls
+                     WHERE session = ?1 ORDER BY id",
+                )
+                .map_err(backend("listing model calls"))?;
+            let mut rows = stmt.query([pk]).map_err(backend("listing model calls"))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(backend("listing model calls"))? {
+                let (id, created_ms, receipt) = (|| {
+                    Ok::<_, rusqlite::Error>((row.get(0)?, row.get(2)?, row.get::<_, String>(3)?))
+                })()
+                .map_err(backend("listing model calls"))?;
+                out.push(ModelCall {
+                    id,
+                    call: NewModelCall {
+                        session: session.clone(),
+                        at_seq: seq_column(row, 1, "model_calls")?,
+                        created_ms,
+                        receipt: from_json(&receipt, "model_calls")?,
+                    },
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
+        self.write(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            let ledger = load_ledger(tx, pk, steps.iter().map(|s| s.call_id.as_str()))?;
+            for step in steps {
+                validate::step(session, step, &ledger)?;
+            }
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO steps (session, id, call_id, result_seq, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (session, id) DO UPDATE SET
+                         call_id = excluded.call_id,
+                         result_seq = excluded.result_seq,
+                         body = excluded.body",
+                )
+                .map_err(backend("storing steps"))?;
+            for step in steps {
+                let body = to_json(&step.body, "steps")?;
+                stmt.execute(params![
+                    pk,
+                    step.id,
+                    step.call_id,
+                    seq_bound(step.result_seq),
+                    body
+                ])
+                .map_err(backend("storing steps"))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT id, call_id, result_seq, body FROM steps
+                     WHERE session = ?1 ORDER BY result_seq, id",
+                )
+                .map_err(backend("listing steps"))?;
+            let mut rows = stmt.query([pk]).map_err(backend("listing steps"))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(backend("listing steps"))? {
+                let (id, call_id, body) = (|| {
+                    Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?, row.get::<_, String>(3)?))
+                })()
+                .map_err(backend("listing steps"))?;
+                out.push(StepRecord {
+                    id,
+                    call_id,
+                    result_seq: seq_column(row, 2, "steps")?,
+                    body: from_json(&body, "steps")?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn put_alias(&self, session: &SessionId, alias: &BlobAlias, blob: &BlobRef) -> Result<()> {
+        self.write(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            match stored_alias(tx, pk, alias)? {
+                Some(old) if &old != blob => {
+                    Err(validate::alias_conflict(session, alias, &old, blob))
+                }
+                Some(_) => Ok(()),
+                None => {
+                    tx.prepare_cached(
+                        "INSERT INTO aliases (session, alias, blob) VALUES (?1, ?2, ?3)",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![pk, alias.as_str(), blob.to_string()])
+                    })
+                    .map_err(backend("storing an alias"))?;
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn resolve_alias(&self, session: &SessionId, alias: &BlobAlias) -> Result<Option<BlobRef>> {
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            stored_alias(tx, pk, alias)
+        })
+    }
+}
+
+fn stored_alias(conn: &Connection, session_pk: i64, alias: &BlobAlias) -> Result<Option<BlobRef>> {
+    let blob: Option<String> = conn
+        .prepare_cached("SELECT blob FROM aliases WHERE session = ?1 AND alias = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![session_pk, alias.as_str()], |row| row.get(0))
+                .optional()
+        })
+        .map_err(backend("resolving an alias"))?;
+    blob.map(|b| BlobRef::try_from(b).map_err(|e| corrupt("aliases", e)))
+        .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_are_durable_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("t.db")).unwrap();
+        let conn = store.lock();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        let sync: i64 = conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        let fks: i64 = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(sync, 2, "synchronous must be FULL (2)");
+        assert_eq!(fks, 1);
+    }
+
+    #[test]
+    fn appended_events_read_back_after_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let id = SessionId::new("s").unwrap();
+        let event = |text: &str| {
+            NewEvent::new(
+                7,
+                loom_core::EventBody::User {
+                    content: text.into(),
+                    name: None,
+                },
+            )
+        };
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            let session = NewSession {
+                id: id.clone(),
+                agent: AgentId::new("a").unwrap(),
+                parent: None,
+                created_ms: 1,
+            };
+            store.create_session(&session, &[event("one")]).unwrap();
+            assert_eq!(store.append(&id, &[event("two")]).unwrap(), 2..=2);
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let events = store.read(&id, 1..=Seq::MAX).unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1].body, event("two").body);
+        assert_eq!(store.sessions().unwrap()[0].event_count, 2);
+    }
+}

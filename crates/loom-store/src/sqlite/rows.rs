@@ -1,0 +1,230 @@
+//! Conversions between stored rows and the store's records, and the ledger queries appends share.
+//!
+//! Everything that reads a column and could meet a value this build did not write (a corrupt file,
+//! a hand edit) turns it into [`StoreError::Corrupt`] instead of panicking.
+
+use std::collections::BTreeSet;
+
+use loom_core::{CallState, EventBody, Ledger, NewEvent, Seq, SessionId};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::backend;
+use crate::records::CallStatus;
+use crate::{Result, StoreError};
+
+/// A session's row key and the last seq of its log.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SessionRow {
+    pub(super) pk: i64,
+    pub(super) last_seq: Seq,
+}
+
+pub(super) fn corrupt(table: &'static str, reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        table,
+        reason: reason.to_string(),
+    }
+}
+
+/// Seqs are `u64` but SQLite integers are `i64`; a bound past `i64::MAX` means "to the end".
+pub(super) fn seq_bound(seq: Seq) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// Reads column `idx` as a seq, refusing negative values.
+pub(super) fn seq_column(row: &Row<'_>, idx: usize, table: &'static str) -> Result<Seq> {
+    let raw: i64 = row.get(idx).map_err(backend("reading a seq"))?;
+    Seq::try_from(raw).map_err(|_| corrupt(table, format!("negative seq {raw}")))
+}
+
+pub(super) fn session_id(raw: String, table: &'static str) -> Result<SessionId> {
+    SessionId::new(raw).map_err(|e| corrupt(table, e))
+}
+
+pub(super) fn to_json<T: serde::Serialize>(value: &T, table: &'static str) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| corrupt(table, format!("cannot encode: {e}")))
+}
+
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    table: &'static str,
+) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| corrupt(table, format!("cannot decode: {e}")))
+}
+
+/// The session's row, if it exists.
+pub(super) fn find_session(conn: &Connection, id: &SessionId) -> Result<Option<SessionRow>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT pk, last_seq FROM sessions WHERE id = ?1")
+        .map_err(backend("looking up a session"))?;
+    let row = stmt
+        .query_row([id.as_str()], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
+        })
+        .optional()
+        .map_err(backend("looking up a session"))?;
+    row.map(|(pk, last)| {
+        let last_seq = Seq::try_from(last)
+            .map_err(|_| corrupt("sessions", format!("negative last_seq {last}")))?;
+        Ok(SessionRow { pk, last_seq })
+    })
+    .transpose()
+}
+
+/// The session's row, or [`StoreError::SessionNotFound`].
+pub(super) fn require_session(conn: &Connection, id: &SessionId) -> Result<SessionRow> {
+    find_session(conn, id)?.ok_or_else(|| StoreError::SessionNotFound(id.clone()))
+}
+
+pub(super) fn status_name(status: CallStatus) -> &'static str {
+    match status {
+        CallStatus::Pending => "pending",
+        CallStatus::Resolved => "resolved",
+        CallStatus::Errored => "errored",
+        CallStatus::Expired => "expired",
+    }
+}
+
+pub(super) fn parse_status(name: &str) -> Result<CallStatus> {
+    match name {
+        "pending" => Ok(CallStatus::Pending),
+        "resolved" => Ok(CallStatus::Resolved),
+        "errored" => Ok(CallStatus::Errored),
+        "expired" => Ok(CallStatus::Expired),
+        other => Err(corrupt("tool_calls", format!("unknown status `{other}`"))),
+    }
+}
+
+fn call_state(
+    tool_name: String,
+    call_seq: Seq,
+    status: CallStatus,
+    result_seq: Option<Seq>,
+) -> Result<CallState> {
+    Ok(match (status, result_seq) {
+        (CallStatus::Pending, _) => CallState::Pending {
+            tool_name,
+            call_seq,
+        },
+        (CallStatus::Expired, _) => CallState::Expired {
+            tool_name,
+            call_seq,
+        },
+        (CallStatus::Resolved | CallStatus::Errored, Some(result_seq)) => CallState::Resolved {
+            tool_name,
+            call_seq,
+            result_seq,
+            is_error: status == CallStatus::Errored,
+        },
+        (_, None) => return Err(corrupt("tool_calls", "a resolved call has no result_seq")),
+    })
+}
+
+/// The call ids a batch of events makes or answers: the only ledger entries it can touch.
+pub(super) fn touched_calls(events: &[NewEvent]) -> BTreeSet<&str> {
+    let mut ids = BTreeSet::new();
+    for event in events {
+        match &event.body {
+            EventBody::Assistant { tool_calls, .. } => {
+                ids.extend(tool_calls.iter().map(|c| c.id.as_str()));
+            }
+            EventBody::ToolResult { call_id, .. } => {
+                ids.insert(call_id.as_str());
+            }
+            _ => {}
+        }
+    }
+    ids
+}
+
+/// A ledger holding the stored state of `call_ids` (those that exist).
+///
+/// Pairing rules only ever look at the calls an event names, so loading just those gives the
+/// same verdicts as loading the session's whole ledger, at a cost that does not grow with the log.
+pub(super) fn load_ledger<'a>(
+    conn: &Connection,
+    session_pk: i64,
+    call_ids: impl IntoIterator<Item = &'a str>,
+) -> Result<Ledger> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT tool_name, call_seq, status, result_seq FROM tool_calls
+             WHERE session = ?1 AND call_id = ?2",
+        )
+        .map_err(backend("loading tool calls"))?;
+    let mut states = Vec::new();
+    for call_id in call_ids {
+        let row = stmt
+            .query_row(params![session_pk, call_id], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, Option<i64>>(3)?,
+                ))
+            })
+            .optional()
+            .map_err(backend("loading tool calls"))?;
+        if let Some((tool_name, call_seq, status, result_seq)) = row {
+            let seq = |v: i64| {
+                Seq::try_from(v).map_err(|_| corrupt("tool_calls", format!("negative seq {v}")))
+            };
+            let state = call_state(
+                tool_name,
+                seq(call_seq)?,
+                parse_status(&status)?,
+                result_seq.map(seq).transpose()?,
+            )?;
+            states.push((call_id.to_owned(), state));
+        }
+    }
+    Ok(Ledger::from_states(states))
+}
+
+/// Writes the ledger's state of `call_ids` (inserting new calls, updating answered ones).
+pub(super) fn store_calls<'a>(
+    conn: &Connection,
+    session_pk: i64,
+    ledger: &Ledger,
+    call_ids: impl IntoIterator<Item = &'a str>,
+) -> Result<()> {
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (session, call_id)
+             DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq",
+        )
+        .map_err(backend("storing tool calls"))?;
+    for call_id in call_ids {
+        let Some(state) = ledger.get(call_id) else {
+            continue;
+        };
+        let (status, result_seq) = match state {
+            CallState::Pending { .. } => (CallStatus::Pending, None),
+            CallState::Expired { .. } => (CallStatus::Expired, None),
+            CallState::Resolved {
+                result_seq,
+                is_error,
+                ..
+            } => {
+                let status = if *is_error {
+                    CallStatus::Errored
+                } else {
+                    CallStatus::Resolved
+                };
+                (status, Some(seq_bound(*result_seq)))
+            }
+        };
+        stmt.execute(params![
+            session_pk,
+            call_id,
+            state.tool_name(),
+            seq_bound(state.call_seq()),
+            status_name(status),
+            result_seq,
+        ])
+        .map_err(backend("storing tool calls"))?;
+    }
+    Ok(())
+}
