@@ -7,6 +7,7 @@
 mod error;
 mod event;
 mod ledger;
+pub mod render;
 mod stats;
 mod step;
 

@@ -1,0 +1,144 @@
+//! Provider wire formats: the neutral [`Request`] as each provider's request body.
+//!
+//! Every format builds its body from per-message wire values ([`Format::wire`]) and the pipeline
+//! meters exactly those values, so what it budgets is what it sends. Bodies are
+//! `serde_json::Value`s whose maps are ordered, so serialisation is canonical: the same request
+//! always gives the same bytes.
+
+mod anthropic;
+mod openai_chat;
+mod react;
+mod responses;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::meter::{message_tokens, tool_tokens, TokenMeter, REPLY_PRIMING};
+use super::request::{Msg, Request};
+use crate::event::{ContentPart, MessageContent};
+
+/// A provider request format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// OpenAI Chat Completions.
+    #[default]
+    OpenaiChat,
+    /// OpenAI Responses.
+    OpenaiResponses,
+    /// Anthropic Messages, with the cache breakpoint on the stable prefix.
+    Anthropic,
+    /// The seed's ReAct text prompt (Thought / Action / Observation).
+    React,
+}
+
+impl Format {
+    /// Every format, for tests and help texts.
+    pub const ALL: [Format; 4] = [
+        Format::OpenaiChat,
+        Format::OpenaiResponses,
+        Format::Anthropic,
+        Format::React,
+    ];
+
+    /// The format's command-line name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenaiChat => "openai-chat",
+            Self::OpenaiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+            Self::React => "react",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
+    /// The wire values one neutral message becomes (an assistant turn with calls may become
+    /// several: the call message and its results).
+    pub fn wire(self, msg: &Msg) -> Vec<Value> {
+        match self {
+            Self::OpenaiChat => openai_chat::wire(msg),
+            Self::OpenaiResponses => responses::wire(msg),
+            Self::Anthropic => anthropic::wire(msg),
+            Self::React => vec![Value::String(react::text(msg))],
+        }
+    }
+
+    /// Tokens one neutral message costs in this format.
+    pub fn msg_tokens(self, msg: &Msg, meter: &dyn TokenMeter) -> u64 {
+        match self {
+            // The ReAct prompt is one text: its pieces are counted as text, joined by newlines.
+            Self::React => meter.count(&react::text(msg)) + 1,
+            _ => self
+                .wire(msg)
+                .iter()
+                .map(|w| message_tokens(w, meter))
+                .sum(),
+        }
+    }
+
+    /// Tokens the request costs besides its messages and tools.
+    pub fn priming_tokens(self) -> u64 {
+        match self {
+            // The ReAct prompt is one text with no framing of its own.
+            Self::React => 0,
+            // Anthropic adds cache-control markers and may add a leading user message; both are
+            // small and counted here so the estimate stays an upper bound.
+            Self::Anthropic => REPLY_PRIMING + 16,
+            _ => REPLY_PRIMING,
+        }
+    }
+
+    /// Tokens the request costs besides its messages: priming and tool definitions.
+    pub fn overhead_tokens(self, tools: &[Value], meter: &dyn TokenMeter) -> u64 {
+        self.priming_tokens() + tools.iter().map(|t| tool_tokens(t, meter)).sum::<u64>()
+    }
+
+    /// The tool definitions in this format.
+    pub fn tools(self, req: &Request) -> Vec<Value> {
+        match self {
+            Self::OpenaiChat => openai_chat::tools(&req.tools),
+            Self::OpenaiResponses => responses::tools(&req.tools),
+            Self::Anthropic => anthropic::tools(&req.tools),
+            Self::React => react::tools(&req.tools),
+        }
+    }
+
+    /// The request body.
+    pub fn body(self, req: &Request) -> Value {
+        match self {
+            Self::OpenaiChat => openai_chat::body(req),
+            Self::OpenaiResponses => responses::body(req),
+            Self::Anthropic => anthropic::body(req),
+            Self::React => react::body(req),
+        }
+    }
+}
+
+/// Text of content, with images named rather than dropped (for formats that take text only).
+fn text_only(content: &MessageContent) -> String {
+    match content {
+        MessageContent::Text(s) => s.clone(),
+        MessageContent::Parts(parts) => parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => text.clone(),
+                ContentPart::Image { .. } => "[image]".to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// Parses tool-call arguments for formats that want an object; malformed text is kept under
+/// `_raw` rather than lost.
+fn arguments_object(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(other) => serde_json::json!({ "_value": other }),
+        Err(_) => serde_json::json!({ "_raw": arguments }),
+    }
+}

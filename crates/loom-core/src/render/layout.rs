@@ -1,0 +1,324 @@
+//! Layout: units and the compaction decision in, neutral messages out.
+//!
+//! Order (DESIGN.md, Layout): kept units before the boundary (system prompt, pins, the task
+//! statement) → the compact block (summary, then one line per folded step) → the verbatim tail →
+//! per-turn injected content at the very end. Everything before the tail is the stable prefix.
+
+use std::collections::HashMap;
+
+use super::plan::CompactionState;
+use super::projection::{Paired, Projection, Unit, UnitBody};
+use super::request::{Msg, RenderedCall, ResultForm};
+use crate::event::{MessageContent, Seq, ToolOutput};
+use crate::step::Step;
+
+/// Header of the compact block.
+pub const COMPACT_HEADER: &str =
+    "Earlier steps, compacted (each original is recoverable by its reference):";
+
+/// A summary as the pipeline reads it (the store's record, without storage fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryView {
+    /// Version, increasing per session.
+    pub version: u32,
+    /// Last seq covered; the summary covers `[1, to_seq]`.
+    pub to_seq: Seq,
+    /// The text.
+    pub content: String,
+}
+
+/// Steps by call id, as derived at ingest.
+pub type StepIndex = HashMap<String, Step>;
+
+/// Whether a unit stays in place even before the boundary.
+pub(crate) fn is_kept(proj: &Projection, index: usize) -> bool {
+    matches!(
+        proj.units[index].body,
+        UnitBody::System(_) | UnitBody::Pin { .. }
+    ) || proj.first_user == Some(index)
+}
+
+/// The form a paired result takes under `state`.
+pub(crate) fn form_of(paired: &Paired, state: &CompactionState) -> ResultForm {
+    match &paired.result {
+        None => ResultForm::Missing,
+        Some(r) if state.elided.contains(&r.seq) => ResultForm::Elided,
+        Some(r) if state.stubbed.contains(&r.seq) => ResultForm::Stubbed,
+        // A blob output is not in the log view's memory: its step stands in for it.
+        Some(r) if matches!(r.output, ToolOutput::Blob(_)) => ResultForm::Stubbed,
+        Some(_) => ResultForm::Verbatim,
+    }
+}
+
+/// Where the original of a result can be recovered: the step's `outcome_ref`, or its log seq.
+fn reference(paired: &Paired, step: Option<&Step>) -> String {
+    match (step.and_then(|s| s.outcome_ref.as_deref()), &paired.result) {
+        (Some(r), _) => r.to_owned(),
+        (None, Some(r)) => format!("seq {}", r.seq),
+        (None, None) => "none".to_owned(),
+    }
+}
+
+/// The one-line observation of a result: the step's, or one computed from the stats.
+fn observation(paired: &Paired, step: Option<&Step>) -> String {
+    if let Some(step) = step {
+        return step.observation.clone();
+    }
+    match &paired.result {
+        Some(r) => format!(
+            "{} returned {} bytes, {} lines of {}{}",
+            paired.call.name,
+            r.stats.bytes,
+            r.stats.lines,
+            r.stats.content_type.as_str(),
+            if r.is_error { " (error)" } else { "" }
+        ),
+        None => format!("{} has no result", paired.call.name),
+    }
+}
+
+/// The text a result is rendered as.
+pub(crate) fn result_content(
+    paired: &Paired,
+    form: ResultForm,
+    steps: &StepIndex,
+    head_chars: usize,
+    tail_chars: usize,
+) -> MessageContent {
+    let step = steps.get(&paired.call.id);
+    match (form, &paired.result) {
+        (ResultForm::Verbatim, Some(r)) => match &r.output {
+            ToolOutput::Text(s) => MessageContent::Text(s.clone()),
+            ToolOutput::Parts(parts) => MessageContent::Parts(parts.clone()),
+            ToolOutput::Blob(_) => stub(paired, step),
+        },
+        (ResultForm::Elided, Some(r)) => match &r.output {
+            ToolOutput::Text(s) => {
+                MessageContent::Text(elide(s, head_chars, tail_chars, &reference(paired, step)))
+            }
+            _ => stub(paired, step),
+        },
+        (ResultForm::Missing, _) | (_, None) => {
+            MessageContent::Text("[no result was recorded for this call]".to_owned())
+        }
+        (ResultForm::Stubbed, Some(_)) => stub(paired, step),
+    }
+}
+
+fn stub(paired: &Paired, step: Option<&Step>) -> MessageContent {
+    MessageContent::Text(format!(
+        "{} (See {})",
+        observation(paired, step),
+        reference(paired, step)
+    ))
+}
+
+/// Keeps `head` chars and `tail` chars of `text` around an elision marker naming the reference.
+fn elide(text: &str, head: usize, tail: usize, reference: &str) -> String {
+    let chars = text.chars().count();
+    if chars <= head + tail {
+        return text.to_owned();
+    }
+    let head_end = text.char_indices().nth(head).map_or(text.len(), |(i, _)| i);
+    let tail_start = text
+        .char_indices()
+        .nth(chars - tail)
+        .map_or(text.len(), |(i, _)| i);
+    format!(
+        "{}\n[... {} characters elided; full output: {reference} ...]\n{}",
+        &text[..head_end],
+        chars - head - tail,
+        &text[tail_start..]
+    )
+}
+
+/// The neutral message for a unit that is rendered in place.
+pub(crate) fn unit_msg(
+    unit: &Unit,
+    state: &CompactionState,
+    steps: &StepIndex,
+    head_chars: usize,
+    tail_chars: usize,
+) -> Msg {
+    match &unit.body {
+        UnitBody::System(c) => Msg::System(c.clone()),
+        UnitBody::Pin { label, content } => Msg::System(MessageContent::Text(match label {
+            Some(l) => format!("[pinned: {l}]\n{content}"),
+            None => format!("[pinned]\n{content}"),
+        })),
+        UnitBody::User { content, name } => Msg::User {
+            content: content.clone(),
+            name: name.clone(),
+        },
+        UnitBody::Note(text) => Msg::User {
+            content: MessageContent::Text(text.clone()),
+            name: None,
+        },
+        UnitBody::Turn(turn) => Msg::Assistant {
+            content: turn.content.clone(),
+            reasoning: turn.reasoning.clone(),
+            name: turn.name.clone(),
+            calls: turn
+                .calls
+                .iter()
+                .map(|p| {
+                    let form = form_of(p, state);
+                    RenderedCall {
+                        call: p.call.clone(),
+                        content: result_content(p, form, steps, head_chars, tail_chars),
+                        is_error: p.result.as_ref().is_some_and(|r| r.is_error),
+                        form,
+                    }
+                })
+                .collect(),
+        },
+    }
+}
+
+/// First `max` chars of the first non-empty line of `text`, with an ellipsis when cut.
+fn snippet(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut out: String = line.chars().take(max).collect();
+    if line.chars().count() > max || text.trim().lines().count() > 1 {
+        out.push('…');
+    }
+    out
+}
+
+/// One line of the compact block.
+#[derive(Debug, Clone)]
+pub(crate) struct Line {
+    pub(crate) text: String,
+    /// Whether it records a failed step (never omitted).
+    pub(crate) failed: bool,
+    /// Whether it is a step (counted in "N earlier steps omitted") rather than a message.
+    pub(crate) step: bool,
+}
+
+/// The compact block: its text and the seqs whose lines were omitted from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    pub(crate) text: String,
+    pub(crate) omitted: Vec<Seq>,
+}
+
+/// One compact line per folded step or message.
+pub(crate) fn unit_lines(unit: &Unit, steps: &StepIndex) -> Vec<Line> {
+    let line = |text: String| Line {
+        text,
+        failed: false,
+        step: false,
+    };
+    match &unit.body {
+        UnitBody::System(_) | UnitBody::Pin { .. } => Vec::new(),
+        UnitBody::User { content, .. } => {
+            vec![line(format!("[user] {}", snippet(&content.text(), 200)))]
+        }
+        UnitBody::Note(text) => vec![line(format!("[note] {}", snippet(text, 160)))],
+        UnitBody::Turn(turn) if turn.calls.is_empty() => {
+            let text = turn
+                .content
+                .as_ref()
+                .map(|c| c.text().into_owned())
+                .unwrap_or_default();
+            vec![line(format!("[assistant] {}", snippet(&text, 160)))]
+        }
+        UnitBody::Turn(turn) => turn
+            .calls
+            .iter()
+            .map(|p| {
+                let step = steps.get(&p.call.id);
+                let failed = step.map_or_else(
+                    || p.result.as_ref().is_some_and(|r| r.is_error),
+                    |s| !s.success,
+                );
+                let id = step.map_or_else(|| format!("call {}", p.call.id), |s| s.id.clone());
+                let mark = if failed { " ✗" } else { "" };
+                Line {
+                    text: format!(
+                        "[{id}]{mark} {} (See {})",
+                        observation(p, step),
+                        reference(p, step)
+                    ),
+                    failed,
+                    step: true,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The compact block for the folded units, or `None` when nothing is folded.
+///
+/// Lines beyond `max_lines` are omitted oldest first — except failures, which are never
+/// dropped — and the block says how many steps (not lines or groups) were omitted.
+pub(crate) fn compact_block(
+    proj: &Projection,
+    state: &CompactionState,
+    summary: Option<&SummaryView>,
+    steps: &StepIndex,
+    max_lines: usize,
+) -> Option<Block> {
+    let summarized_to = summary.map_or(0, |s| s.to_seq);
+    let mut lines: Vec<(Line, Seq)> = Vec::new();
+    let mut folded_any = false;
+    for (i, unit) in proj.units.iter().enumerate() {
+        if unit.seq >= state.boundary {
+            break;
+        }
+        if is_kept(proj, i) {
+            continue;
+        }
+        folded_any = true;
+        if unit.seq <= summarized_to {
+            continue;
+        }
+        lines.extend(unit_lines(unit, steps).into_iter().map(|l| (l, unit.seq)));
+    }
+    if !folded_any && summary.is_none() {
+        return None;
+    }
+    let failures = lines.iter().filter(|(l, _)| l.failed).count();
+    let mut omitted_steps = 0usize;
+    let mut omitted_messages = 0usize;
+    let mut omitted = Vec::new();
+    if lines.len() > max_lines {
+        let mut excess = lines.len() - max_lines.max(failures);
+        lines.retain(|(l, seq)| {
+            if excess > 0 && !l.failed {
+                excess -= 1;
+                if l.step {
+                    omitted_steps += 1;
+                } else {
+                    omitted_messages += 1;
+                }
+                if omitted.last() != Some(seq) {
+                    omitted.push(*seq);
+                }
+                false
+            } else {
+                true
+            }
+        });
+    }
+    let mut out = String::from(COMPACT_HEADER);
+    if let Some(s) = summary {
+        out.push_str("\nSummary of the conversation so far:\n");
+        out.push_str(&s.content);
+    }
+    if omitted_steps + omitted_messages > 0 {
+        out.push_str(&format!(
+            "\n({omitted_steps} earlier steps and {omitted_messages} earlier messages omitted; \
+             all are recoverable from the log)"
+        ));
+    }
+    for (line, _) in lines {
+        out.push('\n');
+        out.push_str(&line.text);
+    }
+    Some(Block { text: out, omitted })
+}

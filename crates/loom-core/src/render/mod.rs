@@ -1,0 +1,358 @@
+//! The render pipeline: from the log to a provider request that fits, stays cache-stable, is
+//! never malformed, and leaves a receipt.
+//!
+//! [`render`] is a pure function of (log, policy, derived records, previous compaction state):
+//! the same inputs give byte-identical bodies. It projects the log into units that hold each call
+//! with its result ([`projection`]), decides at compaction points what is stubbed, folded or
+//! summarised ([`plan`]), lays the request out as stable prefix → verbatim tail → injected
+//! content ([`layout`]), and serialises it in a provider [`Format`].
+
+mod format;
+mod layout;
+mod meter;
+mod plan;
+mod policy;
+mod projection;
+mod receipt;
+mod request;
+
+#[cfg(test)]
+mod tests;
+
+pub use format::Format;
+pub use layout::{StepIndex, SummaryView, COMPACT_HEADER};
+pub use meter::{
+    leaf_tokens, message_tokens, tool_tokens, ApproxMeter, TokenMeter, REPLY_PRIMING,
+    TOKENS_PER_MESSAGE, TOKENS_PER_NAME,
+};
+pub use plan::{CompactionState, CostMemo, PointReason, PointRecord};
+pub use policy::{Budget, Policy, Retention, Tier};
+pub use projection::{Audience, Paired, Projection, ResultView, Turn, Unit, UnitBody};
+pub use receipt::{Injected, Receipt, SeqRange};
+pub use request::{Msg, RenderedCall, Request, ResultForm, ToolSpec};
+
+use serde_json::Value;
+
+use crate::event::{Event, MessageContent, Seq};
+use layout::is_kept;
+use plan::{Coster, PlanInput};
+
+/// Content a hook injected for this turn only (never written to the log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injection {
+    /// The hook that produced it.
+    pub hook: String,
+    /// The text.
+    pub content: String,
+}
+
+/// Everything a render reads.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInput<'a> {
+    /// The session's log, in seq order.
+    pub events: &'a [Event],
+    /// Steps derived at ingest, by call id (observations and references for stubs).
+    pub steps: &'a StepIndex,
+    /// Summaries of the session, any order.
+    pub summaries: &'a [SummaryView],
+    /// The policy.
+    pub policy: &'a Policy,
+    /// The output format.
+    pub format: Format,
+    /// The model name put in the body.
+    pub model: &'a str,
+    /// Tools offered to the model.
+    pub tools: &'a [ToolSpec],
+    /// Per-turn injected content, already produced by the hooks.
+    pub injections: &'a [Injection],
+    /// Whose request and when (direct-message filtering).
+    pub audience: &'a Audience,
+    /// Token counter.
+    pub meter: &'a dyn TokenMeter,
+}
+
+impl std::fmt::Debug for dyn TokenMeter + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenMeter({})", self.name())
+    }
+}
+
+/// A rendered request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The request body, canonical JSON.
+    pub body: Value,
+    /// The neutral request it was serialised from.
+    pub request: Request,
+    /// What was included, stubbed, folded, summarised or dropped, and why.
+    pub receipt: Receipt,
+    /// The compaction decision to store and pass to the next render.
+    pub state: CompactionState,
+}
+
+/// Why a request could not be rendered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The policy is incoherent.
+    #[error("invalid policy: {0}")]
+    Policy(#[from] crate::error::LogError),
+    /// Even with everything reducible reduced, the request does not fit.
+    #[error(
+        "request needs {needed} tokens but the hard budget is {hard_total}: the irreducible floor \
+         (system prompt, tools, pins, task statement and latest turn) is {floor} tokens; \
+         {over} tokens over"
+    )]
+    OverBudget {
+        /// Tokens the smallest rendering needs.
+        needed: u64,
+        /// Window minus response reserve.
+        hard_total: u64,
+        /// System prompt + tools + pins + task statement + latest turn, as small as they get.
+        floor: u64,
+        /// `needed - hard_total`.
+        over: u64,
+    },
+    /// A hook injected more than the injection reserve.
+    #[error("hook `{hook}` injected {tokens} tokens, over the injection reserve of {reserve}")]
+    InjectionOverflow {
+        /// The hook.
+        hook: String,
+        /// Tokens injected so far, including this hook's.
+        tokens: u64,
+        /// The reserve.
+        reserve: u64,
+    },
+}
+
+/// Renders the request for the next model call.
+///
+/// `prev` is the compaction state stored after the previous render of this session (default for
+/// the first); `memo` caches token costs across renders of the same session, format and meter.
+pub fn render(
+    input: &RenderInput<'_>,
+    prev: &CompactionState,
+    memo: &mut CostMemo,
+) -> Result<Rendered, RenderError> {
+    let projection = Projection::build(input.events, input.audience);
+    render_projection(input, &projection, prev, memo)
+}
+
+/// Renders from a projection the caller keeps up to date (see [`Projection::push`]), so a long
+/// session is not re-projected on every call.
+pub fn render_projection(
+    input: &RenderInput<'_>,
+    proj: &Projection,
+    prev: &CompactionState,
+    memo: &mut CostMemo,
+) -> Result<Rendered, RenderError> {
+    input.policy.validate()?;
+    let budget = input.policy.budget();
+    let format = input.format;
+    let at_seq = input.events.last().map_or(0, |e| e.seq);
+
+    // Injected content is checked against its reserve hook by hook, before anything else.
+    let mut injected = Vec::new();
+    let mut injected_tokens = 0u64;
+    for inj in input.injections {
+        let tokens = format.msg_tokens(&injection_msg(&inj.content), input.meter);
+        injected_tokens += tokens;
+        if injected_tokens > budget.injection_reserve {
+            return Err(RenderError::InjectionOverflow {
+                hook: inj.hook.clone(),
+                tokens: injected_tokens,
+                reserve: budget.injection_reserve,
+            });
+        }
+        injected.push(Injected {
+            hook: inj.hook.clone(),
+            tokens,
+        });
+    }
+
+    let stub_request = Request {
+        model: input.model.to_owned(),
+        tools: input.tools.to_vec(),
+        messages: Vec::new(),
+        stable_len: 0,
+        max_output_tokens: input.policy.response_reserve,
+    };
+    let tools_wire = format.tools(&stub_request);
+    let overhead = format.overhead_tokens(&tools_wire, input.meter);
+
+    let mut coster = Coster::new(format, input.meter, input.steps, input.policy, memo);
+    let summary_of = |st: &CompactionState| {
+        st.summary
+            .and_then(|(v, _)| input.summaries.iter().find(|s| s.version == v))
+    };
+    let mut state = prev.clone();
+    let mut estimate = overhead + coster.total(proj, &state, summary_of(&state));
+    let trigger = if estimate > budget.hard_total {
+        Some(PointReason::HardTotal)
+    } else if estimate > budget.high && !state.ineffective() {
+        Some(PointReason::HighWatermark)
+    } else {
+        None
+    };
+    let mut fired = None;
+    if let Some(reason) = trigger {
+        let plan_input = PlanInput {
+            policy: input.policy,
+            budget: &budget,
+            overhead,
+            summaries: input.summaries,
+            at_seq,
+            reason,
+        };
+        state = plan::plan(proj, &state, &plan_input, &mut coster);
+        estimate = overhead + coster.total(proj, &state, summary_of(&state));
+        fired = state.last_point.clone();
+    }
+    if estimate + injected_tokens > budget.hard_total {
+        let floor = floor_tokens(proj, &mut coster, &state, overhead);
+        let needed = estimate + injected_tokens;
+        return Err(RenderError::OverBudget {
+            needed,
+            hard_total: budget.hard_total,
+            floor,
+            over: needed - budget.hard_total,
+        });
+    }
+
+    let summary = summary_of(&state);
+    let (request, tiers) = layout_request(input, proj, &state, summary, &mut coster, overhead);
+    let mut request = request;
+    for inj in input.injections {
+        request.messages.push(injection_msg(&inj.content));
+    }
+    let body = format.body(&request);
+    let receipt = receipt::build(receipt::ReceiptInput {
+        input,
+        proj,
+        state: &state,
+        summary,
+        budget,
+        request: &request,
+        tiers,
+        estimate: estimate + injected_tokens,
+        injected,
+        fired,
+        at_seq,
+    });
+    Ok(Rendered {
+        body,
+        request,
+        receipt,
+        state,
+    })
+}
+
+fn injection_msg(content: &str) -> Msg {
+    Msg::User {
+        content: MessageContent::Text(content.to_owned()),
+        name: None,
+    }
+}
+
+/// System prompt, tools, pins, task statement and the latest unit, each as small as it gets.
+fn floor_tokens(
+    proj: &Projection,
+    coster: &mut Coster<'_>,
+    state: &CompactionState,
+    overhead: u64,
+) -> u64 {
+    let last = proj.units.len().saturating_sub(1);
+    let mut floor = overhead;
+    for i in 0..proj.units.len() {
+        if is_kept(proj, i) || i == last {
+            floor += coster.unit(proj, i, state);
+        }
+    }
+    floor
+}
+
+/// Lays out the neutral request and reports tokens per tier.
+fn layout_request(
+    input: &RenderInput<'_>,
+    proj: &Projection,
+    state: &CompactionState,
+    summary: Option<&SummaryView>,
+    coster: &mut Coster<'_>,
+    overhead: u64,
+) -> (Request, std::collections::BTreeMap<Tier, u64>) {
+    use std::collections::BTreeMap;
+    let policy = input.policy;
+    let head = policy.elide_head_chars as usize;
+    let tail = policy.elide_tail_chars as usize;
+    let mut tiers: BTreeMap<Tier, u64> = BTreeMap::new();
+    let mut messages = Vec::new();
+    let tools_tokens = overhead.saturating_sub(input.format.priming_tokens());
+    *tiers.entry(Tier::Tools).or_default() += tools_tokens;
+    *tiers.entry(Tier::Overhead).or_default() += overhead - tools_tokens;
+
+    let first_tail = proj
+        .units
+        .iter()
+        .position(|u| u.seq >= state.boundary)
+        .unwrap_or(proj.units.len());
+    for (i, unit) in proj.units.iter().enumerate().take(first_tail) {
+        if is_kept(proj, i) {
+            let tokens = coster.unit(proj, i, state);
+            *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
+            messages.push(layout::unit_msg(unit, state, input.steps, head, tail));
+        }
+    }
+    if let Some(block) = layout::compact_block(
+        proj,
+        state,
+        summary,
+        input.steps,
+        policy.max_compact_lines as usize,
+    ) {
+        let msg = Msg::User {
+            content: MessageContent::Text(block.text),
+            name: None,
+        };
+        *tiers.entry(Tier::Summary).or_default() += input.format.msg_tokens(&msg, input.meter);
+        messages.push(msg);
+    }
+    // Before any fold, the leading system messages are the stable prefix; after, everything up to
+    // and including the compact block is.
+    let stable_len = if first_tail > 0 {
+        messages.len()
+    } else {
+        proj.units
+            .iter()
+            .take_while(|u| matches!(u.body, UnitBody::System(_)))
+            .count()
+    };
+    for (i, unit) in proj.units.iter().enumerate().skip(first_tail) {
+        let tokens = coster.unit(proj, i, state);
+        *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
+        messages.push(layout::unit_msg(unit, state, input.steps, head, tail));
+    }
+    (
+        Request {
+            model: input.model.to_owned(),
+            tools: input.tools.to_vec(),
+            messages,
+            stable_len,
+            max_output_tokens: policy.response_reserve,
+        },
+        tiers,
+    )
+}
+
+fn tier_of(body: &UnitBody) -> Tier {
+    match body {
+        UnitBody::System(_) => Tier::System,
+        UnitBody::Pin { .. } => Tier::Pins,
+        UnitBody::User { .. } | UnitBody::Note(_) => Tier::Dialogue,
+        UnitBody::Turn(_) => Tier::ToolResults,
+    }
+}
+
+/// The seq of the last event a render covered (for receipts and `explain`).
+pub fn last_seq(events: &[Event]) -> Seq {
+    events.last().map_or(0, |e| e.seq)
+}

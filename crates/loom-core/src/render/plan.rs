@@ -1,0 +1,438 @@
+//! Compaction points: when the prefix may change, and what changes.
+//!
+//! Between compaction points the decision in [`CompactionState`] is fixed, so each request only
+//! grows at its end and the provider's prompt cache keeps hitting (DESIGN.md, principle 6). A
+//! point fires when the estimate crosses the high watermark; the free reducers then cut down to
+//! the low watermark in one step, cheap to expensive: tool-result retention, stubbing old
+//! results, folding old turns into the compact block, the latest summary. The decision is sticky:
+//! stubbed results stay stubbed and folded turns stay folded.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::format::Format;
+use super::layout::{self, form_of, is_kept, StepIndex, SummaryView};
+use super::meter::TokenMeter;
+use super::policy::{Budget, Policy, Retention};
+use super::projection::{Projection, UnitBody};
+use super::request::{Msg, ResultForm};
+use crate::event::{MessageContent, Seq};
+
+/// Why a compaction point fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointReason {
+    /// The estimate crossed the high watermark.
+    HighWatermark,
+    /// The estimate crossed the hard total (after an ineffective pass had disarmed the watermark).
+    HardTotal,
+}
+
+/// The record of one compaction point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointRecord {
+    /// Last seq of the log when it fired.
+    pub at_seq: Seq,
+    /// Why it fired.
+    pub reason: PointReason,
+    /// Estimate before, in tokens.
+    pub before: u64,
+    /// Estimate after.
+    pub after: u64,
+    /// Whether the pass failed to reach the low watermark (the breaker).
+    pub ineffective: bool,
+}
+
+/// The sticky compaction decision: derived state, stored between renders.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionState {
+    /// Units opened before this seq are folded into the compact block (unless kept).
+    pub boundary: Seq,
+    /// Result seqs rendered as observation + reference.
+    pub stubbed: BTreeSet<Seq>,
+    /// Result seqs rendered as head + tail + reference.
+    pub elided: BTreeSet<Seq>,
+    /// The summary adopted at the last point: (version, to_seq).
+    pub summary: Option<(u32, Seq)>,
+    /// How many points have fired.
+    pub points: u32,
+    /// The last point.
+    pub last_point: Option<PointRecord>,
+}
+
+impl CompactionState {
+    /// Whether the breaker is tripped: the last pass could not reach the low watermark, so the
+    /// next point waits for the hard total instead of rewriting the prefix every call.
+    pub fn ineffective(&self) -> bool {
+        self.last_point.as_ref().is_some_and(|p| p.ineffective)
+    }
+}
+
+/// Cost keys: the head of a unit, or one result in one form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Key {
+    Unit(Seq),
+    Result(Seq, usize, ResultForm),
+}
+
+/// Token costs of units under decisions, memoised: each piece is counted once per form.
+pub(crate) struct Coster<'a> {
+    pub(crate) format: Format,
+    pub(crate) meter: &'a dyn TokenMeter,
+    pub(crate) steps: &'a StepIndex,
+    pub(crate) head_chars: usize,
+    pub(crate) tail_chars: usize,
+    pub(crate) max_lines: usize,
+    memo: &'a mut HashMap<Key, u64>,
+}
+
+/// A memo of token costs that outlives one render (keyed by piece; valid for one session, format,
+/// meter and step index).
+#[derive(Debug, Default, Clone)]
+pub struct CostMemo {
+    map: HashMap<Key, u64>,
+}
+
+impl CostMemo {
+    /// An empty memo.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<'a> Coster<'a> {
+    pub(crate) fn new(
+        format: Format,
+        meter: &'a dyn TokenMeter,
+        steps: &'a StepIndex,
+        policy: &Policy,
+        memo: &'a mut CostMemo,
+    ) -> Self {
+        Self {
+            format,
+            meter,
+            steps,
+            head_chars: policy.elide_head_chars as usize,
+            tail_chars: policy.elide_tail_chars as usize,
+            max_lines: policy.max_compact_lines as usize,
+            memo: &mut memo.map,
+        }
+    }
+
+    fn memo(&mut self, key: Key, f: impl FnOnce(&mut Self) -> u64) -> u64 {
+        if let Some(&v) = self.memo.get(&key) {
+            return v;
+        }
+        let v = f(self);
+        self.memo.insert(key, v);
+        v
+    }
+
+    /// Tokens of a unit rendered in place under `state`.
+    pub(crate) fn unit(&mut self, proj: &Projection, index: usize, state: &CompactionState) -> u64 {
+        let unit = &proj.units[index];
+        let UnitBody::Turn(turn) = &unit.body else {
+            return self.memo(Key::Unit(unit.seq), |c| {
+                let msg = layout::unit_msg(unit, state, c.steps, c.head_chars, c.tail_chars);
+                c.format.msg_tokens(&msg, c.meter)
+            });
+        };
+        // An assistant turn costs its head (the call message with empty results) plus each
+        // result in its form: every format's cost is additive over result pieces.
+        let head = self.memo(Key::Unit(unit.seq), |c| {
+            let msg = empty_results(layout::unit_msg(unit, state, c.steps, 0, 0));
+            c.format.msg_tokens(&msg, c.meter)
+        });
+        let mut total = head;
+        for (i, paired) in turn.calls.iter().enumerate() {
+            let form = form_of(paired, state);
+            total += self.memo(Key::Result(unit.seq, i, form), |c| {
+                let full =
+                    layout::result_content(paired, form, c.steps, c.head_chars, c.tail_chars);
+                let with = one_call(paired, full, form);
+                let without = one_call(paired, MessageContent::Text(String::new()), form);
+                c.format
+                    .msg_tokens(&with, c.meter)
+                    .saturating_sub(c.format.msg_tokens(&without, c.meter))
+            });
+        }
+        total
+    }
+
+    /// Tokens of the compact block under `state`.
+    pub(crate) fn block(
+        &mut self,
+        proj: &Projection,
+        state: &CompactionState,
+        summary: Option<&SummaryView>,
+    ) -> u64 {
+        match layout::compact_block(proj, state, summary, self.steps, self.max_lines) {
+            None => 0,
+            Some(block) => self.format.msg_tokens(
+                &Msg::User {
+                    content: MessageContent::Text(block.text),
+                    name: None,
+                },
+                self.meter,
+            ),
+        }
+    }
+
+    /// Tokens of all units and the compact block under `state` (without request overhead).
+    pub(crate) fn total(
+        &mut self,
+        proj: &Projection,
+        state: &CompactionState,
+        summary: Option<&SummaryView>,
+    ) -> u64 {
+        let mut total = self.block(proj, state, summary);
+        for i in 0..proj.units.len() {
+            if proj.units[i].seq < state.boundary && !is_kept(proj, i) {
+                continue;
+            }
+            total += self.unit(proj, i, state);
+        }
+        total
+    }
+}
+
+/// The message with every result's content emptied (its head cost).
+fn empty_results(msg: Msg) -> Msg {
+    match msg {
+        Msg::Assistant {
+            content,
+            reasoning,
+            name,
+            mut calls,
+        } => {
+            for c in &mut calls {
+                c.content = MessageContent::Text(String::new());
+            }
+            Msg::Assistant {
+                content,
+                reasoning,
+                name,
+                calls,
+            }
+        }
+        other => other,
+    }
+}
+
+/// A bare assistant message holding one call with the given result content, for metering one
+/// result piece.
+fn one_call(paired: &super::projection::Paired, content: MessageContent, form: ResultForm) -> Msg {
+    Msg::Assistant {
+        content: None,
+        reasoning: None,
+        name: None,
+        calls: vec![super::request::RenderedCall {
+            call: paired.call.clone(),
+            content,
+            is_error: paired.result.as_ref().is_some_and(|r| r.is_error),
+            form,
+        }],
+    }
+}
+
+/// What [`plan`] needs besides the projection.
+pub(crate) struct PlanInput<'p> {
+    pub(crate) policy: &'p Policy,
+    pub(crate) budget: &'p Budget,
+    pub(crate) overhead: u64,
+    pub(crate) summaries: &'p [SummaryView],
+    pub(crate) at_seq: Seq,
+    pub(crate) reason: PointReason,
+}
+
+/// Takes one compaction point: returns the new sticky decision.
+pub(crate) fn plan(
+    proj: &Projection,
+    prev: &CompactionState,
+    input: &PlanInput<'_>,
+    coster: &mut Coster<'_>,
+) -> CompactionState {
+    let mut st = prev.clone();
+    let summary_of = |st: &CompactionState| -> Option<&SummaryView> {
+        st.summary
+            .and_then(|(v, _)| input.summaries.iter().find(|s| s.version == v))
+    };
+    let mut est = |st: &CompactionState, c: &mut Coster<'_>| {
+        input.overhead + c.total(proj, st, summary_of(st))
+    };
+    let before = est(&st, coster);
+    let goal = input.budget.low;
+    let protected = proj.recent_turns_start(input.policy.protect_recent_turns);
+
+    // 1. Retention rules: results expired by their tool's rule.
+    apply_retention(proj, input.policy, &mut st);
+    let mut now = est(&st, coster);
+
+    // 2. Stub old results, oldest first, outside the protected recent turns.
+    if now > goal {
+        'stub: for i in 0..protected {
+            if proj.units[i].seq < st.boundary && !is_kept(proj, i) {
+                continue;
+            }
+            if let UnitBody::Turn(turn) = &proj.units[i].body {
+                for paired in &turn.calls {
+                    let Some(r) = &paired.result else { continue };
+                    if matches!(
+                        input.policy.retention_for(&paired.call.name),
+                        Retention::NeverEvict
+                    ) || st.stubbed.contains(&r.seq)
+                    {
+                        continue;
+                    }
+                    let before_unit = coster.unit(proj, i, &st);
+                    st.stubbed.insert(r.seq);
+                    let after_unit = coster.unit(proj, i, &st);
+                    if after_unit >= before_unit {
+                        // Stubbing a tiny result saves nothing; keep it verbatim.
+                        st.stubbed.remove(&r.seq);
+                        continue;
+                    }
+                    now = now - before_unit + after_unit;
+                    if now <= goal {
+                        break 'stub;
+                    }
+                }
+            }
+        }
+        now = est(&st, coster);
+    }
+
+    // 3. Fold old units into the compact block, oldest first, up to the protected turns.
+    if now > goal && input.policy.step_compaction {
+        now = fold_until(proj, &mut st, protected, goal, &mut est, coster);
+    }
+
+    // 4. The latest summary, when the free reducers were not enough.
+    if now > goal {
+        if let Some(s) = input
+            .summaries
+            .iter()
+            .filter(|s| proj.units.get(protected).is_none_or(|u| s.to_seq < u.seq))
+            .max_by_key(|s| s.version)
+        {
+            if st.summary.is_none_or(|(v, _)| v < s.version) {
+                st.summary = Some((s.version, s.to_seq));
+                st.boundary = st.boundary.max(s.to_seq + 1);
+                now = est(&st, coster);
+            }
+        }
+    }
+
+    let ineffective = now > goal;
+
+    // 5. Over the hard total even so: stub the protected turns' results (oldest first), then fold
+    //    them, but never the newest unit; then reduce the newest unit's own results — head and
+    //    tail with an elision marker first, observation + reference if even that is too big.
+    let hard = input.budget.hard_total;
+    let last = proj.units.len().saturating_sub(1);
+    if now > hard {
+        'protected: for i in protected..last {
+            if let UnitBody::Turn(turn) = &proj.units[i].body {
+                for paired in &turn.calls {
+                    if let Some(r) = &paired.result {
+                        st.stubbed.insert(r.seq);
+                        now = est(&st, coster);
+                        if now <= hard {
+                            break 'protected;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if now > hard {
+        now = fold_until(proj, &mut st, last, hard, &mut est, coster);
+    }
+    let newest: Vec<Seq> = match proj.units.last().map(|u| &u.body) {
+        Some(UnitBody::Turn(turn)) => turn
+            .calls
+            .iter()
+            .filter_map(|p| p.result.as_ref().map(|r| r.seq))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for form in [ResultForm::Elided, ResultForm::Stubbed] {
+        for seq in &newest {
+            if now <= hard {
+                break;
+            }
+            if form == ResultForm::Elided && !st.stubbed.contains(seq) {
+                st.elided.insert(*seq);
+            } else if form == ResultForm::Stubbed {
+                st.elided.remove(seq);
+                st.stubbed.insert(*seq);
+            }
+            now = est(&st, coster);
+        }
+    }
+
+    st.points += 1;
+    st.last_point = Some(PointRecord {
+        at_seq: input.at_seq,
+        reason: input.reason,
+        before,
+        after: now,
+        ineffective,
+    });
+    st
+}
+
+/// Moves the boundary forward one unit at a time (never past `limit`) until the estimate is at
+/// most `goal`; returns the estimate.
+fn fold_until(
+    proj: &Projection,
+    st: &mut CompactionState,
+    limit: usize,
+    goal: u64,
+    est: &mut impl FnMut(&CompactionState, &mut Coster<'_>) -> u64,
+    coster: &mut Coster<'_>,
+) -> u64 {
+    let mut now = est(st, coster);
+    let start = proj
+        .units
+        .iter()
+        .position(|u| u.seq >= st.boundary)
+        .unwrap_or(proj.units.len());
+    for i in start..limit.min(proj.units.len()) {
+        if now <= goal {
+            break;
+        }
+        st.boundary = proj.units.get(i + 1).map_or(st.boundary, |u| u.seq);
+        now = est(st, coster);
+    }
+    now
+}
+
+/// Stubs every result its tool's retention rule has expired.
+fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState) {
+    let turns_total = proj.units.iter().filter(|u| u.is_turn()).count();
+    let mut per_tool_seen: HashMap<&str, u32> = HashMap::new();
+    let mut turns_after = 0usize;
+    // Walk newest first so counts and ages are relative to the end.
+    for unit in proj.units.iter().rev() {
+        let UnitBody::Turn(turn) = &unit.body else {
+            continue;
+        };
+        for paired in turn.calls.iter().rev() {
+            let Some(r) = &paired.result else { continue };
+            let seen = per_tool_seen.entry(paired.call.name.as_str()).or_default();
+            *seen += 1;
+            let expired = match policy.retention_for(&paired.call.name) {
+                Retention::Keep | Retention::NeverEvict => false,
+                Retention::Count { n } => *seen > n,
+                Retention::Age { turns } => turns_after >= turns as usize,
+            };
+            if expired {
+                st.stubbed.insert(r.seq);
+            }
+        }
+        turns_after += 1;
+    }
+    debug_assert!(turns_after == turns_total);
+}

@@ -1,0 +1,345 @@
+//! The projection: the log regrouped into units the pipeline can reduce without breaking pairs.
+//!
+//! A [`Turn`] holds each tool call together with its result ([`Paired`]), so no reducer can drop
+//! one half of a pair: an orphaned call or result cannot be represented. Units are whole: the
+//! sliding window and step compaction cut between units, never inside one.
+
+use std::collections::HashMap;
+
+use crate::event::{AgentId, Event, EventBody, MessageContent, Seq, ToolCall, ToolOutput};
+use crate::stats::ContentStats;
+
+/// One result as the log holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultView {
+    /// Seq of the tool result event.
+    pub seq: Seq,
+    /// The output (a blob output is rendered from its step unless the caller hydrated it).
+    pub output: ToolOutput,
+    /// Whether the tool reported an error.
+    pub is_error: bool,
+    /// Stats of the original output.
+    pub stats: ContentStats,
+}
+
+/// A call and, when it arrived, its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paired {
+    /// The call.
+    pub call: ToolCall,
+    /// Its result; `None` while pending (rendered as an explicit "no result" stub).
+    pub result: Option<ResultView>,
+}
+
+/// An assistant event with its calls and their results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// Visible text.
+    pub content: Option<MessageContent>,
+    /// Reasoning text.
+    pub reasoning: Option<String>,
+    /// Participant name.
+    pub name: Option<String>,
+    /// Calls with their results, in call order.
+    pub calls: Vec<Paired>,
+}
+
+/// What a unit holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UnitBody {
+    /// A system event.
+    System(MessageContent),
+    /// Pinned content.
+    Pin {
+        /// Its label.
+        label: Option<String>,
+        /// Its text.
+        content: String,
+    },
+    /// A user message.
+    User {
+        /// Content.
+        content: MessageContent,
+        /// Participant name.
+        name: Option<String>,
+    },
+    /// A direct message, spawn or agent result, rendered as a user-side note.
+    Note(String),
+    /// An assistant turn.
+    Turn(Turn),
+}
+
+/// A whole unit of the conversation, starting at `seq`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unit {
+    /// Seq of the event that opened the unit.
+    pub seq: Seq,
+    /// What it holds.
+    pub body: UnitBody,
+}
+
+impl Unit {
+    /// Whether this unit is an assistant turn.
+    pub fn is_turn(&self) -> bool {
+        matches!(self.body, UnitBody::Turn(_))
+    }
+}
+
+/// The log as units, plus what the reducers need to know about it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Projection {
+    /// Units in log order.
+    pub units: Vec<Unit>,
+    /// Index of the first user unit: the task statement, never dropped.
+    pub first_user: Option<usize>,
+    /// Result seqs that could not be paired (their call lies outside the view); not rendered.
+    pub unpaired: Vec<Seq>,
+    /// Direct-message seqs left out because they target another agent or have expired.
+    pub filtered: Vec<Seq>,
+    calls: HashMap<String, (usize, usize)>,
+}
+
+/// Who the projection is for and when, which decides the direct messages it includes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audience {
+    /// The agent whose request this is; messages to other targets are left out.
+    pub agent: Option<AgentId>,
+    /// The render's clock, UTC milliseconds (for TTL expiry). An input, so renders replay.
+    pub now_ms: i64,
+}
+
+impl Projection {
+    /// Projects a whole log.
+    pub fn build<'a>(events: impl IntoIterator<Item = &'a Event>, audience: &Audience) -> Self {
+        let mut p = Self::default();
+        for e in events {
+            p.push(e, audience);
+        }
+        p
+    }
+
+    /// Adds the next event of the log.
+    pub fn push(&mut self, event: &Event, audience: &Audience) {
+        let seq = event.seq;
+        let body = match &event.body {
+            EventBody::System { content } => UnitBody::System(content.clone()),
+            EventBody::Pin { label, content } => UnitBody::Pin {
+                label: label.clone(),
+                content: content.clone(),
+            },
+            EventBody::User { content, name } => {
+                if self.first_user.is_none() {
+                    self.first_user = Some(self.units.len());
+                }
+                UnitBody::User {
+                    content: content.clone(),
+                    name: name.clone(),
+                }
+            }
+            EventBody::Assistant {
+                content,
+                reasoning,
+                tool_calls,
+                name,
+            } => {
+                let index = self.units.len();
+                for (i, call) in tool_calls.iter().enumerate() {
+                    self.calls.insert(call.id.clone(), (index, i));
+                }
+                UnitBody::Turn(Turn {
+                    content: content.clone(),
+                    reasoning: reasoning.clone(),
+                    name: name.clone(),
+                    calls: tool_calls
+                        .iter()
+                        .map(|call| Paired {
+                            call: call.clone(),
+                            result: None,
+                        })
+                        .collect(),
+                })
+            }
+            EventBody::ToolResult {
+                call_id,
+                content,
+                is_error,
+                stats,
+                ..
+            } => {
+                let slot = self.calls.get(call_id).copied();
+                let paired = slot.and_then(|(u, c)| match &mut self.units[u].body {
+                    UnitBody::Turn(turn) => turn.calls.get_mut(c),
+                    _ => None,
+                });
+                match paired {
+                    Some(paired) if paired.result.is_none() => {
+                        paired.result = Some(ResultView {
+                            seq,
+                            output: content.clone(),
+                            is_error: *is_error,
+                            stats: stats.clone(),
+                        });
+                    }
+                    _ => self.unpaired.push(seq),
+                }
+                return;
+            }
+            EventBody::DirectMessage {
+                source,
+                target,
+                content,
+                priority,
+                ttl_seconds,
+                ..
+            } => {
+                let for_us = match &audience.agent {
+                    None => true,
+                    Some(agent) => target == agent.as_str() || target == "*",
+                };
+                let expired = ttl_seconds.is_some_and(|ttl| {
+                    let ttl_ms = i64::try_from(ttl).unwrap_or(i64::MAX).saturating_mul(1000);
+                    event.ts_ms.saturating_add(ttl_ms) <= audience.now_ms
+                });
+                if !for_us || expired {
+                    self.filtered.push(seq);
+                    return;
+                }
+                UnitBody::Note(format!(
+                    "[direct message from {source} to {target}, priority {priority}]\n{content}"
+                ))
+            }
+            EventBody::Spawn {
+                child, agent, goal, ..
+            } => UnitBody::Note(format!(
+                "[spawned agent {agent} in session {child} with goal]\n{goal}"
+            )),
+            EventBody::AgentResult {
+                child,
+                agent,
+                result,
+                success,
+            } => {
+                let outcome = if *success { "succeeded" } else { "failed" };
+                UnitBody::Note(format!(
+                    "[agent {agent} (session {child}) {outcome} and returned]\n{result}"
+                ))
+            }
+        };
+        self.units.push(Unit { seq, body });
+    }
+
+    /// Index of the first unit of the last `n` assistant turns (`units.len()` when `n` is 0).
+    pub fn recent_turns_start(&self, n: u32) -> usize {
+        if n == 0 {
+            return self.units.len();
+        }
+        let mut seen = 0;
+        for (i, unit) in self.units.iter().enumerate().rev() {
+            if unit.is_turn() {
+                seen += 1;
+                if seen == n {
+                    return i;
+                }
+            }
+        }
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(seq: Seq, body: EventBody) -> Event {
+        Event {
+            seq,
+            ts_ms: 1_000,
+            body,
+        }
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "bash".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    fn result(id: &str) -> EventBody {
+        EventBody::ToolResult {
+            call_id: id.into(),
+            tool_name: "bash".into(),
+            content: ToolOutput::Text("out".into()),
+            is_error: false,
+            stats: ContentStats::of(b"out"),
+        }
+    }
+
+    #[test]
+    fn results_nest_in_their_turn_even_when_out_of_order() {
+        let events = vec![
+            ev(
+                1,
+                EventBody::User {
+                    content: "go".into(),
+                    name: None,
+                },
+            ),
+            ev(
+                2,
+                EventBody::Assistant {
+                    content: None,
+                    reasoning: None,
+                    tool_calls: vec![call("a"), call("b")],
+                    name: None,
+                },
+            ),
+            ev(3, result("b")),
+            ev(4, result("a")),
+            ev(5, result("zzz")),
+        ];
+        let audience = Audience {
+            agent: None,
+            now_ms: 0,
+        };
+        let p = Projection::build(&events, &audience);
+        assert_eq!(p.units.len(), 2);
+        let UnitBody::Turn(turn) = &p.units[1].body else {
+            panic!("expected a turn")
+        };
+        assert_eq!(turn.calls[0].result.as_ref().unwrap().seq, 4);
+        assert_eq!(turn.calls[1].result.as_ref().unwrap().seq, 3);
+        assert_eq!(p.unpaired, vec![5]);
+        assert_eq!(p.first_user, Some(0));
+    }
+
+    #[test]
+    fn direct_messages_filter_by_target_and_ttl() {
+        let dm = |target: &str, ttl: Option<u64>| EventBody::DirectMessage {
+            source: "boss".into(),
+            target: target.into(),
+            content: "hi".into(),
+            priority: 0.5,
+            ttl_seconds: ttl,
+            parent_task_id: None,
+            metadata: Default::default(),
+        };
+        let events = vec![
+            ev(1, dm("me", None)),
+            ev(2, dm("other", None)),
+            ev(3, dm("me", Some(1))),
+            ev(4, dm("me", Some(100))),
+        ];
+        let audience = Audience {
+            agent: Some(AgentId::new("me").unwrap()),
+            now_ms: 1_000 + 2_000,
+        };
+        let p = Projection::build(&events, &audience);
+        assert_eq!(
+            p.units.iter().map(|u| u.seq).collect::<Vec<_>>(),
+            vec![1, 4]
+        );
+        assert_eq!(p.filtered, vec![2, 3]);
+    }
+}

@@ -1,0 +1,224 @@
+//! Receipts: what every model call was sent, and what happened to each event.
+//!
+//! A receipt is how "the agent forgot" is told apart from "the agent ignored" (DESIGN.md,
+//! principle 8): every seq of the log is accounted for as verbatim, stubbed, elided, grouped
+//! (folded into the compact block), summarised or dropped.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::layout::{self, is_kept, SummaryView};
+use super::plan::{CompactionState, PointRecord};
+use super::policy::{Budget, Tier};
+use super::projection::{Projection, UnitBody};
+use super::request::{Request, ResultForm};
+use super::{layout::form_of, RenderInput};
+use crate::event::Seq;
+
+/// An inclusive run of seqs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeqRange {
+    /// First seq.
+    pub from: Seq,
+    /// Last seq.
+    pub to: Seq,
+}
+
+impl SeqRange {
+    /// Whether `seq` lies in the range.
+    pub fn contains(&self, seq: Seq) -> bool {
+        self.from <= seq && seq <= self.to
+    }
+}
+
+/// Compresses sorted seqs into runs.
+fn ranges(mut seqs: Vec<Seq>) -> Vec<SeqRange> {
+    seqs.sort_unstable();
+    seqs.dedup();
+    let mut out: Vec<SeqRange> = Vec::new();
+    for s in seqs {
+        match out.last_mut() {
+            Some(r) if r.to + 1 == s => r.to = s,
+            _ => out.push(SeqRange { from: s, to: s }),
+        }
+    }
+    out
+}
+
+/// Injected content accounted for in a receipt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Injected {
+    /// The hook.
+    pub hook: String,
+    /// Its tokens.
+    pub tokens: u64,
+}
+
+/// The `model_calls` record of one render.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// Model the request was rendered for.
+    pub model: String,
+    /// Output format.
+    pub format: String,
+    /// The token counter used.
+    pub tokenizer: String,
+    /// Version (content hash) of the policy.
+    pub policy_version: String,
+    /// Last seq of the log rendered.
+    pub at_seq: Seq,
+    /// Budget arithmetic.
+    pub budget: Budget,
+    /// Estimated tokens of the whole request.
+    pub estimate: u64,
+    /// Tokens per tier.
+    pub tiers: BTreeMap<Tier, u64>,
+    /// Seqs sent as they are in the log.
+    pub verbatim: Vec<SeqRange>,
+    /// Result seqs sent as observation + reference.
+    pub stubbed: Vec<SeqRange>,
+    /// Result seqs sent as head + tail + reference.
+    pub elided: Vec<SeqRange>,
+    /// Seqs folded into compact lines.
+    pub grouped: Vec<SeqRange>,
+    /// Seqs covered by the summary.
+    pub summarized: Vec<SeqRange>,
+    /// Seqs not represented at all (omitted lines, other agents' or expired messages, unpaired
+    /// results) — still in the log.
+    pub dropped: Vec<SeqRange>,
+    /// Version of the summary applied.
+    pub summary_version: Option<u32>,
+    /// SHA-256 of the stable prefix's wire form (tools + prefix messages).
+    pub prefix_hash: String,
+    /// The compaction point that fired for this render, if one did.
+    pub compaction: Option<PointRecord>,
+    /// Compaction points so far in this session.
+    pub points: u32,
+    /// Injected content per hook.
+    pub injected: Vec<Injected>,
+    /// Input tokens the provider reported, when the caller passes them back.
+    pub actual_input_tokens: Option<u64>,
+}
+
+impl Receipt {
+    /// What happened to `seq` in this render.
+    pub fn fate(&self, seq: Seq) -> &'static str {
+        let lists: [(&[SeqRange], &'static str); 6] = [
+            (&self.verbatim, "verbatim"),
+            (&self.stubbed, "stubbed"),
+            (&self.elided, "elided"),
+            (&self.grouped, "grouped"),
+            (&self.summarized, "summarized"),
+            (&self.dropped, "dropped"),
+        ];
+        for (list, name) in lists {
+            if list.iter().any(|r| r.contains(seq)) {
+                return name;
+            }
+        }
+        if seq > self.at_seq {
+            "not yet in the log"
+        } else {
+            "not rendered"
+        }
+    }
+}
+
+pub(crate) struct ReceiptInput<'a, 'i> {
+    pub(crate) input: &'a RenderInput<'i>,
+    pub(crate) proj: &'a Projection,
+    pub(crate) state: &'a CompactionState,
+    pub(crate) summary: Option<&'a SummaryView>,
+    pub(crate) budget: Budget,
+    pub(crate) request: &'a Request,
+    pub(crate) tiers: BTreeMap<Tier, u64>,
+    pub(crate) estimate: u64,
+    pub(crate) injected: Vec<Injected>,
+    pub(crate) fired: Option<PointRecord>,
+    pub(crate) at_seq: Seq,
+}
+
+pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
+    let (proj, state) = (r.proj, r.state);
+    let summarized_to = r.summary.map_or(0, |s| s.to_seq);
+    let block = layout::compact_block(
+        proj,
+        state,
+        r.summary,
+        r.input.steps,
+        r.input.policy.max_compact_lines as usize,
+    );
+    let omitted: Vec<Seq> = block.map(|b| b.omitted).unwrap_or_default();
+    let (mut verbatim, mut stubbed, mut elided, mut grouped, mut summarized, mut dropped) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for (i, unit) in proj.units.iter().enumerate() {
+        let mut seqs = vec![unit.seq];
+        if let UnitBody::Turn(turn) = &unit.body {
+            seqs.extend(
+                turn.calls
+                    .iter()
+                    .filter_map(|p| p.result.as_ref().map(|r| r.seq)),
+            );
+        }
+        let folded = unit.seq < state.boundary && !is_kept(proj, i);
+        if folded {
+            let list = if unit.seq <= summarized_to {
+                &mut summarized
+            } else if omitted.contains(&unit.seq) {
+                &mut dropped
+            } else {
+                &mut grouped
+            };
+            list.extend(seqs);
+            continue;
+        }
+        verbatim.push(unit.seq);
+        if let UnitBody::Turn(turn) = &unit.body {
+            for p in &turn.calls {
+                let Some(res) = &p.result else { continue };
+                match form_of(p, state) {
+                    ResultForm::Verbatim | ResultForm::Missing => verbatim.push(res.seq),
+                    ResultForm::Stubbed => stubbed.push(res.seq),
+                    ResultForm::Elided => elided.push(res.seq),
+                }
+            }
+        }
+    }
+    dropped.extend(proj.unpaired.iter().copied());
+    dropped.extend(proj.filtered.iter().copied());
+
+    let format = r.input.format;
+    let mut hasher = Sha256::new();
+    for tool in format.tools(r.request) {
+        hasher.update(tool.to_string().as_bytes());
+    }
+    for msg in &r.request.messages[..r.request.stable_len.min(r.request.messages.len())] {
+        for w in format.wire(msg) {
+            hasher.update(w.to_string().as_bytes());
+        }
+    }
+    Receipt {
+        model: r.input.model.to_owned(),
+        format: format.as_str().to_owned(),
+        tokenizer: r.input.meter.name().to_owned(),
+        policy_version: r.input.policy.version(),
+        at_seq: r.at_seq,
+        budget: r.budget,
+        estimate: r.estimate,
+        tiers: r.tiers,
+        verbatim: ranges(verbatim),
+        stubbed: ranges(stubbed),
+        elided: ranges(elided),
+        grouped: ranges(grouped),
+        summarized: ranges(summarized),
+        dropped: ranges(dropped),
+        summary_version: r.summary.map(|s| s.version),
+        prefix_hash: hex::encode(hasher.finalize()),
+        compaction: r.fired,
+        points: state.points,
+        injected: r.injected,
+        actual_input_tokens: None,
+    }
+}
