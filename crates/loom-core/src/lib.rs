@@ -4,6 +4,7 @@
 //! token counting and the CLI build on these types; the log's truth lives in [`Event`]s, and every
 //! other record is derived from them.
 
+mod compact;
 mod error;
 mod event;
 mod ledger;
@@ -11,6 +12,13 @@ pub mod render;
 mod stats;
 mod step;
 
+pub use compact::{
+    auto_tune, auto_tune_config, build_react_prompt, build_react_prompt_stable, compact,
+    compact_for_spawn, format_for_prompt, format_full_step, should_compact, CompactBlock,
+    CompactedHistory, CompactionConfig, CompactionPoint, CompactionState, LongTask, Omitted,
+    Preset, ReactPrompt, ReactStep, SpawnContext, StableCompactor, StableHistory, StableOptions,
+    StepTokens, Trigger, TriggerReason,
+};
 pub use error::{LogError, Result};
 pub use event::{
     AgentId, BlobRef, ContentPart, Event, EventBody, EventKind, MessageContent, NewEvent, Seq,
