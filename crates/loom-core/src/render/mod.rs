@@ -7,6 +7,7 @@
 //! summarised ([`plan`]), lays the request out as stable prefix → verbatim tail → injected
 //! content ([`layout`]), and serialises it in a provider [`Format`].
 
+mod check;
 mod format;
 mod layout;
 mod meter;
@@ -17,8 +18,11 @@ mod receipt;
 mod request;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
+pub use check::{check_anthropic, check_chat, check_request, check_responses, Violation};
 pub use format::Format;
 pub use layout::{StepIndex, SummaryView, COMPACT_HEADER};
 pub use meter::{
@@ -113,6 +117,12 @@ pub enum RenderError {
         /// `needed - hard_total`.
         over: u64,
     },
+    /// Nothing in the log is for this audience: a provider rejects an empty request.
+    #[error("nothing to render: the log up to seq {at_seq} holds no message for this agent")]
+    NothingToRender {
+        /// Last seq of the log.
+        at_seq: Seq,
+    },
     /// A hook injected more than the injection reserve.
     #[error("hook `{hook}` injected {tokens} tokens, over the injection reserve of {reserve}")]
     InjectionOverflow {
@@ -150,6 +160,9 @@ pub fn render_projection(
     let budget = input.policy.budget();
     let format = input.format;
     let at_seq = input.events.last().map_or(0, |e| e.seq);
+    if proj.units.is_empty() {
+        return Err(RenderError::NothingToRender { at_seq });
+    }
 
     // Injected content is checked against its reserve hook by hook, before anything else.
     let mut injected = Vec::new();
@@ -209,7 +222,7 @@ pub fn render_projection(
         fired = state.last_point.clone();
     }
     if estimate + injected_tokens > budget.hard_total {
-        let floor = floor_tokens(proj, &mut coster, &state, overhead);
+        let floor = floor_tokens(proj, &mut coster, &state, summary_of(&state), overhead);
         let needed = estimate + injected_tokens;
         return Err(RenderError::OverBudget {
             needed,
@@ -259,10 +272,15 @@ fn floor_tokens(
     proj: &Projection,
     coster: &mut Coster<'_>,
     state: &CompactionState,
+    summary: Option<&SummaryView>,
     overhead: u64,
 ) -> u64 {
     let last = proj.units.len().saturating_sub(1);
-    let mut floor = overhead;
+    let smallest_block = CompactionState {
+        block_lines: Some(0),
+        ..state.clone()
+    };
+    let mut floor = overhead + coster.block(proj, &smallest_block, summary);
     for i in 0..proj.units.len() {
         if is_kept(proj, i) || i == last {
             floor += coster.unit(proj, i, state);
@@ -307,7 +325,7 @@ fn layout_request(
         state,
         summary,
         input.steps,
-        policy.max_compact_lines as usize,
+        state.max_lines(policy.max_compact_lines as usize),
     ) {
         let msg = Msg::User {
             content: MessageContent::Text(block.text),

@@ -55,6 +55,10 @@ pub struct CompactionState {
     pub elided: BTreeSet<Seq>,
     /// The summary adopted at the last point: (version, to_seq).
     pub summary: Option<(u32, Seq)>,
+    /// A tighter cap on compact-block lines than the policy's, set when even the folded history
+    /// did not fit (failures are still never dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_lines: Option<u32>,
     /// How many points have fired.
     pub points: u32,
     /// The last point.
@@ -62,6 +66,12 @@ pub struct CompactionState {
 }
 
 impl CompactionState {
+    /// Lines the compact block may hold under this state, given the policy's cap.
+    pub(crate) fn max_lines(&self, policy_max: usize) -> usize {
+        self.block_lines
+            .map_or(policy_max, |cap| policy_max.min(cap as usize))
+    }
+
     /// Whether the breaker is tripped: the last pass could not reach the low watermark, so the
     /// next point waits for the hard total instead of rewriting the prefix every call.
     pub fn ineffective(&self) -> bool {
@@ -167,7 +177,8 @@ impl<'a> Coster<'a> {
         state: &CompactionState,
         summary: Option<&SummaryView>,
     ) -> u64 {
-        match layout::compact_block(proj, state, summary, self.steps, self.max_lines) {
+        let max = state.max_lines(self.max_lines);
+        match layout::compact_block(proj, state, summary, self.steps, max) {
             None => 0,
             Some(block) => self.format.msg_tokens(
                 &Msg::User {
@@ -348,6 +359,10 @@ pub(crate) fn plan(
     }
     if now > hard {
         now = fold_until(proj, &mut st, last, hard, &mut est, coster);
+    }
+    if now > hard && st.boundary > 0 {
+        st.block_lines = Some(0);
+        now = est(&st, coster);
     }
     let newest: Vec<Seq> = match proj.units.last().map(|u| &u.body) {
         Some(UnitBody::Turn(turn)) => turn

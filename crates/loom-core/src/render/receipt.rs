@@ -148,7 +148,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         state,
         r.summary,
         r.input.steps,
-        r.input.policy.max_compact_lines as usize,
+        state.max_lines(r.input.policy.max_compact_lines as usize),
     );
     let omitted: Vec<Seq> = block.map(|b| b.omitted).unwrap_or_default();
     let (mut verbatim, mut stubbed, mut elided, mut grouped, mut summarized, mut dropped) =

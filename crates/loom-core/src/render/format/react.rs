@@ -29,6 +29,9 @@ pub(super) fn text(msg: &Msg) -> String {
                 // A stubbed result's text already ends in `(See <outcome_ref>)`.
                 out.push_str(&format!("Observation: {}", text_only(&rc.content)));
             }
+            if out.is_empty() {
+                out.push_str("Thought:");
+            }
             out
         }
     }

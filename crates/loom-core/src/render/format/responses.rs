@@ -35,8 +35,13 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
         Msg::User { content, .. } => vec![message("user", content)],
         Msg::Assistant { content, calls, .. } => {
             let mut out = Vec::new();
-            if let Some(c) = content {
-                out.push(message("assistant", c));
+            match content {
+                Some(c) => out.push(message("assistant", c)),
+                // An empty turn still takes its place in the conversation.
+                None if calls.is_empty() => {
+                    out.push(message("assistant", &MessageContent::Text(String::new())));
+                }
+                None => {}
             }
             out.extend(calls.iter().map(|rc| {
                 json!({

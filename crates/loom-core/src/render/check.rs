@@ -1,0 +1,340 @@
+//! Provider validity rules, checked on request bodies.
+//!
+//! The pipeline cannot produce an orphaned call or result by construction; these checks are the
+//! independent witness (property tests run them over random logs and policies) and let `loom
+//! replay` count violations in baselines that are not built that way.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::format::Format;
+
+/// A way a request body breaks its provider's rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// A call has no result where the provider requires one.
+    #[error("message {index}: tool call `{id}` has no result after it")]
+    OrphanCall {
+        /// Index of the message holding the call.
+        index: usize,
+        /// Call id.
+        id: String,
+    },
+    /// A result answers no call that precedes it as required.
+    #[error("message {index}: tool result `{id}` answers no preceding call")]
+    OrphanResult {
+        /// Index of the message holding the result.
+        index: usize,
+        /// Call id it names.
+        id: String,
+    },
+    /// Anything else malformed.
+    #[error("message {index}: {reason}")]
+    Malformed {
+        /// Index of the offending message (0 for the body itself).
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Violation {
+    /// Whether this is an orphaned call or result.
+    pub fn is_orphan(&self) -> bool {
+        matches!(self, Self::OrphanCall { .. } | Self::OrphanResult { .. })
+    }
+}
+
+fn malformed(index: usize, reason: impl Into<String>) -> Violation {
+    Violation::Malformed {
+        index,
+        reason: reason.into(),
+    }
+}
+
+/// Checks a body against the rules of its format.
+pub fn check_request(format: Format, body: &Value) -> Result<(), Violation> {
+    match format {
+        Format::OpenaiChat => check_chat(body),
+        Format::OpenaiResponses => check_responses(body),
+        Format::Anthropic => check_anthropic(body),
+        Format::React => match body.get("prompt") {
+            Some(Value::String(s)) if !s.is_empty() => Ok(()),
+            _ => Err(malformed(0, "`prompt` must be a non-empty string")),
+        },
+    }
+}
+
+fn array<'a>(body: &'a Value, key: &str) -> Result<&'a Vec<Value>, Violation> {
+    body.get(key)
+        .and_then(Value::as_array)
+        .ok_or_else(|| malformed(0, format!("`{key}` must be an array")))
+}
+
+fn str_field<'a>(v: &'a Value, key: &str, index: usize) -> Result<&'a str, Violation> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed(index, format!("`{key}` must be a string")))
+}
+
+/// OpenAI Chat: each assistant message's calls are answered by the tool messages that follow it
+/// immediately, one each; no tool message without such a call.
+pub fn check_chat(body: &Value) -> Result<(), Violation> {
+    let messages = array(body, "messages")?;
+    if messages.is_empty() {
+        return Err(malformed(0, "`messages` must not be empty"));
+    }
+    let mut open: Vec<String> = Vec::new();
+    let mut open_at = 0;
+    for (i, m) in messages.iter().enumerate() {
+        let role = str_field(m, "role", i)?;
+        if role != "tool" {
+            if let Some(id) = open.first() {
+                return Err(Violation::OrphanCall {
+                    index: open_at,
+                    id: id.clone(),
+                });
+            }
+        }
+        match role {
+            "system" | "developer" | "user" => {
+                if m.get("content").is_none_or(Value::is_null) {
+                    return Err(malformed(i, "content must not be null"));
+                }
+            }
+            "assistant" => {
+                let calls = m.get("tool_calls").and_then(Value::as_array);
+                if m.get("content").is_none_or(Value::is_null) && calls.is_none_or(Vec::is_empty) {
+                    return Err(malformed(
+                        i,
+                        "assistant message with neither content nor calls",
+                    ));
+                }
+                let mut seen = BTreeSet::new();
+                for c in calls.into_iter().flatten() {
+                    let id = str_field(c, "id", i)?.to_owned();
+                    let f = c
+                        .get("function")
+                        .ok_or_else(|| malformed(i, "call without function"))?;
+                    str_field(f, "name", i)?;
+                    str_field(f, "arguments", i)?;
+                    if !seen.insert(id.clone()) {
+                        return Err(malformed(i, format!("call id `{id}` repeated")));
+                    }
+                    open.push(id);
+                }
+                open_at = i;
+            }
+            "tool" => {
+                let id = str_field(m, "tool_call_id", i)?;
+                match open.iter().position(|o| o == id) {
+                    Some(p) => {
+                        open.remove(p);
+                    }
+                    None => {
+                        return Err(Violation::OrphanResult {
+                            index: i,
+                            id: id.to_owned(),
+                        })
+                    }
+                }
+                str_field(m, "content", i)?;
+            }
+            other => return Err(malformed(i, format!("unknown role `{other}`"))),
+        }
+    }
+    match open.first() {
+        Some(id) => Err(Violation::OrphanCall {
+            index: open_at,
+            id: id.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// OpenAI Responses: every `function_call` has exactly one later `function_call_output`, and no
+/// output lacks an earlier call.
+pub fn check_responses(body: &Value) -> Result<(), Violation> {
+    let items = array(body, "input")?;
+    if items.is_empty() {
+        return Err(malformed(0, "`input` must not be empty"));
+    }
+    let mut open: Vec<(String, usize)> = Vec::new();
+    let mut all = BTreeSet::new();
+    for (i, item) in items.iter().enumerate() {
+        match str_field(item, "type", i)? {
+            "message" => {
+                let role = str_field(item, "role", i)?;
+                if !matches!(role, "system" | "developer" | "user" | "assistant") {
+                    return Err(malformed(i, format!("unknown role `{role}`")));
+                }
+            }
+            "function_call" => {
+                let id = str_field(item, "call_id", i)?.to_owned();
+                str_field(item, "name", i)?;
+                str_field(item, "arguments", i)?;
+                if !all.insert(id.clone()) {
+                    return Err(malformed(i, format!("call id `{id}` repeated")));
+                }
+                open.push((id, i));
+            }
+            "function_call_output" => {
+                let id = str_field(item, "call_id", i)?;
+                match open.iter().position(|(o, _)| o == id) {
+                    Some(p) => {
+                        open.remove(p);
+                    }
+                    None => {
+                        return Err(Violation::OrphanResult {
+                            index: i,
+                            id: id.to_owned(),
+                        })
+                    }
+                }
+                str_field(item, "output", i)?;
+            }
+            other => return Err(malformed(i, format!("unknown item type `{other}`"))),
+        }
+    }
+    match open.first() {
+        Some((id, index)) => Err(Violation::OrphanCall {
+            index: *index,
+            id: id.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Anthropic Messages: the first message is the user's; an assistant message's `tool_use` blocks
+/// are all answered by `tool_result` blocks in the user message right after it, and a
+/// `tool_result` answers only the message right before it.
+pub fn check_anthropic(body: &Value) -> Result<(), Violation> {
+    let messages = array(body, "messages")?;
+    if body.get("max_tokens").and_then(Value::as_u64).is_none() {
+        return Err(malformed(0, "`max_tokens` must be a number"));
+    }
+    if let Some(system) = body.get("system") {
+        let ok = system
+            .as_array()
+            .is_some_and(|b| b.iter().all(|x| x.get("type") == Some(&"text".into())));
+        if !ok {
+            return Err(malformed(0, "`system` must be an array of text blocks"));
+        }
+    }
+    let mut expected: Vec<String> = Vec::new();
+    let mut expected_at = 0;
+    for (i, m) in messages.iter().enumerate() {
+        let role = str_field(m, "role", i)?;
+        if i == 0 && role != "user" {
+            return Err(malformed(0, "the first message must be the user's"));
+        }
+        let blocks = m
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| malformed(i, "content must be an array of blocks"))?;
+        if blocks.is_empty() {
+            return Err(malformed(i, "content must not be empty"));
+        }
+        let mut answered = Vec::new();
+        let mut calls = Vec::new();
+        for b in blocks {
+            match str_field(b, "type", i)? {
+                "tool_result" if role == "user" => {
+                    answered.push(str_field(b, "tool_use_id", i)?.to_owned());
+                }
+                "tool_use" if role == "assistant" => {
+                    calls.push(str_field(b, "id", i)?.to_owned());
+                    if !b.get("input").is_some_and(Value::is_object) {
+                        return Err(malformed(i, "tool_use input must be an object"));
+                    }
+                }
+                "text" | "image" => {}
+                other => {
+                    return Err(malformed(
+                        i,
+                        format!("block `{other}` not allowed for {role}"),
+                    ))
+                }
+            }
+        }
+        for id in &answered {
+            match expected.iter().position(|e| e == id) {
+                Some(p) => {
+                    expected.remove(p);
+                }
+                None => {
+                    return Err(Violation::OrphanResult {
+                        index: i,
+                        id: id.clone(),
+                    })
+                }
+            }
+        }
+        if let Some(id) = expected.first() {
+            return Err(Violation::OrphanCall {
+                index: expected_at,
+                id: id.clone(),
+            });
+        }
+        expected = calls;
+        expected_at = i;
+    }
+    match expected.first() {
+        Some(id) => Err(Violation::OrphanCall {
+            index: expected_at,
+            id: id.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn chat_orphans_are_caught() {
+        let ok = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "x"},
+        ]});
+        check_chat(&ok).unwrap();
+        let orphan_call = json!({"messages": [
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "user", "content": "hi"},
+        ]});
+        assert!(check_chat(&orphan_call).unwrap_err().is_orphan());
+        let orphan_result = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "tool_call_id": "a", "content": "x"},
+        ]});
+        assert!(matches!(
+            check_chat(&orphan_result),
+            Err(Violation::OrphanResult { index: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn anthropic_results_must_follow_immediately() {
+        let bad = json!({"max_tokens": 10, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "text", "text": "no result"}]},
+        ]});
+        assert!(check_anthropic(&bad).unwrap_err().is_orphan());
+    }
+
+    #[test]
+    fn responses_outputs_need_calls() {
+        let bad = json!({"input": [
+            {"type": "function_call_output", "call_id": "a", "output": "x"},
+        ]});
+        assert!(check_responses(&bad).unwrap_err().is_orphan());
+    }
+}
