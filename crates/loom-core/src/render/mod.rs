@@ -29,6 +29,7 @@ pub use meter::{
     leaf_tokens, message_tokens, tool_tokens, ApproxMeter, TokenMeter, REPLY_PRIMING,
     TOKENS_PER_MESSAGE, TOKENS_PER_NAME,
 };
+pub use plan::Key as CostKey;
 pub use plan::{CompactionState, CostMemo, PointReason, PointRecord};
 pub use policy::{Budget, Policy, Retention, Tier};
 pub use projection::{Audience, Paired, Projection, ResultView, Turn, Unit, UnitBody};
@@ -81,13 +82,27 @@ impl std::fmt::Debug for dyn TokenMeter + '_ {
     }
 }
 
+/// One message of a rendered request as the cache sees it: an identity (equal keys render equal
+/// bytes within a session) and its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Identity of the message's content.
+    pub key: u64,
+    /// Its tokens.
+    pub tokens: u64,
+}
+
 /// A rendered request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
-    /// The request body, canonical JSON.
-    pub body: Value,
-    /// The neutral request it was serialised from.
+    /// The format it is for.
+    pub format: Format,
+    /// The neutral request; [`Rendered::body`] serialises it.
     pub request: Request,
+    /// One piece per message of `request`, in order.
+    pub pieces: Vec<Piece>,
+    /// Tokens of the request besides its messages (priming and tools).
+    pub overhead: u64,
     /// What was included, stubbed, folded, summarised or dropped, and why.
     pub receipt: Receipt,
     /// The compaction decision to store and pass to the next render.
@@ -233,12 +248,15 @@ pub fn render_projection(
     }
 
     let summary = summary_of(&state);
-    let (request, tiers) = layout_request(input, proj, &state, summary, &mut coster, overhead);
-    let mut request = request;
-    for inj in input.injections {
+    let (mut request, mut pieces, tiers) =
+        layout_request(input, proj, &state, summary, &mut coster, overhead);
+    for (inj, record) in input.injections.iter().zip(&injected) {
         request.messages.push(injection_msg(&inj.content));
+        pieces.push(Piece {
+            key: identity(&("injection", &inj.content)),
+            tokens: record.tokens,
+        });
     }
-    let body = format.body(&request);
     let receipt = receipt::build(receipt::ReceiptInput {
         input,
         proj,
@@ -253,11 +271,45 @@ pub fn render_projection(
         at_seq,
     });
     Ok(Rendered {
-        body,
+        format,
         request,
+        pieces,
+        overhead,
         receipt,
         state,
     })
+}
+
+impl Rendered {
+    /// The request body in its format: canonical JSON, the same bytes for the same inputs.
+    pub fn body(&self) -> Value {
+        self.format.body(&self.request)
+    }
+
+    /// Tokens of the whole request.
+    pub fn tokens(&self) -> u64 {
+        self.overhead + self.pieces.iter().map(|p| p.tokens).sum::<u64>()
+    }
+}
+
+fn identity(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::{DefaultHasher, Hasher};
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// Identity of a unit rendered in place: its seq and the forms of its results.
+fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
+    let forms: Vec<ResultForm> = match &unit.body {
+        UnitBody::Turn(turn) => turn
+            .calls
+            .iter()
+            .map(|p| layout::form_of(p, state))
+            .collect(),
+        _ => Vec::new(),
+    };
+    identity(&("unit", unit.seq, forms))
 }
 
 fn injection_msg(content: &str) -> Msg {
@@ -297,8 +349,9 @@ fn layout_request(
     summary: Option<&SummaryView>,
     coster: &mut Coster<'_>,
     overhead: u64,
-) -> (Request, std::collections::BTreeMap<Tier, u64>) {
+) -> (Request, Vec<Piece>, std::collections::BTreeMap<Tier, u64>) {
     use std::collections::BTreeMap;
+    let mut pieces = Vec::new();
     let policy = input.policy;
     let head = policy.elide_head_chars as usize;
     let tail = policy.elide_tail_chars as usize;
@@ -317,6 +370,10 @@ fn layout_request(
         if is_kept(proj, i) {
             let tokens = coster.unit(proj, i, state);
             *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
+            pieces.push(Piece {
+                key: unit_key(unit, state),
+                tokens,
+            });
             messages.push(layout::unit_msg(unit, state, input.steps, head, tail));
         }
     }
@@ -327,12 +384,16 @@ fn layout_request(
         input.steps,
         state.max_lines(policy.max_compact_lines as usize),
     ) {
-        let msg = Msg::User {
+        let tokens = coster.block(proj, state, summary);
+        pieces.push(Piece {
+            key: identity(&("block", &block.text)),
+            tokens,
+        });
+        *tiers.entry(Tier::Summary).or_default() += tokens;
+        messages.push(Msg::User {
             content: MessageContent::Text(block.text),
             name: None,
-        };
-        *tiers.entry(Tier::Summary).or_default() += input.format.msg_tokens(&msg, input.meter);
-        messages.push(msg);
+        });
     }
     // Before any fold, the leading system messages are the stable prefix; after, everything up to
     // and including the compact block is.
@@ -347,6 +408,10 @@ fn layout_request(
     for (i, unit) in proj.units.iter().enumerate().skip(first_tail) {
         let tokens = coster.unit(proj, i, state);
         *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
+        pieces.push(Piece {
+            key: unit_key(unit, state),
+            tokens,
+        });
         messages.push(layout::unit_msg(unit, state, input.steps, head, tail));
     }
     (
@@ -357,6 +422,7 @@ fn layout_request(
             stable_len,
             max_output_tokens: policy.response_reserve,
         },
+        pieces,
         tiers,
     )
 }

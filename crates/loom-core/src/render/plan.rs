@@ -81,9 +81,13 @@ impl CompactionState {
 
 /// Cost keys: the head of a unit, or one result in one form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Key {
+pub enum Key {
+    /// The head of the unit opened at this seq.
     Unit(Seq),
+    /// One result of a unit in one form.
     Result(Seq, usize, ResultForm),
+    /// The compact block: boundary, summary version, line cap.
+    Block(Seq, Option<u32>, usize),
 }
 
 /// Token costs of units under decisions, memoised: each piece is counted once per form.
@@ -178,16 +182,19 @@ impl<'a> Coster<'a> {
         summary: Option<&SummaryView>,
     ) -> u64 {
         let max = state.max_lines(self.max_lines);
-        match layout::compact_block(proj, state, summary, self.steps, max) {
-            None => 0,
-            Some(block) => self.format.msg_tokens(
-                &Msg::User {
-                    content: MessageContent::Text(block.text),
-                    name: None,
-                },
-                self.meter,
-            ),
-        }
+        let key = Key::Block(state.boundary, summary.map(|s| s.version), max);
+        self.memo(key, |c| {
+            match layout::compact_block(proj, state, summary, c.steps, max) {
+                None => 0,
+                Some(block) => c.format.msg_tokens(
+                    &Msg::User {
+                        content: MessageContent::Text(block.text),
+                        name: None,
+                    },
+                    c.meter,
+                ),
+            }
+        })
     }
 
     /// Tokens of all units and the compact block under `state` (without request overhead).

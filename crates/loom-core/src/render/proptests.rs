@@ -251,8 +251,8 @@ proptest! {
                     Ok(r) => {
                         prop_assert!(r.receipt.estimate <= budget.hard_total,
                             "{format:?}: estimate {} over {}", r.receipt.estimate, budget.hard_total);
-                        if let Err(v) = check_request(format, &r.body) {
-                            prop_assert!(false, "{format:?}: {v}\n{}", r.body);
+                        if let Err(v) = check_request(format, &r.body()) {
+                            prop_assert!(false, "{format:?}: {v}\n{}", r.body());
                         }
                         state = r.state;
                     }

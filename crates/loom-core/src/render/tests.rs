@@ -133,7 +133,8 @@ fn small_log_renders_everything_verbatim() {
         &mut CostMemo::new(),
     )
     .unwrap();
-    let msgs = r.body["messages"].as_array().unwrap();
+    let body = r.body();
+    let msgs = body["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 2 + 3 * 2);
     assert_eq!(msgs[2]["tool_calls"][0]["id"], "c0");
     assert_eq!(msgs[3]["role"], "tool");
@@ -165,10 +166,8 @@ fn every_request_fits_and_is_append_only_between_points() {
             } else {
                 "messages"
             };
-            let (ma, mb) = (
-                a.body[key].as_array().unwrap(),
-                b.body[key].as_array().unwrap(),
-            );
+            let (ba, bb) = (a.body(), b.body());
+            let (ma, mb) = (ba[key].as_array().unwrap(), bb[key].as_array().unwrap());
             // Anthropic moves its tail cache breakpoint to the newest message.
             let strip = |v: &serde_json::Value| without_cache_control(v.clone()).to_string();
             for (x, y) in ma.iter().zip(mb.iter()) {
@@ -210,7 +209,7 @@ fn rendering_is_deterministic() {
     let a = replay(&fx, &log, Format::Anthropic);
     let b = replay(&fx, &log, Format::Anthropic);
     for (x, y) in a.iter().zip(&b) {
-        assert_eq!(x.body.to_string(), y.body.to_string());
+        assert_eq!(x.body().to_string(), y.body().to_string());
     }
     // From scratch with the final state equals the incremental result.
     let last = a.last().unwrap();
@@ -221,7 +220,7 @@ fn rendering_is_deterministic() {
         &mut CostMemo::new(),
     )
     .unwrap();
-    assert_eq!(fresh.body.to_string(), last.body.to_string());
+    assert_eq!(fresh.body().to_string(), last.body().to_string());
 }
 
 #[test]
@@ -229,7 +228,7 @@ fn estimate_matches_metering_the_body() {
     let fx = Fixture::new(3_000);
     let log = long_log(30, 50);
     for r in replay(&fx, &log, Format::OpenaiChat) {
-        let counted: u64 = r.body["messages"]
+        let counted: u64 = r.body()["messages"]
             .as_array()
             .unwrap()
             .iter()
@@ -237,6 +236,8 @@ fn estimate_matches_metering_the_body() {
             .sum::<u64>()
             + REPLY_PRIMING;
         assert_eq!(counted, r.receipt.estimate);
+        assert_eq!(r.tokens(), r.receipt.estimate);
+        assert_eq!(r.pieces.len(), r.request.messages.len());
     }
 }
 
@@ -245,7 +246,8 @@ fn task_statement_and_system_survive_folding() {
     let fx = Fixture::new(2_000);
     let log = long_log(80, 40);
     let last = replay(&fx, &log, Format::OpenaiChat).pop().unwrap();
-    let msgs = last.body["messages"].as_array().unwrap();
+    let body = last.body();
+    let msgs = body["messages"].as_array().unwrap();
     assert_eq!(msgs[0]["content"], "You are a careful agent.");
     assert_eq!(msgs[1]["content"], "Fix the bug in parser.py");
     let block = msgs[2]["content"].as_str().unwrap();
@@ -267,7 +269,7 @@ fn an_oversized_newest_result_is_elided_not_sent_over_budget() {
     )
     .unwrap();
     assert!(r.receipt.estimate <= r.receipt.budget.hard_total);
-    let tool = &r.body["messages"][3]["content"];
+    let tool = &r.body()["messages"][3]["content"];
     assert!(
         tool.as_str().unwrap().contains("characters elided"),
         "{tool}"
@@ -347,7 +349,7 @@ fn pending_call_gets_an_explicit_missing_result() {
         &mut CostMemo::new(),
     )
     .unwrap();
-    assert_eq!(r.body["messages"][2]["tool_call_id"], "p");
+    assert_eq!(r.body()["messages"][2]["tool_call_id"], "p");
 }
 
 #[test]
@@ -370,7 +372,7 @@ fn anthropic_has_system_apart_and_cache_breakpoints() {
         &mut CostMemo::new(),
     )
     .unwrap();
-    let body = &r.body;
+    let body = &r.body();
     assert_eq!(body["system"][0]["text"], "You are a careful agent.");
     assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
     let msgs = body["messages"].as_array().unwrap();
