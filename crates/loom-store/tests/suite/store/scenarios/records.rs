@@ -1,0 +1,306 @@
+//! Scenarios on the records derived from the log: summaries, receipts, steps, aliases, listings,
+//! and persistence of all of it.
+
+use loom_core::{AgentId, BlobRef, Seq, SessionId};
+use loom_store::{
+    BlobAlias, CallStatus, NewModelCall, NewSession, NewSummary, StepRecord, Store, StoreError,
+};
+use serde_json::json;
+
+use crate::suite::support::{call, new_session, result, sid, user, with_session, StoreHarness};
+
+fn summary(session: &SessionId, from_seq: Seq, to_seq: Seq, content: &str) -> NewSummary {
+    NewSummary {
+        session: session.clone(),
+        from_seq,
+        to_seq,
+        content: content.into(),
+        producer: "deterministic".into(),
+        created_ms: 1_700_000_000_100,
+    }
+}
+
+fn receipt(session: &SessionId, at_seq: Seq, n: u64) -> NewModelCall {
+    NewModelCall {
+        session: session.clone(),
+        at_seq,
+        created_ms: 1_700_000_000_200,
+        receipt: json!({"n": n, "estimated": 1234.5, "verbatim": [1, 2, 3], "policy": {"k": "v"}}),
+    }
+}
+
+fn step(id: &str, call_id: &str, result_seq: Seq) -> StepRecord {
+    StepRecord {
+        id: id.into(),
+        call_id: call_id.into(),
+        result_seq,
+        body: json!({"id": id, "observation": format!("ran {call_id}"), "success": true}),
+    }
+}
+
+fn blob(byte: u8) -> BlobRef {
+    BlobRef::from_hex(&hex_of(byte)).unwrap()
+}
+
+fn hex_of(byte: u8) -> String {
+    format!("{byte:02x}").repeat(32)
+}
+
+fn invalid_record(err: &StoreError, record: &str) -> bool {
+    err.is_bad_input() && matches!(err, StoreError::InvalidRecord { record: r, .. } if r == record)
+}
+
+pub(crate) fn summaries_are_checked_and_versioned<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_session(store, "s");
+    store
+        .append(&id, &[user("a"), user("b"), user("c")])
+        .unwrap();
+    for (from, to, why) in [
+        (0, 2, "from_seq 0"),
+        (3, 2, "from after to"),
+        (1, 4, "past the log"),
+    ] {
+        let err = store.put_summary(&summary(&id, from, to, "x")).unwrap_err();
+        assert!(invalid_record(&err, "summary"), "{why}: {err}");
+    }
+    assert!(
+        store.summaries(&id).unwrap().is_empty(),
+        "refused summaries are not stored"
+    );
+    let first = store.put_summary(&summary(&id, 1, 1, "one")).unwrap();
+    let second = store.put_summary(&summary(&id, 1, 3, "all")).unwrap();
+    assert_eq!((first.version, second.version), (1, 2));
+    assert_eq!(second.summary, summary(&id, 1, 3, "all"));
+    assert_eq!(store.summaries(&id).unwrap(), vec![first, second]);
+
+    let other = with_session(store, "t");
+    store.append(&other, &[user("a")]).unwrap();
+    assert_eq!(
+        store
+            .put_summary(&summary(&other, 1, 1, "t"))
+            .unwrap()
+            .version,
+        1,
+        "versions are per session"
+    );
+    let err = store
+        .put_summary(&summary(&sid("ghost"), 1, 1, "x"))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::SessionNotFound(_)));
+}
+
+pub(crate) fn model_calls_are_numbered<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_session(store, "s");
+    let first = store.record_model_call(&receipt(&id, 0, 1)).unwrap();
+    store.append(&id, &[user("a")]).unwrap();
+    let err = store.record_model_call(&receipt(&id, 2, 9)).unwrap_err();
+    assert!(invalid_record(&err, "model call"), "{err}");
+    let second = store.record_model_call(&receipt(&id, 1, 2)).unwrap();
+    assert_eq!((first.id, second.id), (1, 2));
+    assert_eq!(second.call, receipt(&id, 1, 2));
+    assert_eq!(store.model_calls(&id).unwrap(), vec![first, second]);
+    let other = with_session(store, "t");
+    assert_eq!(
+        store.record_model_call(&receipt(&other, 0, 3)).unwrap().id,
+        1
+    );
+}
+
+pub(crate) fn steps_are_keyed_and_checked<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_session(store, "s");
+    // c1 resolved at 2, c2 resolved (error) at 4, c3 pending, c4 expired.
+    store
+        .append(
+            &id,
+            &[
+                call("c1", "bash"),
+                result("c1", "bash", false),
+                call("c2", "bash"),
+                result("c2", "bash", true),
+                call("c3", "bash"),
+                call("c4", "bash"),
+            ],
+        )
+        .unwrap();
+    store.expire_tool_call(&id, "c4").unwrap();
+    let refused = [
+        (step("step_009", "ghost", 2), "not in the log"),
+        (step("step_009", "c3", 5), "pending"),
+        (step("step_009", "c4", 6), "expired"),
+        (step("step_009", "c1", 3), "wrong result seq"),
+        (step("", "c1", 2), "empty id"),
+    ];
+    for (bad, why) in refused {
+        let record = format!("step {}", bad.id);
+        // A good step in the same batch is not stored either.
+        let err = store
+            .put_steps(&id, &[step("step_001", "c1", 2), bad])
+            .unwrap_err();
+        assert!(invalid_record(&err, &record), "{why}: {err}");
+        assert!(
+            store.steps(&id).unwrap().is_empty(),
+            "{why}: a refused batch stored something"
+        );
+    }
+    store
+        .put_steps(&id, &[step("step_002", "c2", 4), step("step_001", "c1", 2)])
+        .unwrap();
+    let mut replaced = step("step_001", "c1", 2);
+    replaced.body = json!({"id": "step_001", "observation": "rewritten"});
+    store.put_steps(&id, &[replaced.clone()]).unwrap();
+    assert_eq!(
+        store.steps(&id).unwrap(),
+        vec![replaced, step("step_002", "c2", 4)],
+        "keyed by id, ordered by the seq of the result"
+    );
+    store.put_steps(&id, &[]).unwrap();
+    assert_eq!(store.steps(&id).unwrap().len(), 2);
+}
+
+pub(crate) fn aliases_point_at_one_blob<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_session(store, "s");
+    let other = with_session(store, "t");
+    let alias = BlobAlias::new("outputs/search_001.json").unwrap();
+    assert_eq!(store.resolve_alias(&id, &alias).unwrap(), None);
+    store.put_alias(&id, &alias, &blob(1)).unwrap();
+    store.put_alias(&id, &alias, &blob(1)).unwrap();
+    let err = store.put_alias(&id, &alias, &blob(2)).unwrap_err();
+    assert!(
+        invalid_record(&err, "alias outputs/search_001.json"),
+        "{err}"
+    );
+    assert_eq!(store.resolve_alias(&id, &alias).unwrap(), Some(blob(1)));
+    assert_eq!(
+        store.resolve_alias(&other, &alias).unwrap(),
+        None,
+        "aliases are per session"
+    );
+    store.put_alias(&other, &alias, &blob(2)).unwrap();
+    assert_eq!(store.resolve_alias(&other, &alias).unwrap(), Some(blob(2)));
+    for unsafe_alias in ["../etc/passwd", "/abs", "outputs/../../x", "a//b", "sp ace"] {
+        let err = BlobAlias::new(unsafe_alias).unwrap_err();
+        assert!(
+            matches!(err, StoreError::UnsafeReference { .. }),
+            "{unsafe_alias}: {err}"
+        );
+    }
+    let err = store
+        .put_alias(&sid("ghost"), &alias, &blob(1))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::SessionNotFound(_)));
+}
+
+pub(crate) fn sessions_are_listed_with_counts<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    assert!(store.sessions().unwrap().is_empty());
+    let child = NewSession {
+        id: sid("b/child"),
+        agent: AgentId::new("worker").unwrap(),
+        parent: Some(sid("b")),
+        created_ms: -3,
+    };
+    store
+        .create_session(&new_session("b"), &[user("1"), user("2")])
+        .unwrap();
+    store.create_session(&child, &[user("1")]).unwrap();
+    store.create_session(&new_session("a"), &[]).unwrap();
+    store
+        .create_session(&new_session("B"), &[user("1")])
+        .unwrap();
+    store.append(&sid("b"), &[user("3")]).unwrap();
+    let listed: Vec<(String, u64)> = store
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.id.as_str().to_owned(), s.event_count))
+        .collect();
+    let expected = [("B", 1), ("a", 0), ("b", 3), ("b/child", 1)];
+    assert_eq!(
+        listed,
+        expected.map(|(id, n)| (id.to_owned(), n)).to_vec(),
+        "ordered by id, bytewise"
+    );
+    let info = store.session(&sid("b/child")).unwrap().unwrap();
+    assert_eq!(info.agent.as_str(), "worker");
+    assert_eq!(info.parent, Some(sid("b")));
+    assert_eq!(info.created_ms, -3);
+}
+
+pub(crate) fn everything_survives_reopen<H: StoreHarness>(h: &mut H) {
+    let alias = BlobAlias::new("outputs/a.txt").unwrap();
+    let dump = |store: &H::Store| -> String {
+        let mut out = format!("{:?}\n", store.sessions().unwrap());
+        for info in store.sessions().unwrap() {
+            let id = &info.id;
+            out += &format!(
+                "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n",
+                store.read(id, 1..=Seq::MAX).unwrap(),
+                store.latest_seq(id).unwrap(),
+                store.tool_calls(id).unwrap(),
+                store.summaries(id).unwrap(),
+                store.model_calls(id).unwrap(),
+                store.steps(id).unwrap(),
+                store.resolve_alias(id, &alias).unwrap(),
+            );
+        }
+        out
+    };
+    {
+        let store = h.store();
+        let id = with_session(store, "s");
+        store
+            .append(
+                &id,
+                &[
+                    user("hi"),
+                    call("c1", "bash"),
+                    result("c1", "bash", false),
+                    call("c2", "x"),
+                ],
+            )
+            .unwrap();
+        store.expire_tool_call(&id, "c2").unwrap();
+        store.put_summary(&summary(&id, 1, 3, "sum")).unwrap();
+        store.record_model_call(&receipt(&id, 4, 1)).unwrap();
+        store.put_steps(&id, &[step("step_001", "c1", 3)]).unwrap();
+        store.put_alias(&id, &alias, &blob(7)).unwrap();
+        with_session(store, "empty");
+    }
+    let before = dump(h.store());
+    h.reopen();
+    assert_eq!(dump(h.store()), before);
+    // The reopened store carries on where the old one stopped.
+    let store = h.store();
+    let id = sid("s");
+    let expired = store.append(&id, &[result("c2", "x", false)]).unwrap_err();
+    assert!(
+        expired.is_bad_input(),
+        "the expired call stays expired: {expired}"
+    );
+    assert_eq!(store.append(&id, &[call("c3", "bash")]).unwrap(), 5..=5);
+    assert_eq!(
+        store
+            .put_summary(&summary(&id, 1, 5, "more"))
+            .unwrap()
+            .version,
+        2
+    );
+    assert_eq!(store.record_model_call(&receipt(&id, 5, 2)).unwrap().id, 2);
+    assert_eq!(
+        store
+            .tool_calls(&id)
+            .unwrap()
+            .iter()
+            .map(|c| c.status)
+            .collect::<Vec<_>>(),
+        [
+            CallStatus::Resolved,
+            CallStatus::Expired,
+            CallStatus::Pending
+        ]
+    );
+}
