@@ -8,6 +8,7 @@ mod compact;
 mod error;
 mod event;
 mod ledger;
+mod reduce;
 pub mod render;
 mod stats;
 mod step;
@@ -25,5 +26,8 @@ pub use event::{
     SessionId, SessionInfo, ToolCall, ToolOutput, DEFAULT_PRIORITY,
 };
 pub use ledger::{CallState, Ledger};
+pub use reduce::{
+    step_id, ReduceConfig, Reduction, ResultInput, StepContext, Templates, Thresholds, ToolKinds,
+};
 pub use stats::{ContentStats, ContentType, StatsBuilder};
 pub use step::{Category, CompactStep, Step, ToolKind};
