@@ -67,13 +67,12 @@ fn append(c: &mut Criterion) {
         });
     }
     group.finish();
-    latency_report(dir.path());
 }
 
 /// Commits timed one by one; criterion's mean hides the tail that fsync produces.
-fn latency_report(dir: &Path) {
+fn latency_report(dir: &Path, label: &str) {
     let mut out = std::io::stdout().lock();
-    for (batch, commits) in [(100_usize, 600), (1, 4000)] {
+    for (batch, commits) in [(100_usize, 600), (1, 3000)] {
         let (store, id) = open(dir, &format!("latency_{batch}"));
         let events: Vec<NewEvent> = (0..batch as u64).map(event).collect();
         let mut times = Vec::with_capacity(commits);
@@ -88,8 +87,8 @@ fn latency_report(dir: &Path) {
         let pct = |p: usize| times[(times.len() * p / 100).min(times.len() - 1)];
         let _ = writeln!(
             out,
-            "latency batch={batch:<3} commits={commits} events/s={:.0} commits/s={:.0} \
-             p50={:?} p99={:?} max={:?}",
+            "{label}: batch={batch:<3} commits={commits} events/s={:.0} commits/s={:.0} \
+             p50={:.2?} p99={:.2?} max={:.2?}",
             (commits * batch) as f64 / total.as_secs_f64(),
             commits as f64 / total.as_secs_f64(),
             pct(50),
@@ -99,5 +98,37 @@ fn latency_report(dir: &Path) {
     }
 }
 
-criterion_group!(benches, append);
+/// The disk's own bound: how many 1 KB write + fdatasync rounds it completes per second. No
+/// durable commit can be faster than one of these.
+fn fsync_rate(dir: &Path) {
+    const ROUNDS: u32 = 500;
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let block = [b'x'; 1024];
+    let started = Instant::now();
+    for _ in 0..ROUNDS {
+        file.write_all(&block).unwrap();
+        file.sync_data().unwrap();
+    }
+    let rate = f64::from(ROUNDS) / started.elapsed().as_secs_f64();
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "disk: 1 KB write+fdatasync rounds/s={rate:.0}"
+    );
+    let _ = std::fs::remove_file(path);
+}
+
+fn reports(_: &mut Criterion) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    fsync_rate(dir.path());
+    latency_report(dir.path(), "disk");
+    // On tmpfs an fsync costs nothing, so this is the store's own (CPU) ceiling.
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        latency_report(dir.path(), "tmpfs");
+    }
+}
+
+criterion_group!(benches, append, reports);
 criterion_main!(benches);
