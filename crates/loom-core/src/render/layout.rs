@@ -155,7 +155,11 @@ pub(crate) fn unit_msg(
             name: None,
         },
         UnitBody::Turn(turn) => Msg::Assistant {
-            content: turn.content.clone(),
+            content: if state.thinned.contains(&unit.seq) && !turn.calls.is_empty() {
+                None
+            } else {
+                turn.content.clone()
+            },
             reasoning: turn.reasoning.clone(),
             name: turn.name.clone(),
             calls: turn
@@ -310,15 +314,17 @@ pub(crate) fn compact_block(
         out.push_str("\nSummary of the conversation so far:\n");
         out.push_str(&s.content);
     }
-    if omitted_steps + omitted_messages > 0 {
-        out.push_str(&format!(
-            "\n({omitted_steps} earlier steps and {omitted_messages} earlier messages omitted; \
-             all are recoverable from the log)"
-        ));
-    }
     for (line, _) in lines {
         out.push('\n');
         out.push_str(&line.text);
+    }
+    // The count goes last: it changes whenever more lines are omitted, and text after the lines
+    // is the only place where that change does not rewrite what a prompt cache already holds.
+    if omitted_steps + omitted_messages > 0 {
+        out.push_str(&format!(
+            "\n({omitted_steps} earlier steps and {omitted_messages} earlier messages omitted \
+             above; all are recoverable from the log)"
+        ));
     }
     Some(Block { text: out, omitted })
 }

@@ -309,7 +309,7 @@ fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
             .collect(),
         _ => Vec::new(),
     };
-    identity(&("unit", unit.seq, forms))
+    identity(&("unit", unit.seq, state.thinned.contains(&unit.seq), forms))
 }
 
 fn injection_msg(content: &str) -> Msg {

@@ -53,6 +53,9 @@ pub struct CompactionState {
     pub stubbed: BTreeSet<Seq>,
     /// Result seqs rendered as head + tail + reference.
     pub elided: BTreeSet<Seq>,
+    /// Assistant turns (by seq) sent without their text: the calls and their arguments stay.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub thinned: BTreeSet<Seq>,
     /// The summary adopted at the last point: (version, to_seq).
     pub summary: Option<(u32, Seq)>,
     /// A tighter cap on compact-block lines than the policy's, set when even the folded history
@@ -82,8 +85,8 @@ impl CompactionState {
 /// Cost keys: the head of a unit, or one result in one form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Key {
-    /// The head of the unit opened at this seq.
-    Unit(Seq),
+    /// The head of the unit opened at this seq, and whether its text is dropped.
+    Unit(Seq, bool),
     /// One result of a unit in one form.
     Result(Seq, usize, ResultForm),
     /// The compact block: boundary, summary version, line cap.
@@ -147,17 +150,20 @@ impl<'a> Coster<'a> {
     pub(crate) fn unit(&mut self, proj: &Projection, index: usize, state: &CompactionState) -> u64 {
         let unit = &proj.units[index];
         let UnitBody::Turn(turn) = &unit.body else {
-            return self.memo(Key::Unit(unit.seq), |c| {
+            return self.memo(Key::Unit(unit.seq, false), |c| {
                 let msg = layout::unit_msg(unit, state, c.steps, c.head_chars, c.tail_chars);
                 c.format.msg_tokens(&msg, c.meter)
             });
         };
         // An assistant turn costs its head (the call message with empty results) plus each
         // result in its form: every format's cost is additive over result pieces.
-        let head = self.memo(Key::Unit(unit.seq), |c| {
-            let msg = empty_results(layout::unit_msg(unit, state, c.steps, 0, 0));
-            c.format.msg_tokens(&msg, c.meter)
-        });
+        let head = self.memo(
+            Key::Unit(unit.seq, state.thinned.contains(&unit.seq)),
+            |c| {
+                let msg = empty_results(layout::unit_msg(unit, state, c.steps, 0, 0));
+                c.format.msg_tokens(&msg, c.meter)
+            },
+        );
         let mut total = head;
         for (i, paired) in turn.calls.iter().enumerate() {
             let form = form_of(paired, state);
@@ -321,12 +327,38 @@ pub(crate) fn plan(
         now = est(&st, coster);
     }
 
-    // 3. Fold old units into the compact block, oldest first, up to the protected turns.
+    // 3. Drop the text of old turns that made calls, oldest first: the calls, their arguments and
+    //    their (stubbed) results stay, so what the agent did stays visible.
+    if now > goal {
+        for i in 0..protected {
+            let unit = &proj.units[i];
+            let UnitBody::Turn(turn) = &unit.body else {
+                continue;
+            };
+            if turn.calls.is_empty()
+                || turn.content.is_none()
+                || (unit.seq < st.boundary && !is_kept(proj, i))
+                || st.thinned.contains(&unit.seq)
+            {
+                continue;
+            }
+            let before_unit = coster.unit(proj, i, &st);
+            st.thinned.insert(unit.seq);
+            let after_unit = coster.unit(proj, i, &st);
+            now = (now + after_unit).saturating_sub(before_unit);
+            if now <= goal {
+                break;
+            }
+        }
+        now = est(&st, coster);
+    }
+
+    // 4. Fold old units into the compact block, oldest first, up to the protected turns.
     if now > goal && input.policy.step_compaction {
         now = fold_until(proj, &mut st, protected, goal, &mut est, coster);
     }
 
-    // 4. The latest summary, when the free reducers were not enough.
+    // 5. The latest summary, when the free reducers were not enough.
     if now > goal {
         if let Some(s) = input
             .summaries
@@ -344,7 +376,7 @@ pub(crate) fn plan(
 
     let ineffective = now > goal;
 
-    // 5. Over the hard total even so: stub the protected turns' results (oldest first), then fold
+    // 6. Over the hard total even so: stub the protected turns' results (oldest first), then fold
     //    them, but never the newest unit; then reduce the newest unit's own results — head and
     //    tail with an elision marker first, observation + reference if even that is too big.
     let hard = input.budget.hard_total;

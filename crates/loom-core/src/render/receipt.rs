@@ -81,6 +81,9 @@ pub struct Receipt {
     pub stubbed: Vec<SeqRange>,
     /// Result seqs sent as head + tail + reference.
     pub elided: Vec<SeqRange>,
+    /// Assistant turns sent without their text (calls and arguments kept).
+    #[serde(default)]
+    pub thinned: Vec<SeqRange>,
     /// Seqs folded into compact lines.
     pub grouped: Vec<SeqRange>,
     /// Seqs covered by the summary.
@@ -105,9 +108,10 @@ pub struct Receipt {
 impl Receipt {
     /// What happened to `seq` in this render.
     pub fn fate(&self, seq: Seq) -> &'static str {
-        let lists: [(&[SeqRange], &'static str); 6] = [
+        let lists: [(&[SeqRange], &'static str); 7] = [
             (&self.verbatim, "verbatim"),
             (&self.stubbed, "stubbed"),
+            (&self.thinned, "thinned"),
             (&self.elided, "elided"),
             (&self.grouped, "grouped"),
             (&self.summarized, "summarized"),
@@ -153,6 +157,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
     let omitted: Vec<Seq> = block.map(|b| b.omitted).unwrap_or_default();
     let (mut verbatim, mut stubbed, mut elided, mut grouped, mut summarized, mut dropped) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut thinned = Vec::new();
     for (i, unit) in proj.units.iter().enumerate() {
         let mut seqs = vec![unit.seq];
         if let UnitBody::Turn(turn) = &unit.body {
@@ -174,7 +179,11 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
             list.extend(seqs);
             continue;
         }
-        verbatim.push(unit.seq);
+        if state.thinned.contains(&unit.seq) {
+            thinned.push(unit.seq);
+        } else {
+            verbatim.push(unit.seq);
+        }
         if let UnitBody::Turn(turn) = &unit.body {
             for p in &turn.calls {
                 let Some(res) = &p.result else { continue };
@@ -211,6 +220,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         verbatim: ranges(verbatim),
         stubbed: ranges(stubbed),
         elided: ranges(elided),
+        thinned: ranges(thinned),
         grouped: ranges(grouped),
         summarized: ranges(summarized),
         dropped: ranges(dropped),
