@@ -24,16 +24,27 @@ fn omitted_line(count: usize) -> String {
 }
 
 /// A recent step as the seed shows it: `[step_018] ✓ <observation>`. A failed step also shows
-/// its error when the observation does not already contain it.
+/// its error when the observation does not already say it.
 pub(crate) fn recent_line(step: &Step) -> String {
     let status = if step.success { "✓" } else { "✗" };
     let mut out = format!("[{}] {status} {}", step.id, step.observation);
-    if let Some(error) = step.error.as_deref().map(str::trim) {
-        if !step.success && !error.is_empty() && !step.observation.contains(error) {
-            let _ = write!(out, ": {}", group::one_line(error));
+    if let Some(error) = step.error.as_deref() {
+        let error = group::one_line(error);
+        if !step.success && !error.is_empty() && !says(&step.observation, &error) {
+            let _ = write!(out, ": {error}");
         }
     }
     out
+}
+
+/// Whether `observation` already carries `error`: the whole of it, or its message after a
+/// leading label such as `exit 127: ` (reducers put the exit code in the observation their own
+/// way, `exit 127, 1 line: ...`).
+fn says(observation: &str, error: &str) -> bool {
+    observation.contains(error)
+        || error
+            .split_once(": ")
+            .is_some_and(|(_, message)| message.len() >= 8 && observation.contains(message))
 }
 
 /// The seed's compact-tier lines: preserved failures and blocks, then the omitted count.
@@ -83,9 +94,43 @@ pub fn format_for_prompt(history: &CompactedHistory<'_>) -> String {
 }
 
 /// The same layout for the cache-stable compactor, with the omitted count at the top of the
-/// compact tier.
+/// compact tier: the stable prefix, then the recent steps.
 pub(crate) fn format_stable(history: &StableHistory<'_>) -> String {
-    layout(&history.prefix_lines(), history.recent())
+    let mut out = stable_prefix(&history.prefix_lines());
+    push_recent(&mut out, history.recent());
+    out
+}
+
+/// The compact tier of the stable layout, blank line included; empty before the first point.
+///
+/// It ends with the blank line that separates it from the recent steps even when there are
+/// none, so that it is a prefix of every rendering until the next compaction point.
+pub(crate) fn stable_prefix(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("{COMPACT_HEADER}\n");
+    for l in lines {
+        out.push_str("  ");
+        out.push_str(l);
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// Appends the recent tier of the stable layout.
+pub(crate) fn push_recent(out: &mut String, recent: &[Step]) {
+    if recent.is_empty() {
+        return;
+    }
+    out.push_str(RECENT_HEADER);
+    out.push('\n');
+    for s in recent {
+        out.push_str("  ");
+        out.push_str(&recent_line(s));
+        out.push('\n');
+    }
 }
 
 /// The fixed parts of a ReAct prompt, in the seed's order.
@@ -107,7 +152,8 @@ pub struct ReactStep<'a> {
     pub thought: &'a str,
     /// The tool called.
     pub action: &'a str,
-    /// The call's arguments, as the raw JSON text the model produced.
+    /// The call's arguments, as the raw JSON text the model produced (shown in full steps; the
+    /// compacted prompt shows the step's minimal arguments instead).
     pub arguments: &'a str,
     /// The tool's full output.
     pub output: &'a str,
@@ -184,7 +230,7 @@ fn react_layout(
         parts.push("\nRecent steps (detailed):".to_owned());
         for (i, s) in steps.iter().enumerate().skip(first_recent) {
             parts.push(format!("\nThought {}: {}", i + 1, s.thought));
-            parts.push(format!("Action: {}({})", s.action, s.arguments));
+            parts.push(format!("Action: {}({})", s.action, action_args(s)));
             parts.push(match &s.step.outcome_ref {
                 Some(r) => format!("Observation: (See {r})"),
                 None => format!("Observation: {}", s.output),
@@ -192,6 +238,19 @@ fn react_layout(
         }
     }
     parts.join("\n")
+}
+
+/// The arguments a recent step's `Action:` shows: the step's minimal arguments when the reducer
+/// kept any, else the raw ones.
+///
+/// The seed printed the raw arguments, so a write of 4 KB put its whole content back into the
+/// compacted history; its own reduction rules (seed 000) say a write's content is never kept in
+/// history, and the minimal arguments are what remains of them.
+fn action_args(step: &ReactStep<'_>) -> String {
+    if step.step.minimal_args.is_empty() {
+        return step.arguments.to_owned();
+    }
+    serde_json::to_string(&step.step.minimal_args).unwrap_or_else(|_| step.arguments.to_owned())
 }
 
 /// A step in full, as in the seed's "Without Compaction" example.
@@ -306,6 +365,9 @@ Recent actions:
     fn react_prompt_points_at_offloaded_results() {
         let mut steps: Vec<Step> = (1..=8).map(|i| step(i, ToolKind::ReadFile)).collect();
         steps[7].outcome_ref = Some("outputs/file_008.txt".into());
+        steps[7]
+            .minimal_args
+            .insert("path".into(), "big.txt".into());
         let outputs: Vec<String> = (1..=8).map(|i| format!("content {i}")).collect();
         let prompt = ReactPrompt {
             system: "SYS",
@@ -318,6 +380,6 @@ Recent actions:
             "\nPrevious actions (summarized):\n  [step_001..005] 5 file operations (1.0KB total)\n"
         ), "{text}");
         assert!(text.contains("\nRecent steps (detailed):\n\nThought 6: Next I look at it.\nAction: read_file({\"path\": \"a.txt\"})\nObservation: content 6\n"), "{text}");
-        assert!(text.ends_with("Thought 8: Next I look at it.\nAction: read_file({\"path\": \"a.txt\"})\nObservation: (See outputs/file_008.txt)"), "{text}");
+        assert!(text.ends_with("Thought 8: Next I look at it.\nAction: read_file({\"path\":\"big.txt\"})\nObservation: (See outputs/file_008.txt)"), "{text}");
     }
 }

@@ -172,7 +172,7 @@ pub(crate) fn group_id(first: &str, last: &str) -> String {
 fn group_summary(run: &[Step]) -> String {
     let count = run.len();
     let failed = run.iter().filter(|s| !s.success).count();
-    let bytes: u64 = run.iter().map(|s| s.stats.bytes).sum();
+    let bytes: u64 = run.iter().map(size_of).sum();
     let mut out = match run.first().map(|s| s.kind.category()) {
         Some(Category::File) => format!("{count} file operations ({} total)", size(bytes)),
         Some(Category::Shell) => format!("{count} commands executed"),
@@ -199,6 +199,15 @@ fn group_summary(run: &[Step]) -> String {
         let _ = write!(out, " ({failed} failed)");
     }
     out
+}
+
+/// The size a step stands for: what a write wrote (the `bytes_written` fact its reducer
+/// records), else the size of the original output (a file read's content, a page).
+fn size_of(step: &Step) -> u64 {
+    step.facts
+        .get("bytes_written")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(step.stats.bytes)
 }
 
 /// Sizes the way the seed writes them: `9.1KB`, and `MB` past a mebibyte.
@@ -270,6 +279,22 @@ mod tests {
                 "[step_006..007] 2 commands executed",
                 "[step_008] Searched 'Python best practices' → 15 results",
             ]
+        );
+    }
+
+    #[test]
+    fn writes_count_what_they_wrote() {
+        let mut steps = vec![
+            sized(1, ToolKind::ReadFile, 2048),
+            sized(2, ToolKind::WriteFile, 40),
+        ];
+        steps[1]
+            .facts
+            .insert("bytes_written".into(), serde_json::json!(3072));
+        let b = blocks(&steps, 0, true, true);
+        assert_eq!(
+            b[0].summary.as_ref().map(|s| s.summary.as_str()),
+            Some("2 file operations (5.0KB total)")
         );
     }
 

@@ -20,6 +20,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use super::config::CompactionConfig;
+use super::format;
 use super::group::{self, CompactBlock};
 use super::seed::{token_trigger, Omitted, StepTokens, TriggerReason};
 use crate::error::{LogError, Result};
@@ -241,10 +242,14 @@ impl<'a> StableHistory<'a> {
 }
 
 /// A cache-stable compactor for one agent's history, driven after every tool call.
+///
+/// It keeps the rendered compact tier between compaction points, so rendering a call costs the
+/// recent steps plus a copy of that prefix, not a re-rendering of every preserved failure.
 #[derive(Debug, Clone)]
 pub struct StableCompactor {
     config: CompactionConfig,
     state: CompactionState,
+    prefix: String,
 }
 
 impl StableCompactor {
@@ -256,7 +261,12 @@ impl StableCompactor {
     /// A compactor continuing from a stored state.
     pub fn resume(config: CompactionConfig, state: CompactionState) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config, state })
+        let prefix = format::stable_prefix(&format::stable_compact_lines(&state));
+        Ok(Self {
+            config,
+            state,
+            prefix,
+        })
     }
 
     /// The configuration.
@@ -279,9 +289,19 @@ impl StableCompactor {
             .state
             .advance(steps, &self.config, tokens)?
             .map(|(state, point)| {
+                self.prefix = format::stable_prefix(&format::stable_compact_lines(&state));
                 self.state = state;
                 point
             }))
+    }
+
+    /// The history as text (as [`StableHistory::render`]), reusing the compact tier rendered at
+    /// the last compaction point.
+    pub fn render(&self, steps: &[Step]) -> Result<String> {
+        let history = self.history(steps)?;
+        let mut out = self.prefix.clone();
+        format::push_recent(&mut out, history.recent());
+        Ok(out)
     }
 
     /// The history as it is to be shown now.
@@ -332,6 +352,8 @@ mod tests {
                     .history(&steps[..n])
                     .unwrap_or_else(|e| panic!("{e}"))
                     .render();
+                let memo = c.render(&steps[..n]).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(memo, text, "the kept prefix went stale");
                 (text, point)
             })
             .collect()

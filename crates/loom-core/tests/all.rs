@@ -1,0 +1,3 @@
+//! The integration tests of loom-core, in one binary.
+
+mod suite;

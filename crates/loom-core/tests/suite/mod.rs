@@ -1,0 +1,3 @@
+//! One module per area.
+
+mod compact;
