@@ -25,8 +25,8 @@ use crate::records::{
 };
 use crate::{validate, BlobAlias, Result, Store, StoreError};
 use rows::{
-    corrupt, find_session, from_json, load_ledger, require_session, seq_bound, seq_column,
-    session_id, store_calls, to_json, touched_calls, SessionRow,
+    corrupt, find_session, load_ledger, parse_status, query_all, require_session, seq_bound,
+    store_calls, to_json, touched_calls, Cols, SessionRow,
 };
 
 /// How long a write waits for another process's write to finish before giving up.
@@ -170,16 +170,16 @@ fn write_events(
     Ok(first..=last)
 }
 
-fn session_info(row: &rusqlite::Row<'_>) -> Result<SessionInfo> {
-    let get = |idx: usize| -> Result<String> { row.get(idx).map_err(backend("reading a session")) };
-    let agent = AgentId::new(get(1)?).map_err(|e| corrupt("sessions", e))?;
-    let parent: Option<String> = row.get(2).map_err(backend("reading a session"))?;
+fn session_info(row: &Cols<'_, '_>) -> Result<SessionInfo> {
     Ok(SessionInfo {
-        id: session_id(get(0)?, "sessions")?,
-        agent,
-        parent: parent.map(|p| session_id(p, "sessions")).transpose()?,
-        created_ms: row.get(3).map_err(backend("reading a session"))?,
-        event_count: seq_column(row, 4, "sessions")?,
+        id: row.session_id(0)?,
+        agent: AgentId::new(row.get::<String>(1)?).map_err(|e| corrupt("sessions", e))?,
+        parent: match row.get::<Option<String>>(2)? {
+            Some(_) => Some(row.session_id(2)?),
+            None => None,
+        },
+        created_ms: row.get(3)?,
+        event_count: row.seq(4)?,
     })
 }
 
@@ -220,30 +220,24 @@ impl Store for SqliteStore {
     }
 
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(&format!("{SESSION_COLUMNS} WHERE id = ?1"))
-            .map_err(backend("reading a session"))?;
-        let mut rows = stmt
-            .query([id.as_str()])
-            .map_err(backend("reading a session"))?;
-        match rows.next().map_err(backend("reading a session"))? {
-            Some(row) => session_info(row).map(Some),
-            None => Ok(None),
-        }
+        let found = query_all(
+            &self.lock(),
+            &format!("{SESSION_COLUMNS} WHERE id = ?1"),
+            [id.as_str()],
+            ("sessions", "reading a session"),
+            session_info,
+        )?;
+        Ok(found.into_iter().next())
     }
 
     fn sessions(&self) -> Result<Vec<SessionInfo>> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(&format!("{SESSION_COLUMNS} ORDER BY id"))
-            .map_err(backend("listing sessions"))?;
-        let mut rows = stmt.query([]).map_err(backend("listing sessions"))?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().map_err(backend("listing sessions"))? {
-            out.push(session_info(row)?);
-        }
-        Ok(out)
+        query_all(
+            &self.lock(),
+            &format!("{SESSION_COLUMNS} ORDER BY id"),
+            [],
+            ("sessions", "listing sessions"),
+            session_info,
+        )
     }
 
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
@@ -263,29 +257,20 @@ impl Store for SqliteStore {
     fn read(&self, session: &SessionId, range: RangeInclusive<Seq>) -> Result<Vec<Event>> {
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT seq, ts_ms, body FROM events
-                     WHERE session = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq",
-                )
-                .map_err(backend("reading events"))?;
-            let mut rows = stmt
-                .query(params![
-                    pk,
-                    seq_bound(*range.start()),
-                    seq_bound(*range.end())
-                ])
-                .map_err(backend("reading events"))?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().map_err(backend("reading events"))? {
-                let body: String = row.get(2).map_err(backend("reading events"))?;
-                out.push(Event {
-                    seq: seq_column(row, 0, "events")?,
-                    ts_ms: row.get(1).map_err(backend("reading events"))?,
-                    body: from_json(&body, "events")?,
-                });
-            }
-            Ok(out)
+            query_all(
+                tx,
+                "SELECT seq, ts_ms, body FROM events
+                 WHERE session = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq",
+                params![pk, seq_bound(*range.start()), seq_bound(*range.end())],
+                ("events", "reading events"),
+                |row| {
+                    Ok(Event {
+                        seq: row.seq(0)?,
+                        ts_ms: row.get(1)?,
+                        body: row.json(2)?,
+                    })
+                },
+            )
         })
     }
 
@@ -296,31 +281,22 @@ impl Store for SqliteStore {
     fn tool_calls(&self, session: &SessionId) -> Result<Vec<ToolCallRecord>> {
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT call_id, tool_name, call_seq, status, result_seq FROM tool_calls
-                     WHERE session = ?1 ORDER BY call_seq, call_id",
-                )
-                .map_err(backend("listing tool calls"))?;
-            let mut rows = stmt.query([pk]).map_err(backend("listing tool calls"))?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().map_err(backend("listing tool calls"))? {
-                let status: String = row.get(3).map_err(backend("listing tool calls"))?;
-                let result_seq: Option<i64> = row.get(4).map_err(backend("listing tool calls"))?;
-                out.push(ToolCallRecord {
-                    call_id: row.get(0).map_err(backend("listing tool calls"))?,
-                    tool_name: row.get(1).map_err(backend("listing tool calls"))?,
-                    call_seq: seq_column(row, 2, "tool_calls")?,
-                    status: rows::parse_status(&status)?,
-                    result_seq: result_seq
-                        .map(|s| {
-                            Seq::try_from(s)
-                                .map_err(|_| corrupt("tool_calls", format!("negative seq {s}")))
-                        })
-                        .transpose()?,
-                });
-            }
-            Ok(out)
+            query_all(
+                tx,
+                "SELECT call_id, tool_name, call_seq, status, result_seq FROM tool_calls
+                 WHERE session = ?1 ORDER BY call_seq, call_id",
+                [pk],
+                ("tool_calls", "listing tool calls"),
+                |row| {
+                    Ok(ToolCallRecord {
+                        call_id: row.get(0)?,
+                        tool_name: row.get(1)?,
+                        call_seq: row.seq(2)?,
+                        status: parse_status(&row.get::<String>(3)?)?,
+                        result_seq: row.opt_seq(4)?,
+                    })
+                },
+            )
         })
     }
 
@@ -376,33 +352,26 @@ impl Store for SqliteStore {
     fn summaries(&self, session: &SessionId) -> Result<Vec<Summary>> {
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT version, from_seq, to_seq, content, producer, created_ms
-                     FROM summaries WHERE session = ?1 ORDER BY version",
-                )
-                .map_err(backend("listing summaries"))?;
-            let mut rows = stmt.query([pk]).map_err(backend("listing summaries"))?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().map_err(backend("listing summaries"))? {
-                let get_err = backend("listing summaries");
-                let (version, content, producer, created_ms) = (|| {
-                    Ok::<_, rusqlite::Error>((row.get(0)?, row.get(3)?, row.get(4)?, row.get(5)?))
-                })()
-                .map_err(get_err)?;
-                out.push(Summary {
-                    version,
-                    summary: NewSummary {
-                        session: session.clone(),
-                        from_seq: seq_column(row, 1, "summaries")?,
-                        to_seq: seq_column(row, 2, "summaries")?,
-                        content,
-                        producer,
-                        created_ms,
-                    },
-                });
-            }
-            Ok(out)
+            query_all(
+                tx,
+                "SELECT version, from_seq, to_seq, content, producer, created_ms
+                 FROM summaries WHERE session = ?1 ORDER BY version",
+                [pk],
+                ("summaries", "listing summaries"),
+                |row| {
+                    Ok(Summary {
+                        version: row.get(0)?,
+                        summary: NewSummary {
+                            session: session.clone(),
+                            from_seq: row.seq(1)?,
+                            to_seq: row.seq(2)?,
+                            content: row.get(3)?,
+                            producer: row.get(4)?,
+                            created_ms: row.get(5)?,
+                        },
+                    })
+                },
+            )
         })
     }
 
@@ -442,30 +411,24 @@ impl Store for SqliteStore {
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT id, at_seq, created_ms, receipt FROM model_calls
-                     WHERE session = ?1 ORDER BY id",
-                )
-                .map_err(backend("listing model calls"))?;
-            let mut rows = stmt.query([pk]).map_err(backend("listing model calls"))?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().map_err(backend("listing model calls"))? {
-                let (id, created_ms, receipt) = (|| {
-                    Ok::<_, rusqlite::Error>((row.get(0)?, row.get(2)?, row.get::<_, String>(3)?))
-                })()
-                .map_err(backend("listing model calls"))?;
-                out.push(ModelCall {
-                    id,
-                    call: NewModelCall {
-                        session: session.clone(),
-                        at_seq: seq_column(row, 1, "model_calls")?,
-                        created_ms,
-                        receipt: from_json(&receipt, "model_calls")?,
-                    },
-                });
-            }
-            Ok(out)
+            query_all(
+                tx,
+                "SELECT id, at_seq, created_ms, receipt FROM model_calls
+                 WHERE session = ?1 ORDER BY id",
+                [pk],
+                ("model_calls", "listing model calls"),
+                |row| {
+                    Ok(ModelCall {
+                        id: row.get(0)?,
+                        call: NewModelCall {
+                            session: session.clone(),
+                            at_seq: row.seq(1)?,
+                            created_ms: row.get(2)?,
+                            receipt: row.json(3)?,
+                        },
+                    })
+                },
+            )
         })
     }
 
@@ -504,27 +467,21 @@ impl Store for SqliteStore {
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT id, call_id, result_seq, body FROM steps
-                     WHERE session = ?1 ORDER BY result_seq, id",
-                )
-                .map_err(backend("listing steps"))?;
-            let mut rows = stmt.query([pk]).map_err(backend("listing steps"))?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().map_err(backend("listing steps"))? {
-                let (id, call_id, body) = (|| {
-                    Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?, row.get::<_, String>(3)?))
-                })()
-                .map_err(backend("listing steps"))?;
-                out.push(StepRecord {
-                    id,
-                    call_id,
-                    result_seq: seq_column(row, 2, "steps")?,
-                    body: from_json(&body, "steps")?,
-                });
-            }
-            Ok(out)
+            query_all(
+                tx,
+                "SELECT id, call_id, result_seq, body FROM steps
+                 WHERE session = ?1 ORDER BY result_seq, id",
+                [pk],
+                ("steps", "listing steps"),
+                |row| {
+                    Ok(StepRecord {
+                        id: row.get(0)?,
+                        call_id: row.get(1)?,
+                        result_seq: row.seq(2)?,
+                        body: row.json(3)?,
+                    })
+                },
+            )
         })
     }
 

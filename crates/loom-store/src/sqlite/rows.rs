@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 
 use loom_core::{CallState, EventBody, Ledger, NewEvent, Seq, SessionId};
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::types::FromSql;
+use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 
 use super::backend;
 use crate::records::CallStatus;
@@ -31,16 +32,6 @@ pub(super) fn seq_bound(seq: Seq) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
-/// Reads column `idx` as a seq, refusing negative values.
-pub(super) fn seq_column(row: &Row<'_>, idx: usize, table: &'static str) -> Result<Seq> {
-    let raw: i64 = row.get(idx).map_err(backend("reading a seq"))?;
-    Seq::try_from(raw).map_err(|_| corrupt(table, format!("negative seq {raw}")))
-}
-
-pub(super) fn session_id(raw: String, table: &'static str) -> Result<SessionId> {
-    SessionId::new(raw).map_err(|e| corrupt(table, e))
-}
-
 pub(super) fn to_json<T: serde::Serialize>(value: &T, table: &'static str) -> Result<String> {
     serde_json::to_string(value).map_err(|e| corrupt(table, format!("cannot encode: {e}")))
 }
@@ -50,6 +41,58 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(
     table: &'static str,
 ) -> Result<T> {
     serde_json::from_str(text).map_err(|e| corrupt(table, format!("cannot decode: {e}")))
+}
+
+/// One row being decoded; every error names the action and the table.
+pub(super) struct Cols<'a, 'r> {
+    row: &'a Row<'r>,
+    action: &'static str,
+    table: &'static str,
+}
+
+impl Cols<'_, '_> {
+    pub(super) fn get<T: FromSql>(&self, idx: usize) -> Result<T> {
+        self.row.get(idx).map_err(backend(self.action))
+    }
+
+    pub(super) fn seq(&self, idx: usize) -> Result<Seq> {
+        let raw: i64 = self.get(idx)?;
+        Seq::try_from(raw).map_err(|_| corrupt(self.table, format!("negative seq {raw}")))
+    }
+
+    pub(super) fn opt_seq(&self, idx: usize) -> Result<Option<Seq>> {
+        let raw: Option<i64> = self.get(idx)?;
+        raw.map(|raw| {
+            Seq::try_from(raw).map_err(|_| corrupt(self.table, format!("negative seq {raw}")))
+        })
+        .transpose()
+    }
+
+    pub(super) fn json<T: serde::de::DeserializeOwned>(&self, idx: usize) -> Result<T> {
+        let text: String = self.get(idx)?;
+        from_json(&text, self.table)
+    }
+
+    pub(super) fn session_id(&self, idx: usize) -> Result<SessionId> {
+        SessionId::new(self.get::<String>(idx)?).map_err(|e| corrupt(self.table, e))
+    }
+}
+
+/// Runs a query and decodes every row it returns, in order.
+pub(super) fn query_all<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl Params,
+    (table, action): (&'static str, &'static str),
+    mut decode: impl FnMut(&Cols<'_, '_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(backend(action))?;
+    let mut rows = stmt.query(params).map_err(backend(action))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(backend(action))? {
+        out.push(decode(&Cols { row, action, table })?);
+    }
+    Ok(out)
 }
 
 /// The session's row, if it exists.
