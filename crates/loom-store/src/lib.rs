@@ -8,6 +8,7 @@
 mod blob;
 mod error;
 mod memory;
+mod offload;
 mod records;
 mod sqlite;
 mod validate;
@@ -16,6 +17,7 @@ mod workspace;
 pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
 pub use error::{Result, StoreError};
 pub use memory::MemoryStore;
+pub use offload::{OffloadReport, Offloader, Resolution};
 pub use records::{
     CallStatus, ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary,
     ToolCallRecord,

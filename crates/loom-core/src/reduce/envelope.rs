@@ -100,8 +100,17 @@ impl<'a> Envelope<'a> {
     }
 
     fn parse_json(&mut self, text: &'a str) {
-        // Only small wrappers are worth parsing here; large JSON is data, not a wrapper.
-        if text.len() > 4 * 1024 * 1024 {
+        // Only small wrappers are worth parsing here; large JSON is data, not a wrapper. A
+        // wrapper names its exit code, so JSON without such a key is not parsed twice.
+        let names_code = [
+            "\"exit_code\"",
+            "\"returncode\"",
+            "\"exitCode\"",
+            "\"return_code\"",
+        ]
+        .iter()
+        .any(|k| text.contains(k));
+        if text.len() > 4 * 1024 * 1024 || !names_code {
             return;
         }
         let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(text)

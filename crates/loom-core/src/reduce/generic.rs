@@ -220,7 +220,7 @@ fn describe(line: &mut Line, value: &Value) {
         Value::Array(items) => describe_list(line, None, items),
         Value::Object(obj) => {
             let mut keys: Vec<&String> = obj.keys().collect();
-            keys.sort_by_key(|k| (rank(k, &obj[k.as_str()]), k.as_str()));
+            keys.sort_by_cached_key(|k| (rank(k, &obj[k.as_str()]), k.as_str()));
             line.lit("{");
             let mut first = true;
             let mut shown = 0;
@@ -254,14 +254,20 @@ fn describe(line: &mut Line, value: &Value) {
 /// Order of an object's fields in its description: ids and statuses, lists of ids, lists of
 /// records (by their ids), short values, longer values, small objects, the rest.
 fn rank(key: &str, v: &Value) -> u8 {
-    let scalar = scalar_text(v).filter(|s| !s.ends_with('…'));
-    let short = scalar.as_ref().is_some_and(|s| s.chars().count() <= 16);
+    // Lengths only: ranking must not mask or copy every value of a large object.
+    let len = match v {
+        Value::String(s) => Some(s.chars().count()),
+        Value::Number(_) | Value::Bool(_) | Value::Null => Some(0),
+        _ => None,
+    };
+    let scalar = len.is_some_and(|n| n <= MAX_SCALAR_CHARS);
+    let short = len.is_some_and(|n| n <= 16);
     match v {
-        _ if is_key_field(key) && scalar.is_some() => 0,
+        _ if is_key_field(key) && scalar => 0,
         Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => 1,
         Value::Array(_) => 2,
         Value::String(_) | Value::Number(_) | Value::Bool(_) if short => 3,
-        Value::String(_) | Value::Number(_) | Value::Bool(_) if scalar.is_some() => 4,
+        Value::String(_) | Value::Number(_) | Value::Bool(_) if scalar => 4,
         Value::Object(o) if o.len() <= 3 => 5,
         _ => 6,
     }

@@ -65,7 +65,7 @@ fn is_token_byte(b: u8) -> bool {
 
 /// Masks every secret found in `text`; borrows when there is none (the common case).
 pub(crate) fn mask(text: &str) -> Cow<'_, str> {
-    if text.len() < 8 {
+    if text.len() < 8 || !might_hold_secret(text) {
         return Cow::Borrowed(text);
     }
     let masked = mask_private_keys(text);
@@ -77,6 +77,60 @@ pub(crate) fn mask(text: &str) -> Cow<'_, str> {
     } else {
         Cow::Owned(masked)
     }
+}
+
+/// A cheap first pass: whether any detector could fire. Most text has no secret, and this keeps
+/// it from being copied four times to find that out. Every detector starts at a word boundary,
+/// so positions inside words are skipped at once; a key name must be followed by `=` or `:`.
+fn might_hold_secret(text: &str) -> bool {
+    let b = text.as_bytes();
+    let at = |i: usize, needle: &[u8]| {
+        b.len() - i >= needle.len()
+            && b[i..i + needle.len()]
+                .iter()
+                .zip(needle)
+                .all(|(x, y)| x.to_ascii_lowercase() == *y)
+    };
+    let assigned = |i: usize, key: &[u8]| {
+        if !at(i, key) {
+            return false;
+        }
+        let mut j = i + key.len();
+        if b.get(j)
+            .is_some_and(|&c| c.is_ascii_alphanumeric() || c == b'_')
+        {
+            return false;
+        }
+        while b.get(j).is_some_and(|&c| matches!(c, b'"' | b'\'' | b' ')) {
+            j += 1;
+        }
+        matches!(b.get(j), Some(b'=' | b':'))
+    };
+    (0..b.len()).any(|i| {
+        if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+            return false;
+        }
+        let token = match b[i] {
+            b's' => at(i, b"sk-") || at(i, b"sk_"),
+            b'r' => at(i, b"rk_"),
+            b'g' => {
+                (at(i, b"gh") && b.get(i + 3) == Some(&b'_'))
+                    || at(i, b"github_pat_")
+                    || at(i, b"glpat-")
+            }
+            b'x' => at(i, b"xox"),
+            b'A' => at(i, b"aiza") || at(i, b"akia") || at(i, b"asia"),
+            b'h' => at(i, b"hf_"),
+            b'n' => at(i, b"npm_"),
+            b'B' | b'b' => at(i, b"bearer "),
+            b'-' => at(i, b"-----begin"),
+            _ => false,
+        };
+        token
+            || SECRET_KEYS
+                .iter()
+                .any(|k| k.as_bytes()[0] == b[i].to_ascii_lowercase() && assigned(i, k.as_bytes()))
+    })
 }
 
 fn mask_private_keys(text: &str) -> String {

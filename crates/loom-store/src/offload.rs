@@ -1,0 +1,382 @@
+//! The data offloader (seed 001 §4.1): derives a session's steps from its log, moves large
+//! outputs into the blob store under seed-style aliases, and gives the original bytes back.
+//!
+//! The reducers in `loom-core` decide; this module does the I/O they leave out. A step is
+//! derived from a tool call and its result in the log and stored beside them (never instead of
+//! them); an offloaded output is stored content-addressed, and its alias (`outputs/shell_003.log`)
+//! points at that address, so every `outcome_ref` returns exactly the bytes the tool produced —
+//! checked against their SHA-256 on every read. Deriving again gives the same steps and aliases,
+//! so running the offloader twice changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+
+use loom_core::{
+    BlobRef, ContentPart, ContentStats, EventBody, ReduceConfig, ResultInput, SessionId, Step,
+    StepContext, ToolCall, ToolOutput,
+};
+
+use crate::{parse_blob_ref, BlobAlias, BlobStore, Result, StepRecord, Store, StoreError};
+
+/// Events read from the log per page, so a long session is never loaded whole.
+const PAGE: u64 = 512;
+
+/// What one run of the offloader did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffloadReport {
+    /// Tool results in the session (each has a step after the run).
+    pub results: usize,
+    /// Steps derived and stored by this run.
+    pub derived: usize,
+    /// Of those, how many had their output offloaded.
+    pub offloaded: usize,
+    /// Bytes of the offloaded outputs.
+    pub offloaded_bytes: u64,
+}
+
+/// Where a user's reference (`outputs/shell_003.log` or `sha256:…`) leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// One blob.
+    Found(BlobRef),
+    /// The alias names different blobs in these sessions: a session must be given.
+    Ambiguous(Vec<SessionId>),
+}
+
+/// Derives steps and offloads outputs for sessions of one store.
+#[derive(Debug, Clone, Copy)]
+pub struct Offloader<'a> {
+    store: &'a dyn Store,
+    blobs: &'a dyn BlobStore,
+    config: &'a ReduceConfig,
+}
+
+impl<'a> Offloader<'a> {
+    /// An offloader over a store and its blob store, reducing with `config`.
+    pub fn new(store: &'a dyn Store, blobs: &'a dyn BlobStore, config: &'a ReduceConfig) -> Self {
+        Self {
+            store,
+            blobs,
+            config,
+        }
+    }
+
+    /// Derives and stores the steps of every tool result that has none yet (all of them when
+    /// `rebuild`), offloading the outputs the reducers choose to offload.
+    ///
+    /// Steps are numbered in the order their results appear in the log, so the numbers and the
+    /// aliases built from them are the same on every run.
+    pub fn run(&self, session: &SessionId, rebuild: bool) -> Result<OffloadReport> {
+        let known: BTreeSet<String> = if rebuild {
+            BTreeSet::new()
+        } else {
+            self.store
+                .steps(session)?
+                .into_iter()
+                .map(|s| s.call_id)
+                .collect()
+        };
+        let last = self.store.latest_seq(session)?;
+        let mut calls: BTreeMap<String, (ToolCall, u64)> = BTreeMap::new();
+        let mut report = OffloadReport::default();
+        let mut records = Vec::new();
+        let mut number: u32 = 0;
+        let mut from = 1;
+        while from <= last {
+            let to = from.saturating_add(PAGE - 1).min(last);
+            for event in self.store.read(session, from..=to)? {
+                match event.body {
+                    EventBody::Assistant { tool_calls, .. } => {
+                        for call in tool_calls {
+                            calls.insert(call.id.clone(), (call, event.seq));
+                        }
+                    }
+                    EventBody::ToolResult {
+                        call_id,
+                        tool_name,
+                        content,
+                        is_error,
+                        ..
+                    } => {
+                        number = number.saturating_add(1);
+                        report.results += 1;
+                        let call = calls.remove(&call_id);
+                        if known.contains(&call_id) {
+                            continue;
+                        }
+                        let bytes = self.original(&content)?;
+                        let stats = ContentStats::of(&bytes);
+                        let input = ResultInput {
+                            call: call.as_ref().map(|(c, _)| c),
+                            call_id: &call_id,
+                            tool_name: &tool_name,
+                            content: &bytes,
+                            is_error,
+                            stats: &stats,
+                        };
+                        let ctx = StepContext {
+                            number,
+                            call_seq: call.as_ref().map_or(0, |(_, seq)| *seq),
+                            result_seq: event.seq,
+                            timestamp_ms: event.ts_ms,
+                        };
+                        let reduction = self.config.reduce(&input, &ctx);
+                        if let Some(alias) = &reduction.offload {
+                            self.offload(session, alias, &content, &bytes, &stats)?;
+                            report.offloaded += 1;
+                            report.offloaded_bytes += stats.bytes;
+                        }
+                        records.push(record(session, &reduction.step)?);
+                        report.derived += 1;
+                    }
+                    _ => {}
+                }
+            }
+            from = to.saturating_add(1);
+        }
+        // Blobs and aliases first, steps last and in one batch: a step never points at an
+        // output that is not stored yet.
+        if !records.is_empty() {
+            self.store.put_steps(session, &records)?;
+        }
+        Ok(report)
+    }
+
+    /// The session's steps, deriving the missing ones first.
+    pub fn steps(&self, session: &SessionId) -> Result<Vec<Step>> {
+        self.run(session, false)?;
+        self.store
+            .steps(session)?
+            .into_iter()
+            .map(|r| {
+                serde_json::from_value(r.body).map_err(|e| StoreError::Corrupt {
+                    table: "steps",
+                    reason: format!("step {}: {e}", r.id),
+                })
+            })
+            .collect()
+    }
+
+    /// Resolves a reference: `sha256:<hex>` (or bare hex) directly, an alias within `session`,
+    /// or, without a session, an alias in whichever sessions have it.
+    pub fn resolve(&self, session: Option<&SessionId>, reference: &str) -> Result<Resolution> {
+        if let Ok(blob) = parse_blob_ref(reference) {
+            return Ok(Resolution::Found(blob));
+        }
+        let alias = BlobAlias::new(reference)?;
+        let not_found = || StoreError::BlobNotFound(reference.to_owned());
+        if let Some(session) = session {
+            if self.store.session(session)?.is_none() {
+                return Err(StoreError::SessionNotFound(session.clone()));
+            }
+            return self
+                .store
+                .resolve_alias(session, &alias)?
+                .map(Resolution::Found)
+                .ok_or_else(not_found);
+        }
+        let mut found: BTreeMap<BlobRef, Vec<SessionId>> = BTreeMap::new();
+        for info in self.store.sessions()? {
+            if let Some(blob) = self.store.resolve_alias(&info.id, &alias)? {
+                found.entry(blob).or_default().push(info.id);
+            }
+        }
+        match found.len() {
+            0 => Err(not_found()),
+            1 => Ok(Resolution::Found(
+                found.into_keys().next().ok_or_else(not_found)?,
+            )),
+            _ => Ok(Resolution::Ambiguous(
+                found.into_values().flatten().collect(),
+            )),
+        }
+    }
+
+    /// Writes the original bytes of a blob to `out`, after checking their hash.
+    pub fn recall(&self, blob: &BlobRef, out: &mut dyn Write) -> Result<u64> {
+        self.blobs.copy_to(blob, out)
+    }
+
+    /// The original output of a result, as the bytes its stats describe.
+    fn original(&self, content: &ToolOutput) -> Result<Vec<u8>> {
+        Ok(match content {
+            ToolOutput::Text(s) => s.as_bytes().to_vec(),
+            // Text parts joined by newlines, as their stats are computed when imported; images
+            // stay in the log as they are.
+            ToolOutput::Parts(parts) => {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        ContentPart::Text { text } => Some(text.as_str()),
+                        ContentPart::Image { .. } => None,
+                    })
+                    .collect();
+                texts.join("\n").into_bytes()
+            }
+            ToolOutput::Blob(blob) => self.blobs.get(blob)?,
+        })
+    }
+
+    /// Stores the bytes (unless the log already keeps them in the blob store) and names them.
+    fn offload(
+        &self,
+        session: &SessionId,
+        alias: &str,
+        content: &ToolOutput,
+        bytes: &[u8],
+        stats: &ContentStats,
+    ) -> Result<()> {
+        let blob = match content {
+            ToolOutput::Blob(blob) if blob.hex() == stats.sha256 => blob.clone(),
+            _ => self.blobs.put(bytes)?.blob,
+        };
+        self.store
+            .put_alias(session, &BlobAlias::new(alias)?, &blob)
+    }
+}
+
+fn record(session: &SessionId, step: &Step) -> Result<StepRecord> {
+    let body = serde_json::to_value(step).map_err(|e| StoreError::InvalidRecord {
+        session: session.clone(),
+        record: format!("step {}", step.id),
+        reason: e.to_string(),
+    })?;
+    Ok(StepRecord {
+        id: step.id.clone(),
+        call_id: step.call_id.clone(),
+        result_seq: step.result_seq,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MemoryBlobStore, MemoryStore, NewSession};
+    use loom_core::{AgentId, NewEvent};
+
+    fn session_with(results: &[(&str, &str, &[u8])]) -> (MemoryStore, MemoryBlobStore, SessionId) {
+        let store = MemoryStore::new();
+        let blobs = MemoryBlobStore::new();
+        let id = SessionId::new("s1").unwrap();
+        let mut events = Vec::new();
+        for (i, (tool, args, output)) in results.iter().enumerate() {
+            let call_id = format!("c{i}");
+            events.push(NewEvent::new(
+                1,
+                EventBody::Assistant {
+                    content: None,
+                    reasoning: None,
+                    tool_calls: vec![ToolCall {
+                        id: call_id.clone(),
+                        name: (*tool).to_owned(),
+                        arguments: (*args).to_owned(),
+                    }],
+                    name: None,
+                },
+            ));
+            let content = match std::str::from_utf8(output) {
+                Ok(text) => ToolOutput::Text(text.to_owned()),
+                Err(_) => ToolOutput::Blob(blobs.put(output).unwrap().blob),
+            };
+            events.push(NewEvent::new(
+                2,
+                EventBody::ToolResult {
+                    call_id,
+                    tool_name: (*tool).to_owned(),
+                    content,
+                    is_error: false,
+                    stats: ContentStats::of(output),
+                },
+            ));
+        }
+        let new = NewSession {
+            id: id.clone(),
+            agent: AgentId::new("a").unwrap(),
+            parent: None,
+            created_ms: 0,
+        };
+        store.create_session(&new, &events).unwrap();
+        (store, blobs, id)
+    }
+
+    #[test]
+    fn offloads_large_outputs_under_aliases_that_return_the_original() {
+        let big = "x\n".repeat(600);
+        let (store, blobs, id) = session_with(&[
+            ("bash", r#"{"command":"ls"}"#, b"a\nb\n"),
+            ("bash", r#"{"command":"python run.py"}"#, big.as_bytes()),
+            (
+                "Read",
+                r#"{"file_path":"img.png"}"#,
+                b"\x89PNG\r\n\x1a\n\xff\x00",
+            ),
+        ]);
+        let config = ReduceConfig::default();
+        let off = Offloader::new(&store, &blobs, &config);
+        let report = off.run(&id, false).unwrap();
+        assert_eq!(
+            report,
+            OffloadReport {
+                results: 3,
+                derived: 3,
+                offloaded: 2,
+                offloaded_bytes: 1210,
+            }
+        );
+        let steps = off.steps(&id).unwrap();
+        assert_eq!(
+            steps
+                .iter()
+                .map(|s| s.outcome_ref.as_deref())
+                .collect::<Vec<_>>(),
+            [
+                None,
+                Some("outputs/shell_002.log"),
+                Some("outputs/file_003.png")
+            ]
+        );
+        for (step, original) in steps[1..]
+            .iter()
+            .zip([big.as_bytes(), b"\x89PNG\r\n\x1a\n\xff\x00"])
+        {
+            let alias = step.outcome_ref.as_deref().unwrap();
+            let Resolution::Found(blob) = off.resolve(Some(&id), alias).unwrap() else {
+                panic!("ambiguous")
+            };
+            assert_eq!(Some(&blob), step.blob.as_ref());
+            let mut out = Vec::new();
+            off.recall(&blob, &mut out).unwrap();
+            assert_eq!(out, original);
+        }
+        // A second run derives nothing and changes nothing.
+        assert_eq!(off.run(&id, false).unwrap().derived, 0);
+        assert_eq!(off.run(&id, true).unwrap().derived, 3);
+        assert_eq!(off.steps(&id).unwrap(), steps);
+    }
+
+    #[test]
+    fn references_resolve_or_say_why_not() {
+        let (store, blobs, id) = session_with(&[("bash", "{}", "y\n".repeat(400).as_bytes())]);
+        let config = ReduceConfig::default();
+        let off = Offloader::new(&store, &blobs, &config);
+        off.run(&id, false).unwrap();
+        assert!(matches!(
+            off.resolve(None, "outputs/shell_001.log"),
+            Ok(Resolution::Found(_))
+        ));
+        assert!(matches!(
+            off.resolve(None, "outputs/nope_001.log"),
+            Err(StoreError::BlobNotFound(_))
+        ));
+        assert!(matches!(
+            off.resolve(None, "../etc/passwd"),
+            Err(StoreError::UnsafeReference { .. })
+        ));
+        let other = SessionId::new("nope").unwrap();
+        assert!(matches!(
+            off.resolve(Some(&other), "outputs/shell_001.log"),
+            Err(StoreError::SessionNotFound(_))
+        ));
+    }
+}
