@@ -122,6 +122,19 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// Whether the error is the caller's to fix (configuration, input, a hook's content) rather
+    /// than a failure of the system, so front ends can map it to their bad-input exit code.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Self::Store(e) => e.is_bad_input(),
+            Self::Config { .. }
+            | Self::DoesNotFit { .. }
+            | Self::Timestamp { .. }
+            | Self::InjectionOverflow { .. } => true,
+            _ => false,
+        }
+    }
+
     /// A configuration error for `field`.
     pub(crate) fn config(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::Config {

@@ -39,7 +39,7 @@ pub use item::{action, TaskItem};
 pub use source::{
     ContextSource, EventBus, KnowledgeBase, KnowledgeHook, MemorySource, Snippet, SourceQuery,
 };
-pub use time::parse_utc_ms;
+pub use time::{parse_utc_ms, utc_ms};
 
 /// Why a record is not in the context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

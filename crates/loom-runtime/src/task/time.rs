@@ -111,6 +111,17 @@ pub fn parse_utc_ms(text: &str) -> Result<(i64, bool), String> {
     Ok((ms, naive))
 }
 
+/// [`parse_utc_ms`] for a named field, with a typed error naming the field and the text.
+pub fn utc_ms(field: &str, text: &str) -> crate::Result<i64> {
+    parse_utc_ms(text)
+        .map(|(ms, _)| ms)
+        .map_err(|reason| crate::RuntimeError::Timestamp {
+            field: field.to_owned(),
+            value: text.to_owned(),
+            reason,
+        })
+}
+
 /// Deserializes a timestamp given as integer UTC milliseconds or as text (see [`parse_utc_ms`]).
 pub(crate) fn de_utc_ms<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     #[derive(Deserialize)]
@@ -156,5 +167,8 @@ mod tests {
         assert!(parse_utc_ms("2026-13-01").is_err());
         assert!(parse_utc_ms("2026-01-01T25:00").is_err());
         assert!(parse_utc_ms("yesterday").is_err());
+        let err = utc_ms("created_at", "yesterday").unwrap_err();
+        assert!(err.is_bad_input());
+        assert!(err.to_string().contains("`created_at`"), "{err}");
     }
 }
