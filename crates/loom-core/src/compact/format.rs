@@ -39,12 +39,19 @@ pub(crate) fn recent_line(step: &Step) -> String {
 
 /// Whether `observation` already carries `error`: the whole of it, or its message after a
 /// leading label such as `exit 127: ` (reducers put the exit code in the observation their own
-/// way, `exit 127, 1 line: ...`).
+/// way, `exit 127, 1 line: ...`), or at least the head of a long message (observations are cut
+/// to a length limit, errors less so).
 fn says(observation: &str, error: &str) -> bool {
-    observation.contains(error)
-        || error
-            .split_once(": ")
-            .is_some_and(|(_, message)| message.len() >= 8 && observation.contains(message))
+    /// Characters of a message's head that identify it.
+    const HEAD: usize = 40;
+    let message = error.split_once(": ").map_or(error, |(_, m)| m);
+    [error, message].into_iter().any(|text| {
+        let head = match text.char_indices().nth(HEAD) {
+            Some((i, _)) => &text[..i],
+            None => text,
+        };
+        head.chars().count() >= 8 && observation.contains(head)
+    })
 }
 
 /// The seed's compact-tier lines: preserved failures and blocks, then the omitted count.
@@ -318,6 +325,26 @@ Recent actions:
   [step_019] ✓ Searched 'error handling patterns' → 12 results
   [step_020] ✓ Visited best-practices.md (5KB text)
 "
+        );
+    }
+
+    #[test]
+    fn a_recent_failure_does_not_repeat_its_error() {
+        let mut s = failed(
+            3,
+            ToolKind::Shell,
+            "exit 127: bash: line 1: pytest: command not found",
+        );
+        s.observation = "`pytest` exit 127, 1 line: bash: line 1: pytest: command not found".into();
+        assert_eq!(recent_line(&s), format!("[step_003] ✗ {}", s.observation));
+        let long = "Your proposed edit has introduced new syntax error(s). Please read this error message carefully and then retry editing the file.";
+        let mut s = failed(4, ToolKind::WriteFile, long);
+        s.observation = format!("Write to a.py failed: {}…", &long[..90]);
+        assert_eq!(recent_line(&s), format!("[step_004] ✗ {}", s.observation));
+        let s = failed(5, ToolKind::Shell, "exit 1: AssertionError");
+        assert_eq!(
+            recent_line(&s),
+            "[step_005] ✗ ran a command: exit 1: AssertionError"
         );
     }
 
