@@ -31,6 +31,8 @@ enum Command {
     Log(cmd::log::Args),
     /// Write a blob's original bytes to stdout.
     Blob(cmd::blob::Args),
+    /// Count tokens of a text file, or per trajectory of a JSONL trace (request-level).
+    Tokens(cmd::tokens::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Sessions(args) => cmd::sessions::run(&ctx, args),
         Command::Log(args) => cmd::log::run(&ctx, args),
         Command::Blob(args) => cmd::blob::run(&ctx, args),
+        Command::Tokens(args) => cmd::tokens::run(&ctx, args),
     };
     exit::report(result)
 }

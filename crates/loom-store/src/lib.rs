@@ -41,6 +41,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Fails with [`StoreError::SessionExists`] if the id is taken.
     fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo>;
 
+    /// Creates several sessions with their first events, for bulk imports.
+    ///
+    /// Each session is atomic, as with [`Store::create_session`]. A backend may commit the whole
+    /// batch together (SQLite does: one transaction, one sync instead of one per session), in
+    /// which case an error creates none of them; otherwise the sessions before the failing one
+    /// may remain. The session that fails is never created.
+    fn create_sessions(
+        &self,
+        sessions: &[(NewSession, Vec<NewEvent>)],
+    ) -> Result<Vec<SessionInfo>> {
+        sessions
+            .iter()
+            .map(|(session, events)| self.create_session(session, events))
+            .collect()
+    }
+
     /// The session, if it exists.
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>>;
 

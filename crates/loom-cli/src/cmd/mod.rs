@@ -4,6 +4,7 @@ pub(crate) mod blob;
 pub(crate) mod import;
 pub(crate) mod log;
 pub(crate) mod sessions;
+pub(crate) mod tokens;
 
 use std::path::PathBuf;
 

@@ -111,6 +111,42 @@ impl SqliteStore {
     }
 }
 
+/// Creates a session and writes its first events inside `tx`.
+fn create_in(
+    tx: &Transaction<'_>,
+    session: &NewSession,
+    events: &[NewEvent],
+) -> Result<SessionInfo> {
+    if find_session(tx, &session.id)?.is_some() {
+        return Err(StoreError::SessionExists(session.id.clone()));
+    }
+    let mut ledger = Ledger::new();
+    validate::events(&session.id, &mut ledger, 1, events)?;
+    tx.prepare_cached(
+        "INSERT INTO sessions (id, agent, parent, created_ms) VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            session.id.as_str(),
+            session.agent.as_str(),
+            session.parent.as_ref().map(SessionId::as_str),
+            session.created_ms,
+        ])
+    })
+    .map_err(backend("creating a session"))?;
+    let pk = tx.last_insert_rowid();
+    if !events.is_empty() {
+        write_events(tx, pk, 1, events, &ledger)?;
+    }
+    Ok(SessionInfo {
+        id: session.id.clone(),
+        agent: session.agent.clone(),
+        parent: session.parent.clone(),
+        created_ms: session.created_ms,
+        event_count: events.len() as u64,
+    })
+}
+
 /// Per-connection settings; none of them is stored in the file except the journal mode.
 fn configure(conn: &Connection) -> Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)
@@ -187,35 +223,20 @@ const SESSION_COLUMNS: &str = "SELECT id, agent, parent, created_ms, last_seq FR
 
 impl Store for SqliteStore {
     fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
+        self.write(|tx| create_in(tx, session, events))
+    }
+
+    fn create_sessions(
+        &self,
+        sessions: &[(NewSession, Vec<NewEvent>)],
+    ) -> Result<Vec<SessionInfo>> {
+        // One transaction for the batch: a bulk import pays one durable commit, not one per
+        // session, and a failure leaves none of the batch behind.
         self.write(|tx| {
-            if find_session(tx, &session.id)?.is_some() {
-                return Err(StoreError::SessionExists(session.id.clone()));
-            }
-            let mut ledger = Ledger::new();
-            validate::events(&session.id, &mut ledger, 1, events)?;
-            tx.prepare_cached(
-                "INSERT INTO sessions (id, agent, parent, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    session.id.as_str(),
-                    session.agent.as_str(),
-                    session.parent.as_ref().map(SessionId::as_str),
-                    session.created_ms,
-                ])
-            })
-            .map_err(backend("creating a session"))?;
-            let pk = tx.last_insert_rowid();
-            if !events.is_empty() {
-                write_events(tx, pk, 1, events, &ledger)?;
-            }
-            Ok(SessionInfo {
-                id: session.id.clone(),
-                agent: session.agent.clone(),
-                parent: session.parent.clone(),
-                created_ms: session.created_ms,
-                event_count: events.len() as u64,
-            })
+            sessions
+                .iter()
+                .map(|(session, events)| create_in(tx, session, events))
+                .collect()
         })
     }
 

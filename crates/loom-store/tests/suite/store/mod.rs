@@ -22,6 +22,7 @@ macro_rules! with_store_scenarios {
             log::existing_session_is_not_recreated,
             log::bad_batch_changes_nothing,
             log::bad_create_creates_nothing,
+            log::create_sessions_in_one_call,
             log::tool_call_states,
             log::resolve_only_if_pending,
             log::every_event_kind_round_trips,

@@ -510,3 +510,33 @@ pub(crate) fn threads_share_one_store<H: StoreHarness>(h: &mut H) {
         .iter()
         .all(|c| c.status == CallStatus::Resolved));
 }
+
+pub(crate) fn create_sessions_in_one_call<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let batch = vec![
+        (
+            new_session("b1"),
+            vec![user("a"), call("c1", "bash"), result("c1", "bash", false)],
+        ),
+        (new_session("b2"), vec![user("b")]),
+    ];
+    let infos = store.create_sessions(&batch).unwrap();
+    let counts: Vec<u64> = infos.iter().map(|i| i.event_count).collect();
+    assert_eq!(counts, [3, 1]);
+    assert_eq!(store.read(&sid("b1"), 1..=Seq::MAX).unwrap().len(), 3);
+    assert_eq!(store.session(&sid("b2")).unwrap().unwrap().event_count, 1);
+    // The session that fails is never created, whatever a backend does with the rest.
+    let bad = vec![
+        (new_session("b3"), vec![user("c")]),
+        (new_session("b4"), vec![result("nope", "bash", false)]),
+    ];
+    let err = store.create_sessions(&bad).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidEvent { .. }), "{err:?}");
+    assert!(store.session(&sid("b4")).unwrap().is_none());
+    let before = snapshot(store, &sid("b1"));
+    let err = store
+        .create_sessions(&[(new_session("b1"), vec![user("x")])])
+        .unwrap_err();
+    assert!(matches!(err, StoreError::SessionExists(_)), "{err:?}");
+    assert_eq!(snapshot(store, &sid("b1")), before);
+}
