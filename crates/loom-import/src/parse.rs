@@ -1,0 +1,351 @@
+//! Reading one input (a JSON document or JSONL) into checked sessions.
+//!
+//! An input is a sequence of top-level JSON values separated by whitespace: a JSON file holds
+//! one, a JSONL file one per line. Each value is parsed from the stream on its own, turned into
+//! events and checked; nothing is written to the store here (long tool outputs are already in the
+//! blob store, which is content-addressed, so an unreferenced blob changes nothing visible).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use loom_core::{AgentId, NewEvent, SessionId};
+use loom_store::BlobStore;
+use serde::de::DeserializeSeed;
+
+use crate::build::Builder;
+use crate::detect::{detect, Clue};
+use crate::error::{ImportError, Location, Result};
+use crate::input::{Input, NotUtf8, Tracker};
+use crate::raw::{Ctx, ItemsKey, RawRecord, RecordSeed};
+use crate::{anthropic, openai, responses, Format};
+
+/// Tool outputs longer than this many bytes go to the blob store unless told otherwise.
+pub const DEFAULT_INLINE_LIMIT: usize = 1 << 20;
+
+/// Agent id for sessions whose source names none.
+pub const DEFAULT_AGENT: &str = "agent";
+
+/// How to read inputs.
+#[derive(Debug, Clone)]
+pub struct ParseOptions {
+    /// The input format, or [`Format::Auto`] to tell it from the content.
+    pub format: Format,
+    /// Id for the session of a single-conversation input (overrides the file name and any `id`).
+    pub session: Option<SessionId>,
+    /// Agent for every session (overrides a trajectory's `source`).
+    pub agent: Option<AgentId>,
+    /// Tool outputs longer than this many bytes are offloaded to the blob store.
+    pub inline_limit: usize,
+    /// Timestamp given to every event, UTC ms. Sources carry none, so the import's start is
+    /// used; re-import identity ignores it.
+    pub ts_ms: i64,
+}
+
+impl ParseOptions {
+    /// Auto-detection, default limit, events stamped `ts_ms`.
+    pub fn new(ts_ms: i64) -> Self {
+        Self {
+            format: Format::Auto,
+            session: None,
+            agent: None,
+            inline_limit: DEFAULT_INLINE_LIMIT,
+            ts_ms,
+        }
+    }
+}
+
+/// One session read from an input, checked and ready to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedSession {
+    /// Its id: the trajectory's `id`, `--session`, or the file's name.
+    pub id: SessionId,
+    /// Its agent.
+    pub agent: AgentId,
+    /// The format it was read as.
+    pub format: Format,
+    /// Its events, in order; they pass the ledger's checks.
+    pub events: Vec<NewEvent>,
+    /// Where it was read.
+    pub at: Location,
+    /// How many tool outputs went to the blob store.
+    pub offloaded: u64,
+}
+
+/// Reads the file at `path`. Sessions without an id are named after the file's stem.
+pub fn parse_file(
+    path: &Path,
+    opts: &ParseOptions,
+    blobs: &dyn BlobStore,
+) -> Result<Vec<ParsedSession>> {
+    let name = path.display().to_string();
+    let file = File::open(path).map_err(|source| ImportError::Io {
+        file: name.clone(),
+        source,
+    })?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| name.clone());
+    parse_reader(&name, &stem, file, opts, blobs)
+}
+
+/// Reads one input from `reader`; `name` is used in errors, `stem` names sessions without an id.
+pub fn parse_reader(
+    name: &str,
+    stem: &str,
+    reader: impl Read,
+    opts: &ParseOptions,
+    blobs: &dyn BlobStore,
+) -> Result<Vec<ParsedSession>> {
+    let tracker = Tracker::new();
+    let mut input = Input::new(reader, &tracker);
+    let ctx = Ctx::new(blobs, opts.inline_limit, &tracker);
+    let mut file_clue: Option<(Clue, usize)> = None;
+    let mut drafts: Vec<Draft> = Vec::new();
+    loop {
+        let first = input.peek_non_ws().map_err(|e| io_error(name, e))?;
+        let Some(first) = first else { break };
+        let record = drafts.len() + 1;
+        let line = tracker.line();
+        let at = Location {
+            file: name.to_owned(),
+            line: Some(line),
+            column: None,
+            record: Some(record),
+        };
+        if first != b'{' && first != b'[' {
+            return Err(ImportError::Json {
+                at: Box::new(at),
+                field: String::new(),
+                reason: format!(
+                    "expected `{{` or `[` at the start of a record, found `{}`",
+                    char::from(first).escape_default()
+                ),
+            });
+        }
+        ctx.reset();
+        let mut de = serde_json::Deserializer::from_reader(&mut input);
+        let raw = RecordSeed(&ctx)
+            .deserialize(&mut de)
+            .map_err(|e| json_error(e, &ctx, &at))?;
+        let format = choose(opts.format, &raw, &at, record, &mut file_clue)?;
+        let (id, source) = (raw.id.clone(), raw.source.clone());
+        let (events, offloaded) = convert(raw, format, &at, opts, blobs)?;
+        drafts.push(Draft {
+            id,
+            source,
+            format,
+            events,
+            at,
+            offloaded,
+        });
+    }
+    if drafts.is_empty() {
+        return Err(ImportError::Empty {
+            file: name.to_owned(),
+        });
+    }
+    if opts.session.is_some() && drafts.len() > 1 {
+        return Err(ImportError::Options(format!(
+            "{name}: --session names one conversation, but the file holds {}",
+            drafts.len()
+        )));
+    }
+    let single = drafts.len() == 1;
+    drafts
+        .into_iter()
+        .map(|d| {
+            let record = d.at.record.unwrap_or(1);
+            let id = match (&opts.session, d.id) {
+                (Some(forced), _) => forced.as_str().to_owned(),
+                (None, Some(id)) => id,
+                (None, None) if single => stem.to_owned(),
+                (None, None) => format!("{stem}-{record}"),
+            };
+            let invalid = |field: &str, e: loom_core::LogError| ImportError::Invalid {
+                at: Box::new(d.at.clone()),
+                field: field.into(),
+                reason: e.to_string(),
+            };
+            let id = SessionId::new(id).map_err(|e| invalid("id", e))?;
+            let agent = match (&opts.agent, d.source) {
+                (Some(agent), _) => agent.clone(),
+                (None, Some(source)) => AgentId::new(source).map_err(|e| invalid("source", e))?,
+                (None, None) => AgentId::new(DEFAULT_AGENT).map_err(|e| invalid("source", e))?,
+            };
+            Ok(ParsedSession {
+                id,
+                agent,
+                format: d.format,
+                events: d.events,
+                at: d.at,
+                offloaded: d.offloaded,
+            })
+        })
+        .collect()
+}
+
+/// A record read, before the file's sessions are named.
+struct Draft {
+    id: Option<String>,
+    source: Option<String>,
+    format: Format,
+    events: Vec<NewEvent>,
+    at: Location,
+    offloaded: u64,
+}
+
+/// Picks the converter for one record, keeping every record of a file in one format.
+fn choose(
+    requested: Format,
+    raw: &RawRecord,
+    at: &Location,
+    record: usize,
+    file_clue: &mut Option<(Clue, usize)>,
+) -> Result<Format> {
+    if raw.items.is_none() {
+        return Err(ImportError::Format {
+            at: Box::new(at.clone()),
+            reason: "unknown format: expected a list of messages, or an object with `messages` \
+                     (OpenAI Chat, Anthropic Messages) or `input` (OpenAI Responses)"
+                .into(),
+        });
+    }
+    if raw.both_keys {
+        return Err(ImportError::Format {
+            at: Box::new(at.clone()),
+            reason: "ambiguous format: the object has both `messages` and `input`".into(),
+        });
+    }
+    if requested != Format::Auto {
+        return Ok(requested);
+    }
+    match detect(raw) {
+        Err(clues) => {
+            let list: Vec<String> = clues.iter().map(ToString::to_string).collect();
+            Err(ImportError::Format {
+                at: Box::new(at.clone()),
+                reason: format!(
+                    "ambiguous format: found clues of several formats: {}; pass --format",
+                    list.join(", ")
+                ),
+            })
+        }
+        Ok(None) => Ok(Format::OpenAi),
+        Ok(Some(clue)) => {
+            match file_clue {
+                Some((earlier, earlier_record)) if earlier.format != clue.format => {
+                    return Err(ImportError::Format {
+                        at: Box::new(at.clone()),
+                        reason: format!(
+                            "mixed formats in one file: this record has {clue}, record \
+                             {earlier_record} has {earlier}; pass --format"
+                        ),
+                    });
+                }
+                Some(_) => {}
+                None => *file_clue = Some((clue.clone(), record)),
+            }
+            Ok(clue.format)
+        }
+    }
+}
+
+fn convert(
+    raw: RawRecord,
+    format: Format,
+    at: &Location,
+    opts: &ParseOptions,
+    blobs: &dyn BlobStore,
+) -> Result<(Vec<NewEvent>, u64)> {
+    let items = raw.items.unwrap_or_default();
+    let key = raw.items_key;
+    let foreign = |field: &str, owner: Format| ImportError::Invalid {
+        at: Box::new(at.clone()),
+        field: field.to_owned(),
+        reason: format!(
+            "is a {} field, but the record is read as {}; pass --format {} or auto",
+            owner.title(),
+            format.title(),
+            owner.name()
+        ),
+    };
+    if raw.system.is_some() && format != Format::Anthropic {
+        return Err(foreign("system", Format::Anthropic));
+    }
+    if (raw.instructions.is_some() || key == ItemsKey::Input) && format != Format::Responses {
+        let field = if key == ItemsKey::Input {
+            "input"
+        } else {
+            "instructions"
+        };
+        return Err(foreign(field, Format::Responses));
+    }
+    if items.is_empty() && raw.system.is_none() && raw.instructions.is_none() {
+        return Err(ImportError::Invalid {
+            at: Box::new(at.clone()),
+            field: if key == ItemsKey::Bare {
+                "[]".into()
+            } else {
+                key.name().into()
+            },
+            reason: "is empty; a conversation needs at least one message".into(),
+        });
+    }
+    let mut b = Builder::new(blobs, opts.inline_limit, opts.ts_ms, at.clone(), key);
+    match format {
+        Format::Anthropic => anthropic::convert(&mut b, raw.system, items)?,
+        Format::Responses => responses::convert(&mut b, raw.instructions, items)?,
+        Format::OpenAi | Format::Auto => openai::convert(&mut b, items)?,
+    }
+    Ok(b.finish())
+}
+
+fn io_error(file: &str, e: io::Error) -> ImportError {
+    if let Some(bad) = e.get_ref().and_then(|r| r.downcast_ref::<NotUtf8>()) {
+        return ImportError::InvalidUtf8 {
+            file: file.to_owned(),
+            offset: bad.offset,
+        };
+    }
+    ImportError::Io {
+        file: file.to_owned(),
+        source: e,
+    }
+}
+
+fn json_error(e: serde_json::Error, ctx: &Ctx<'_>, record: &Location) -> ImportError {
+    if let Some(source) = ctx.take_blob_error() {
+        return ImportError::Blob {
+            at: Box::new(record.clone()),
+            source: Box::new(source),
+        };
+    }
+    if e.is_io() {
+        return io_error(&record.file, io::Error::from(e));
+    }
+    let (line, column) = (e.line(), e.column());
+    let mut reason = e.to_string();
+    let suffix = format!(" at line {line} column {column}");
+    if let Some(stripped) = reason.strip_suffix(&suffix) {
+        reason = stripped.to_owned();
+    }
+    let mut at = record.clone();
+    if line > 0 {
+        // serde_json counts from where this record's parse began. Column 0 means the offending
+        // byte was the newline ending the previous line.
+        let (line, column) = if column == 0 && line > 1 {
+            (line - 1, None)
+        } else {
+            (line, Some(column as u64))
+        };
+        at.line = record.line.map(|start| start + line as u64 - 1);
+        at.column = column;
+    }
+    ImportError::Json {
+        at: Box::new(at),
+        field: ctx.path(),
+        reason,
+    }
+}

@@ -1,0 +1,237 @@
+//! OpenAI Responses input items to events.
+//!
+//! `instructions` becomes a system event. What the model produced in one turn arrives as several
+//! items (reasoning, an assistant message, function calls); consecutive ones are merged into one
+//! assistant event, so parallel calls share it as in every other format. A `reasoning` item or an
+//! assistant message that follows text or calls starts a new turn.
+
+use loom_core::{ContentPart, EventBody, MessageContent, ToolCall};
+
+use crate::build::{arguments_text, Builder, Spot};
+use crate::error::{ImportError, Result};
+use crate::raw::{Content, RawBlock, RawItem};
+
+/// An assistant turn being assembled from consecutive items.
+#[derive(Debug)]
+struct Turn {
+    spot: Spot,
+    content: Option<MessageContent>,
+    reasoning: Vec<String>,
+    calls: Vec<ToolCall>,
+}
+
+impl Turn {
+    fn new(spot: &Spot) -> Self {
+        Self {
+            spot: spot.clone(),
+            content: None,
+            reasoning: Vec::new(),
+            calls: Vec::new(),
+        }
+    }
+
+    fn has_output(&self) -> bool {
+        self.content.is_some() || !self.calls.is_empty()
+    }
+}
+
+fn flush(b: &mut Builder<'_>, turn: &mut Option<Turn>) -> Result<()> {
+    let Some(mut t) = turn.take() else {
+        return Ok(());
+    };
+    b.assign_ids(&t.spot, "call_id", &mut t.calls)?;
+    let body = EventBody::Assistant {
+        content: t.content,
+        reasoning: (!t.reasoning.is_empty()).then(|| t.reasoning.join("\n\n")),
+        tool_calls: t.calls,
+        name: None,
+    };
+    b.push(&t.spot, "", body)
+}
+
+/// Appends the instructions and the events of `items` to `b`.
+pub(crate) fn convert(
+    b: &mut Builder<'_>,
+    instructions: Option<Content>,
+    items: Vec<RawItem>,
+) -> Result<()> {
+    if let Some(instructions) = instructions {
+        let spot = b.record_spot();
+        if let Some(content) =
+            b.message_content(&spot, "instructions", instructions, |b, i, bl| {
+                part(b, &spot, &format!("instructions[{i}]"), bl).map(Some)
+            })?
+        {
+            b.push(&spot, "instructions", EventBody::System { content })?;
+        }
+    }
+    let mut turn: Option<Turn> = None;
+    for (index, item) in items.into_iter().enumerate() {
+        let spot = b.spot(item.line, index);
+        let kind = match (item.kind.as_deref(), item.role.is_some()) {
+            (Some(kind), _) => kind.to_owned(),
+            // Easy input messages carry a role and no type.
+            (None, true) => "message".to_owned(),
+            (None, false) => {
+                return Err(b.invalid(
+                    &spot,
+                    "type",
+                    "missing; an input item needs a type or a role",
+                ))
+            }
+        };
+        match kind.as_str() {
+            "message" => message(b, &spot, &mut turn, item)?,
+            "function_call" | "custom_tool_call" => {
+                let Some(call_id) = item.call_id.filter(|s| !s.is_empty()) else {
+                    return Err(b.invalid(&spot, "call_id", "missing"));
+                };
+                let Some(name) = item.name.filter(|s| !s.is_empty()) else {
+                    return Err(b.invalid(&spot, "name", "missing"));
+                };
+                let raw = if kind == "function_call" {
+                    item.arguments
+                } else {
+                    item.input
+                };
+                let arguments = arguments_text(raw.as_deref());
+                turn.get_or_insert_with(|| Turn::new(&spot))
+                    .calls
+                    .push(ToolCall {
+                        id: call_id,
+                        name,
+                        arguments,
+                    });
+            }
+            "reasoning" => {
+                if turn.as_ref().is_some_and(Turn::has_output) {
+                    flush(b, &mut turn)?;
+                }
+                let text = reasoning_text(b, &spot, item)?;
+                turn.get_or_insert_with(|| Turn::new(&spot))
+                    .reasoning
+                    .push(text);
+            }
+            "function_call_output" | "custom_tool_call_output" => {
+                flush(b, &mut turn)?;
+                let Some(source_id) = item.call_id.as_deref() else {
+                    return Err(b.invalid(&spot, "call_id", "missing"));
+                };
+                let (call_id, tool_name) = b.resolve_call(&spot, "call_id", source_id)?;
+                let (content, stats) = b.tool_output(&spot, "output", item.output)?;
+                b.push(
+                    &spot,
+                    "call_id",
+                    EventBody::ToolResult {
+                        call_id,
+                        tool_name,
+                        content,
+                        is_error: false,
+                        stats,
+                    },
+                )?;
+            }
+            other => {
+                return Err(b.invalid(
+                    &spot,
+                    "type",
+                    format!(
+                        "unsupported item type `{other}`; expected message, function_call, \
+                         function_call_output, custom_tool_call, custom_tool_call_output or \
+                         reasoning"
+                    ),
+                ))
+            }
+        }
+    }
+    flush(b, &mut turn)
+}
+
+fn message(b: &mut Builder<'_>, spot: &Spot, turn: &mut Option<Turn>, item: RawItem) -> Result<()> {
+    let Some(role) = item.role.as_deref() else {
+        return Err(b.invalid(spot, "role", "missing on a message item"));
+    };
+    let content = match item.content {
+        Some(c) => b.message_content(spot, "content", c, |b, i, bl| {
+            part(b, spot, &format!("content[{i}]"), bl).map(Some)
+        })?,
+        None => None,
+    };
+    let content = content.ok_or_else(|| b.invalid(spot, "content", "missing or null"))?;
+    match role {
+        "assistant" => {
+            if turn.as_ref().is_some_and(Turn::has_output) {
+                flush(b, turn)?;
+            }
+            turn.get_or_insert_with(|| Turn::new(spot)).content = Some(content);
+            Ok(())
+        }
+        "system" | "developer" => {
+            flush(b, turn)?;
+            b.push(spot, "", EventBody::System { content })
+        }
+        "user" => {
+            flush(b, turn)?;
+            b.push(
+                spot,
+                "",
+                EventBody::User {
+                    content,
+                    name: None,
+                },
+            )
+        }
+        other => Err(b.invalid(
+            spot,
+            "role",
+            format!("unknown role `{other}`; expected system, developer, user or assistant"),
+        )),
+    }
+}
+
+/// The summary of a reasoning item, or its full text when it has no summary.
+fn reasoning_text(b: &Builder<'_>, spot: &Spot, item: RawItem) -> Result<String> {
+    let mut texts = Vec::new();
+    for (i, block) in item.summary.unwrap_or_default().into_iter().enumerate() {
+        if let Some(t) = block.text {
+            texts.push(b.inline(spot, &format!("summary[{i}].text"), t)?);
+        }
+    }
+    if texts.is_empty() {
+        if let Some(Content::Blocks(blocks)) = item.content {
+            for (i, block) in blocks.into_iter().enumerate() {
+                if let Some(t) = block.text {
+                    texts.push(b.inline(spot, &format!("content[{i}].text"), t)?);
+                }
+            }
+        } else if let Some(Content::Text(t)) = item.content {
+            texts.push(b.inline(spot, "content", t)?);
+        }
+    }
+    Ok(texts.join("\n\n"))
+}
+
+/// A content part with the Responses part types.
+fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<ContentPart> {
+    match block.kind.as_deref() {
+        Some("input_text" | "output_text" | "text" | "refusal" | "input_image") => {
+            match b.common_part(spot, field, block)? {
+                Ok(part) => Ok(part),
+                Err(block) => Err(unsupported(b, spot, field, &block)),
+            }
+        }
+        _ => Err(unsupported(b, spot, field, &block)),
+    }
+}
+
+fn unsupported(b: &Builder<'_>, spot: &Spot, field: &str, block: &RawBlock) -> ImportError {
+    b.invalid(
+        spot,
+        &format!("{field}.type"),
+        format!(
+            "unsupported content part type `{}`; expected input_text, output_text, refusal or \
+             input_image",
+            block.kind.as_deref().unwrap_or("<missing>")
+        ),
+    )
+}

@@ -1,0 +1,59 @@
+//! Shared helpers; one file per topic.
+
+mod docs;
+mod errors;
+mod formats;
+mod large;
+mod reimport;
+mod traces;
+
+use loom_core::{EventBody, NewEvent};
+use loom_import::{parse_reader, Format, ImportError, ParseOptions, ParsedSession};
+use loom_store::MemoryBlobStore;
+
+/// Where the shared traces live, relative to this crate.
+pub(crate) const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
+
+/// Options with a fixed timestamp.
+pub(crate) fn opts(format: Format) -> ParseOptions {
+    let mut o = ParseOptions::new(1_700_000_000_000);
+    o.format = format;
+    o
+}
+
+/// Parses `text` as the file `name` (stem `conv`).
+pub(crate) fn parse_as(
+    text: &str,
+    format: Format,
+    blobs: &MemoryBlobStore,
+) -> Result<Vec<ParsedSession>, ImportError> {
+    parse_reader("conv.json", "conv", text.as_bytes(), &opts(format), blobs)
+}
+
+/// Parses `text` with auto-detection; panics on error.
+pub(crate) fn parse_ok(text: &str) -> Vec<ParsedSession> {
+    let blobs = MemoryBlobStore::new();
+    match parse_as(text, Format::Auto, &blobs) {
+        Ok(s) => s,
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+/// The bodies of a session's events.
+pub(crate) fn bodies(events: &[NewEvent]) -> Vec<EventBody> {
+    events.iter().map(|e| e.body.clone()).collect()
+}
+
+/// Bodies as JSON values, for compact comparisons.
+pub(crate) fn json_bodies(events: &[NewEvent]) -> serde_json::Value {
+    serde_json::to_value(bodies(events)).unwrap()
+}
+
+/// The error of parsing `text` (auto), as text.
+pub(crate) fn parse_err(text: &str) -> String {
+    let blobs = MemoryBlobStore::new();
+    match parse_as(text, Format::Auto, &blobs) {
+        Ok(s) => panic!("expected an error, got {} sessions", s.len()),
+        Err(e) => e.to_string(),
+    }
+}

@@ -1,0 +1,137 @@
+//! Importing into a store: all or nothing, and re-import is a no-op or a named conflict.
+
+use std::path::{Path, PathBuf};
+
+use loom_import::{Format, ImportError, Importer, NoProgress};
+use loom_store::{MemoryBlobStore, MemoryStore, Store};
+
+use super::opts;
+
+const GOOD: &str = concat!(
+    r#"{"id": "s1", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#,
+    "\n",
+    r#"{"id": "s2", "messages": [{"role": "user", "content": "c"}]}"#,
+    "\n"
+);
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn reimport_of_identical_sessions_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.jsonl", GOOD);
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let first = Importer::new(&store, &blobs, opts(Format::Auto))
+        .run(std::slice::from_ref(&good), &mut NoProgress)
+        .unwrap();
+    assert_eq!((first.imported, first.unchanged, first.events), (2, 0, 3));
+    let before = store.sessions().unwrap();
+    // A later import has a later timestamp; identity ignores it.
+    let mut later = opts(Format::Auto);
+    later.ts_ms += 60_000;
+    let again = Importer::new(&store, &blobs, later)
+        .run(&[good], &mut NoProgress)
+        .unwrap();
+    assert_eq!((again.imported, again.unchanged, again.events), (0, 2, 0));
+    assert_eq!(store.sessions().unwrap(), before);
+}
+
+#[test]
+fn reimport_with_different_events_names_the_first_differing_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.jsonl", GOOD);
+    let changed = write(
+        dir.path(),
+        "changed.jsonl",
+        &GOOD.replace(r#""content": "b""#, r#""content": "B""#),
+    );
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let importer = Importer::new(&store, &blobs, opts(Format::Auto));
+    importer.run(&[good], &mut NoProgress).unwrap();
+    let e = importer.run(&[changed], &mut NoProgress).unwrap_err();
+    assert!(matches!(&e, ImportError::Conflict { seq: 2, .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("session `s1` already exists with different events"),
+        "{e}"
+    );
+    assert!(e.is_bad_input());
+}
+
+#[test]
+fn a_bad_file_anywhere_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.jsonl", GOOD);
+    let bad = write(
+        dir.path(),
+        "bad.jsonl",
+        &format!(
+            "{GOOD}{}\n",
+            r#"{"id": "s3", "messages": [{"role": "oracle", "content": "x"}]}"#
+        )
+        .replace("\"s1\"", "\"t1\"")
+        .replace("\"s2\"", "\"t2\""),
+    );
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let e = Importer::new(&store, &blobs, opts(Format::Auto))
+        .run(&[good, bad], &mut NoProgress)
+        .unwrap_err();
+    assert!(e.to_string().contains("bad.jsonl:3 (record 3)"), "{e}");
+    assert!(store.sessions().unwrap().is_empty());
+}
+
+#[test]
+fn one_session_twice_in_an_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(dir.path(), "a.jsonl", GOOD);
+    let b = write(dir.path(), "b.jsonl", GOOD);
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let importer = Importer::new(&store, &blobs, opts(Format::Auto));
+    let report = importer.run(&[a.clone(), b], &mut NoProgress).unwrap();
+    assert_eq!(report.imported, 2);
+    let c = write(dir.path(), "c.jsonl", &GOOD.replace("\"a\"", "\"z\""));
+    let store = MemoryStore::new();
+    let importer = Importer::new(&store, &blobs, opts(Format::Auto));
+    let e = importer.run(&[a, c], &mut NoProgress).unwrap_err();
+    assert!(matches!(e, ImportError::DuplicateSession { .. }), "{e}");
+    assert!(store.sessions().unwrap().is_empty());
+}
+
+#[test]
+fn single_conversations_are_named_after_the_file_or_the_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "chat-42.json",
+        r#"[{"role": "user", "content": "hi"}]"#,
+    );
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    Importer::new(&store, &blobs, opts(Format::Auto))
+        .run(std::slice::from_ref(&path), &mut NoProgress)
+        .unwrap();
+    let mut named = opts(Format::Auto);
+    named.session = Some(loom_core::SessionId::new("mine").unwrap());
+    Importer::new(&store, &blobs, named.clone())
+        .run(std::slice::from_ref(&path), &mut NoProgress)
+        .unwrap();
+    let ids: Vec<String> = store
+        .sessions()
+        .unwrap()
+        .iter()
+        .map(|s| s.id.to_string())
+        .collect();
+    assert_eq!(ids, ["chat-42", "mine"]);
+    let e = Importer::new(&store, &blobs, named)
+        .run(&[path.clone(), path], &mut NoProgress)
+        .unwrap_err();
+    assert!(matches!(e, ImportError::Options(_)), "{e}");
+}
