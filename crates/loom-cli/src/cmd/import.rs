@@ -1,10 +1,193 @@
-//! Placeholder until the foundation issue lands it.
+//! `loom import`: read agent histories (OpenAI Chat, Anthropic Messages, OpenAI Responses) into
+//! the log.
+//!
+//! Every file is read and checked before the first session is written, so a bad file leaves the
+//! database as it was. Sessions already stored with the same events are left alone.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use loom_core::{AgentId, SessionId};
+use loom_import::{Format, ImportReport, Importer, ParseOptions, Progress, DEFAULT_INLINE_LIMIT};
+use loom_store::Workspace;
 
 use super::Context;
+use crate::exit;
+
+/// Input formats, as the command line spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FormatArg {
+    /// Tell the format from the content.
+    Auto,
+    /// OpenAI Chat Completions messages (JSON list, `{"messages"}` or JSONL trajectories).
+    Openai,
+    /// Anthropic Messages (`system` plus messages with content blocks).
+    Anthropic,
+    /// OpenAI Responses input items.
+    Responses,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Auto => Format::Auto,
+            FormatArg::Openai => Format::OpenAi,
+            FormatArg::Anthropic => Format::Anthropic,
+            FormatArg::Responses => Format::Responses,
+        }
+    }
+}
 
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    /// JSON or JSONL files to import.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Input format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
+    format: FormatArg,
+    /// Session id for a single-conversation file (default: the file name without extension, or
+    /// the trajectory's `id`).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Agent id for the imported sessions (default: the trajectory's `source`, else `agent`).
+    #[arg(long, value_name = "ID")]
+    agent: Option<String>,
+    /// Tool outputs longer than this many bytes go to the blob store.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_INLINE_LIMIT)]
+    inline_limit: usize,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
 
-pub(crate) fn run(_ctx: &Context, _args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut opts = ParseOptions::new(now_ms());
+    opts.format = args.format.into();
+    opts.inline_limit = args.inline_limit;
+    opts.session = args
+        .session
+        .map(SessionId::new)
+        .transpose()
+        .map_err(|e| exit::bad_input(anyhow::Error::new(e).context("--session")))?;
+    opts.agent = args
+        .agent
+        .map(AgentId::new)
+        .transpose()
+        .map_err(|e| exit::bad_input(anyhow::Error::new(e).context("--agent")))?;
+    let ws = Workspace::open(&ctx.db)
+        .with_context(|| format!("opening the database {}", ctx.db.display()))?;
+    let mut bar = Bar::new();
+    let result = Importer::new(&ws.store, &ws.blobs, opts).run(&args.files, &mut bar);
+    bar.clear();
+    let report = result.map_err(|e| {
+        if e.is_bad_input() {
+            exit::bad_input(e)
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "{}", summary(&report, started.elapsed()))?;
+    }
+    Ok(())
+}
+
+fn summary(r: &ImportReport, took: Duration) -> String {
+    let plural = |n: u64, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    format!(
+        "imported {} ({}, {} offloaded), {} unchanged, from {} in {:.2}s",
+        plural(r.imported as u64, "session", "sessions"),
+        plural(r.events, "event", "events"),
+        plural(r.blobs, "blob", "blobs"),
+        r.unchanged,
+        plural(r.files as u64, "file", "files"),
+        took.as_secs_f64()
+    )
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A progress bar on stderr that appears only once the work has taken more than a second, and
+/// never when stderr is not a terminal.
+struct Bar {
+    bar: ProgressBar,
+    started: Instant,
+    terminal: bool,
+    shown: bool,
+}
+
+impl Bar {
+    const DELAY: Duration = Duration::from_secs(1);
+
+    fn new() -> Self {
+        Self {
+            bar: ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()),
+            started: Instant::now(),
+            terminal: std::io::stderr().is_terminal(),
+            shown: false,
+        }
+    }
+
+    fn tick(&mut self) {
+        if self.terminal && !self.shown && self.started.elapsed() > Self::DELAY {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.shown = true;
+        }
+    }
+
+    fn clear(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Progress for Bar {
+    fn reading(&mut self, total_bytes: u64) {
+        self.bar.set_length(total_bytes);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{msg:8} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        ) {
+            self.bar.set_style(style.progress_chars("=> "));
+        }
+        self.bar.set_message("reading");
+    }
+
+    fn read(&mut self, bytes: u64) {
+        self.bar.inc(bytes);
+        self.tick();
+    }
+
+    fn writing(&mut self, sessions: u64) {
+        self.bar.set_position(0);
+        self.bar.set_length(sessions);
+        if let Ok(style) =
+            ProgressStyle::with_template("{msg:8} [{bar:30}] {pos}/{len} sessions ({eta})")
+        {
+            self.bar.set_style(style.progress_chars("=> "));
+        }
+        self.bar.set_message("writing");
+    }
+
+    fn written(&mut self, _session: &SessionId) {
+        self.bar.inc(1);
+        self.tick();
+    }
 }

@@ -1,10 +1,125 @@
-//! Placeholder until the foundation issue lands it.
+//! `loom sessions`: list the sessions in the database.
+
+use std::io::Write;
+
+use anyhow::Context as _;
+use loom_store::{Store, Workspace};
 
 use super::Context;
+use crate::exit;
 
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    /// Print a JSON list of `{id, agent, parent?, created_ms, event_count}`.
+    #[arg(long)]
+    json: bool,
+}
 
-pub(crate) fn run(_ctx: &Context, _args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
+    let ws = open_existing(ctx)?;
+    let sessions = ws.store.sessions()?;
+    closed_pipe_is_fine(print(&sessions, args.json))
+}
+
+fn print(sessions: &[loom_core::SessionInfo], json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if json {
+        serde_json::to_writer_pretty(&mut out, &sessions)?;
+        writeln!(out)?;
+        out.flush()?;
+        return Ok(());
+    }
+    if sessions.is_empty() {
+        writeln!(out, "no sessions")?;
+        out.flush()?;
+        return Ok(());
+    }
+    let agent_width = sessions
+        .iter()
+        .map(|s| s.agent.as_str().chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("AGENT".len());
+    writeln!(
+        out,
+        "{:>7}  {:<agent_width$}  {:<20}  ID",
+        "EVENTS", "AGENT", "CREATED (UTC)"
+    )?;
+    for s in sessions {
+        writeln!(
+            out,
+            "{:>7}  {:<agent_width$}  {:<20}  {}",
+            s.event_count,
+            s.agent.as_str(),
+            utc(s.created_ms),
+            s.id
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Output cut short by a closed pipe (`loom sessions | head`) is not an error.
+pub(crate) fn closed_pipe_is_fine(result: anyhow::Result<()>) -> anyhow::Result<()> {
+    let Err(e) = result else { return Ok(()) };
+    let broken = e.chain().any(|cause| {
+        let io = cause
+            .downcast_ref::<std::io::Error>()
+            .map(std::io::Error::kind);
+        let json = cause
+            .downcast_ref::<serde_json::Error>()
+            .and_then(serde_json::Error::io_error_kind);
+        io.or(json) == Some(std::io::ErrorKind::BrokenPipe)
+    });
+    if broken {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+/// Opens the database for reading; a missing file is the user's mistake, not a reason to create
+/// an empty database.
+pub(crate) fn open_existing(ctx: &Context) -> anyhow::Result<Workspace> {
+    if !ctx.db.exists() {
+        return Err(exit::bad_input(anyhow::anyhow!(
+            "no database at {}; run `loom import` first or pass --db",
+            ctx.db.display()
+        )));
+    }
+    Workspace::open(&ctx.db).with_context(|| format!("opening the database {}", ctx.db.display()))
+}
+
+/// `YYYY-MM-DD HH:MM:SS` for UTC milliseconds.
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn formats_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_700_000_000_123), "2023-11-14 22:13:20");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+    }
 }

@@ -1,0 +1,72 @@
+//! `loom log` and `loom sessions`: human and JSON forms, ranges, unknown sessions.
+
+use super::Loom;
+
+fn imported() -> Loom {
+    let loom = Loom::new();
+    let f = loom.file("chat.json", super::chat_with_output("line one\nline two\n"));
+    loom.import(&[&f]);
+    loom
+}
+
+#[test]
+fn log_prints_one_line_per_event() {
+    let loom = imported();
+    let out = loom.run(["log", "chat"]).ok().stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[0].starts_with("    1  user"), "{out}");
+    assert!(
+        lines[1].contains("assistant") && lines[1].contains("-> cat({}) [c1]"),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains("tool_result")
+            && lines[2].contains("cat [c1] 18 B, 2 lines, text: line one line two"),
+        "{out}"
+    );
+    assert!(lines[3].ends_with("done"), "{out}");
+}
+
+#[test]
+fn log_json_is_the_documented_event_form_and_honours_the_range() {
+    let loom = imported();
+    let all = loom.run(["log", "chat", "--json"]).ok().json();
+    let events: Vec<loom_core::Event> = serde_json::from_value(all.clone()).unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    let part = loom
+        .run(["log", "chat", "--from", "2", "--to", "3", "--json"])
+        .ok()
+        .json();
+    assert_eq!(part.as_array().unwrap()[..], all.as_array().unwrap()[1..3]);
+    let tail = loom.run(["log", "chat", "--from", "4"]).ok().stdout();
+    assert_eq!(tail.lines().count(), 1);
+}
+
+#[test]
+fn unknown_sessions_and_bad_ranges_are_bad_input() {
+    let loom = imported();
+    let run = loom.run(["log", "nope"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("session `nope` not found"),
+        "{}",
+        run.stderr
+    );
+    let run = loom.run(["log", "chat", "--from", "3", "--to", "2"]);
+    assert_eq!(run.code, 2);
+    let run = loom.run(["log", "chat", "--from", "0"]);
+    assert_eq!(run.code, 2);
+}
+
+#[test]
+fn reading_commands_do_not_create_a_database() {
+    let loom = Loom::new();
+    let run = loom.run(["sessions"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("no database at"), "{}", run.stderr);
+    assert!(!loom.db().exists());
+}
