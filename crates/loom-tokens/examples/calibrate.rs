@@ -13,7 +13,8 @@ mod traces;
 use loom_tokens::{Calibration, ClassUnits, ContentClass, Encoding};
 
 /// A CJK sample written for this measurement (the traces hold almost none).
-const CJK: &str = "東京は日本の首都であり、世界でも有数の大都市です。多くの人が毎日電車で通勤しています。\
+const CJK: &str =
+    "東京は日本の首都であり、世界でも有数の大都市です。多くの人が毎日電車で通勤しています。\
 北京是中国的首都，有着悠久的历史和丰富的文化遗产。每年都有大量游客来这里参观故宫和长城。\
 서울은 대한민국의 수도이며 한강을 중심으로 발전한 도시입니다. 많은 사람들이 지하철을 이용합니다.\
 今日は天気が良いので、公園で散歩をしてから図書館に行く予定です。昨日読んだ本はとても面白かった。\
@@ -45,8 +46,16 @@ fn main() -> anyhow::Result<()> {
     let cjk_tokens = enc.count(CJK) as u64;
     println!("class   units  tokens  units/token");
     for (i, c) in ContentClass::ALL.into_iter().enumerate() {
-        let (u, t) = if c == ContentClass::Cjk { (cjk_units, cjk_tokens) } else { (units[i], tokens[i]) };
-        println!("{:6} {u:>9} {t:>8} {:>8.3}", c.name(), u as f64 / t.max(1) as f64);
+        let (u, t) = if c == ContentClass::Cjk {
+            (cjk_units, cjk_tokens)
+        } else {
+            (units[i], tokens[i])
+        };
+        println!(
+            "{:6} {u:>9} {t:>8} {:>8.3}",
+            c.name(),
+            u as f64 / t.max(1) as f64
+        );
     }
     println!("(CJK sample: {cjk_chars} non-ASCII chars)");
 
@@ -69,7 +78,16 @@ fn main() -> anyhow::Result<()> {
     }
     let p = |v: &[f64], q: f64| v[((v.len() as f64 * q).ceil() as usize).saturating_sub(1)];
     println!("pieces >= 50 tokens: {}", under.len());
-    println!("default calibration: median |err| {:.3}, p95 |err| {:.3}, p95 under-estimate {:.3}", p(&abs, 0.5), p(&abs, 0.95), p(&under, 0.95));
-    println!("bytes/4 heuristic:   median |err| {:.3}, p95 |err| {:.3}", p(&quarter, 0.5), p(&quarter, 0.95));
+    println!(
+        "default calibration: median |err| {:.3}, p95 |err| {:.3}, p95 under-estimate {:.3}",
+        p(&abs, 0.5),
+        p(&abs, 0.95),
+        p(&under, 0.95)
+    );
+    println!(
+        "bytes/4 heuristic:   median |err| {:.3}, p95 |err| {:.3}",
+        p(&quarter, 0.5),
+        p(&quarter, 0.95)
+    );
     Ok(())
 }

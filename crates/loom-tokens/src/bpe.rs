@@ -61,7 +61,11 @@ impl Encoding {
     /// Number of tokens in `text`, as `tiktoken`'s `len(enc.encode_ordinary(text))`.
     pub fn count(self, text: &str) -> usize {
         let exact = self.exact();
-        exact.tok.split(text).map(|piece| exact.count_piece(piece)).sum()
+        exact
+            .tok
+            .split(text)
+            .map(|piece| exact.count_piece(piece))
+            .sum()
     }
 
     /// Counts bytes that may not be UTF-8. Invalid sequences are replaced by U+FFFD first (as
@@ -176,14 +180,21 @@ mod tests {
         assert_eq!(Encoding::O200kBase.count("hello world"), 2);
         assert_eq!(Encoding::Cl100kBase.count("hello world"), 2);
         assert_eq!(Encoding::O200kBase.count(""), 0);
-        assert_eq!(Encoding::Cl100kBase.encode("hello world"), vec![15339, 1917]);
+        assert_eq!(
+            Encoding::Cl100kBase.encode("hello world"),
+            vec![15339, 1917]
+        );
     }
 
     #[test]
     fn special_token_strings_are_text() {
         for enc in Encoding::ALL {
             let n = enc.count("<|endoftext|>");
-            assert!(n > 1, "{}: `<|endoftext|>` must count as text, got {n}", enc.name());
+            assert!(
+                n > 1,
+                "{}: `<|endoftext|>` must count as text, got {n}",
+                enc.name()
+            );
         }
     }
 

@@ -64,7 +64,10 @@ impl TokenCache {
 
     /// Tokens in `text`, tokenized at most once per tokenizer.
     pub fn count_text(&mut self, counter: &dyn CountTokens, text: &str) -> u64 {
-        let key = (counter.id(), Key::Text(Sha256::digest(text.as_bytes()).into()));
+        let key = (
+            counter.id(),
+            Key::Text(Sha256::digest(text.as_bytes()).into()),
+        );
         if let Some(&n) = self.texts.get(&key) {
             self.stats.hits += 1;
             return n;
@@ -76,7 +79,12 @@ impl TokenCache {
     }
 
     /// The counts of an event of `session`, tokenized at most once per tokenizer.
-    pub fn count_event(&mut self, counter: &dyn CountTokens, session: &SessionId, event: &Event) -> EventTokens {
+    pub fn count_event(
+        &mut self,
+        counter: &dyn CountTokens,
+        session: &SessionId,
+        event: &Event,
+    ) -> EventTokens {
         let key = (counter.id(), Key::Event(session.clone(), event.seq));
         if let Some(&n) = self.events.get(&key) {
             self.stats.hits += 1;
@@ -117,7 +125,12 @@ pub fn event_tokens(counter: &dyn CountTokens, body: &EventBody) -> EventTokens 
                 text(&mut t, n);
             }
         }
-        EventBody::Assistant { content, reasoning, tool_calls, name } => {
+        EventBody::Assistant {
+            content,
+            reasoning,
+            tool_calls,
+            name,
+        } => {
             if let Some(c) = content {
                 add_content(counter, &mut t, c);
             }

@@ -76,8 +76,8 @@ impl Default for Calibration {
     /// mixed Chinese/Japanese/Korean sample.
     fn default() -> Self {
         Self {
-            tokens_per_unit: [1.0 / 4.71, 1.0 / 3.60, 1.0 / 2.77, 1.0 / 1.40],
-            margin: 0.16,
+            tokens_per_unit: [1.0 / 4.68, 1.0 / 3.19, 1.0 / 2.76, 1.0 / 1.40],
+            margin: 0.24,
         }
     }
 }
@@ -149,8 +149,17 @@ impl Calibration {
 
     /// Estimates already-measured units.
     pub fn estimate_units(&self, units: ClassUnits) -> Estimate {
-        let raw = units.0.iter().zip(self.tokens_per_unit).map(|(&u, t)| u as f64 * t).sum();
-        Estimate { units, raw, margin: self.margin }
+        let raw = units
+            .0
+            .iter()
+            .zip(self.tokens_per_unit)
+            .map(|(&u, t)| u as f64 * t)
+            .sum();
+        Estimate {
+            units,
+            raw,
+            margin: self.margin,
+        }
     }
 
     /// Tokens for `text`, margin included.
@@ -202,7 +211,11 @@ impl Default for Estimator {
 impl Estimator {
     /// Starts from a calibration; its margin stays in force until enough observations arrive.
     pub fn new(calibration: Calibration) -> Self {
-        Self { initial_margin: calibration.margin, calibration, errors: VecDeque::new() }
+        Self {
+            initial_margin: calibration.margin,
+            calibration,
+            errors: VecDeque::new(),
+        }
     }
 
     /// The calibration in force.
@@ -218,7 +231,10 @@ impl Estimator {
     /// Re-anchors: the previous call's provider-reported input tokens plus the estimate of what
     /// was added since. Observe `(added, new_reported - reported)` when the next usage arrives.
     pub fn anchor(&self, reported: u64, added: &str) -> Anchored {
-        Anchored { reported, added: self.estimate(added) }
+        Anchored {
+            reported,
+            added: self.estimate(added),
+        }
     }
 
     /// Records the provider's count for an estimate: the ratios move towards it (each class in
@@ -234,13 +250,17 @@ impl Estimator {
             let ratio = (actual / estimate.raw).ln();
             for class in ContentClass::ALL {
                 let i = class.index();
-                let share = estimate.units.0[i] as f64 * self.calibration.tokens_per_unit[i] / estimate.raw;
+                let share =
+                    estimate.units.0[i] as f64 * self.calibration.tokens_per_unit[i] / estimate.raw;
                 self.calibration.tokens_per_unit[i] *= (LEARNING_RATE * share * ratio).exp();
             }
             if self.errors.len() >= MIN_OBSERVATIONS {
                 // The margin covers 95% of recent under-estimates; over-estimates need none.
-                let mut under: Vec<f64> =
-                    self.errors.iter().map(|(e, a)| (a / e - 1.0).max(0.0)).collect();
+                let mut under: Vec<f64> = self
+                    .errors
+                    .iter()
+                    .map(|(e, a)| (a / e - 1.0).max(0.0))
+                    .collect();
                 self.calibration.margin = percentile95(&mut under);
             }
         }
@@ -251,11 +271,16 @@ impl Estimator {
     pub fn report(&self) -> CalibrationReport {
         let mut rel: Vec<f64> = self.errors.iter().map(|(e, a)| (e - a).abs() / a).collect();
         let p95 = (!rel.is_empty()).then(|| percentile95(&mut rel));
-        let units_per_token = ContentClass::ALL.map(|c| (c, 1.0 / self.calibration.tokens_per_unit[c.index()]));
+        let units_per_token =
+            ContentClass::ALL.map(|c| (c, 1.0 / self.calibration.tokens_per_unit[c.index()]));
         CalibrationReport {
             observations: self.errors.len(),
             p95_relative_error: p95,
-            margin: if self.errors.len() >= MIN_OBSERVATIONS { self.calibration.margin } else { self.initial_margin },
+            margin: if self.errors.len() >= MIN_OBSERVATIONS {
+                self.calibration.margin
+            } else {
+                self.initial_margin
+            },
             units_per_token,
         }
     }
@@ -327,6 +352,7 @@ fn is_cjk(c: char) -> bool {
 #[derive(Debug, Default)]
 struct ByteStats {
     bytes: u64,
+    in_space: bool,
     non_space: u64,
     letters: u64,
     json: u64,
@@ -335,10 +361,15 @@ struct ByteStats {
 
 impl ByteStats {
     fn add(&mut self, c: char) {
-        self.bytes += c.len_utf8() as u64;
         if c.is_whitespace() {
+            // A run of whitespace (indentation, blank lines) merges into one or two tokens
+            // whatever its length: it counts as one unit.
+            self.bytes += u64::from(!self.in_space);
+            self.in_space = true;
             return;
         }
+        self.in_space = false;
+        self.bytes += c.len_utf8() as u64;
         self.non_space += 1;
         match c {
             '"' | ':' | ',' | '{' | '}' | '[' | ']' => self.json += 1,
@@ -373,12 +404,27 @@ mod tests {
     fn classes_are_told_apart() {
         let class = |s: &str| {
             let u = ClassUnits::of(s);
-            ContentClass::ALL.into_iter().max_by_key(|c| u.get(*c)).unwrap_or(ContentClass::Prose)
+            ContentClass::ALL
+                .into_iter()
+                .max_by_key(|c| u.get(*c))
+                .unwrap_or(ContentClass::Prose)
         };
-        assert_eq!(class("The committee met on Tuesday and agreed to postpone the vote until spring."), ContentClass::Prose);
-        assert_eq!(class(r#"{"id": 12, "name": "alpha", "tags": ["a", "b"], "ok": true}"#), ContentClass::Json);
-        assert_eq!(class("fn main() {\n    let x = a.b(c) + 1; // y\n    if x > 2 { run(&x); }\n}"), ContentClass::Code);
-        assert_eq!(class("東京都は日本の首都であり、人口は約千四百万人です。"), ContentClass::Cjk);
+        assert_eq!(
+            class("The committee met on Tuesday and agreed to postpone the vote until spring."),
+            ContentClass::Prose
+        );
+        assert_eq!(
+            class(r#"{"id": 12, "name": "alpha", "tags": ["a", "b"], "ok": true}"#),
+            ContentClass::Json
+        );
+        assert_eq!(
+            class("fn main() {\n    let x = a.b(c) + 1; // y\n    if x > 2 { run(&x); }\n}"),
+            ContentClass::Code
+        );
+        assert_eq!(
+            class("東京都は日本の首都であり、人口は約千四百万人です。"),
+            ContentClass::Cjk
+        );
     }
 
     #[test]
@@ -396,7 +442,10 @@ mod tests {
 
     #[test]
     fn margin_is_included() {
-        let c = Calibration { tokens_per_unit: [0.25; 4], margin: 0.5 };
+        let c = Calibration {
+            tokens_per_unit: [0.25; 4],
+            margin: 0.5,
+        };
         let e = c.estimate("abcdefgh");
         assert!((e.raw - 2.0).abs() < 1e-9);
         assert_eq!(e.tokens(), 3);
@@ -409,16 +458,29 @@ mod tests {
         // The provider counts 30% more than the initial calibration says, with some noise.
         for i in 0..200u32 {
             let e = est.estimate(&text);
-            let truth = (e.units.get(ContentClass::Prose) as f64 / 4.45 * 1.3 * (1.0 + f64::from(i % 5) * 0.01)).round() as u64;
+            let truth = (e.units.get(ContentClass::Prose) as f64 / 4.45
+                * 1.3
+                * (1.0 + f64::from(i % 5) * 0.01))
+                .round() as u64;
             est.observe(&e, truth);
         }
         let report = est.report();
         let e = est.estimate(&text);
         let truth = e.units.get(ContentClass::Prose) as f64 / 4.45 * 1.3;
-        assert!((e.raw / truth - 1.0).abs() < 0.05, "raw {} vs {truth}", e.raw);
-        assert!(report.p95_relative_error.is_some_and(|p| p < 0.1), "{report:?}");
+        assert!(
+            (e.raw / truth - 1.0).abs() < 0.05,
+            "raw {} vs {truth}",
+            e.raw
+        );
+        assert!(
+            report.p95_relative_error.is_some_and(|p| p < 0.1),
+            "{report:?}"
+        );
         assert!(report.margin < 0.1, "{report:?}");
-        assert!(e.tokens() as f64 >= truth, "with its margin the estimate covers the truth");
+        assert!(
+            e.tokens() as f64 >= truth,
+            "with its margin the estimate covers the truth"
+        );
     }
 
     #[test]
@@ -434,6 +496,9 @@ mod tests {
     fn anchoring_adds_only_the_delta() {
         let est = Estimator::default();
         let a = est.anchor(10_000, "one more user message");
-        assert_eq!(a.tokens(), 10_000 + est.estimate("one more user message").tokens());
+        assert_eq!(
+            a.tokens(),
+            10_000 + est.estimate("one more user message").tokens()
+        );
     }
 }

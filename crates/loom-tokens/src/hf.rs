@@ -19,7 +19,9 @@ pub struct TokenizerFile {
 
 impl std::fmt::Debug for TokenizerFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenizerFile").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("TokenizerFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -30,10 +32,15 @@ impl TokenizerFile {
             path: path.to_owned(),
             reason: format!("cannot read: {e}"),
         })?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
-            TokenError::TokenizerFile { path: path.to_owned(), reason: format!("not a tokenizer.json: {e}") }
-        })?;
-        Ok(Self { path: path.to_owned(), inner: Arc::new(inner) })
+        let inner =
+            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| TokenError::TokenizerFile {
+                path: path.to_owned(),
+                reason: format!("not a tokenizer.json: {e}"),
+            })?;
+        Ok(Self {
+            path: path.to_owned(),
+            inner: Arc::new(inner),
+        })
     }
 
     /// The file it was loaded from.
@@ -46,6 +53,9 @@ impl TokenizerFile {
         self.inner
             .encode_fast(text, false)
             .map(|e| e.len())
-            .map_err(|e| TokenError::Tokenize { tokenizer: self.path.display().to_string(), reason: e.to_string() })
+            .map_err(|e| TokenError::Tokenize {
+                tokenizer: self.path.display().to_string(),
+                reason: e.to_string(),
+            })
     }
 }

@@ -46,7 +46,10 @@ impl ImageRule {
     /// The rule a tokenizer family usually goes with, for registry entries that name none.
     pub fn default_for(tokenizer: &TokenizerSpec) -> Self {
         match tokenizer {
-            TokenizerSpec::Bpe(_) => Self::OpenAiTile { base: 85, per_tile: 170 },
+            TokenizerSpec::Bpe(_) => Self::OpenAiTile {
+                base: 85,
+                per_tile: 170,
+            },
             // Estimated models are mostly Claude and Gemini; Anthropic's rule is the larger of
             // the two for common sizes, the safe side.
             TokenizerSpec::Estimate | TokenizerSpec::File(_) => Self::Anthropic,
@@ -63,7 +66,11 @@ impl ImageRule {
                 }
                 let (w, h) = scale_to_fit(w, h, 2048.0, 2048.0);
                 let short = w.min(h);
-                let (w, h) = if short > 768.0 { (w * 768.0 / short, h * 768.0 / short) } else { (w, h) };
+                let (w, h) = if short > 768.0 {
+                    (w * 768.0 / short, h * 768.0 / short)
+                } else {
+                    (w, h)
+                };
                 let tiles = (w / 512.0).ceil() * (h / 512.0).ceil();
                 base + per_tile * to_u64(tiles)
             }
@@ -129,15 +136,25 @@ pub fn data_url_size(url: &str) -> Option<(u32, u32)> {
     // Headers sit at the start; JPEG's frame header may follow metadata, so decode generously
     // but never the whole of a huge image.
     let take = payload.len().min(256 * 1024) / 4 * 4;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(payload.get(..take)?).ok()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload.get(..take)?)
+        .ok()?;
     image_size(&bytes)
 }
 
 /// Width and height from an image file's header.
 pub fn image_size(b: &[u8]) -> Option<(u32, u32)> {
     let be32 = |i: usize| Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?));
-    let be16 = |i: usize| Some(u32::from(u16::from_be_bytes(b.get(i..i + 2)?.try_into().ok()?)));
-    let le16 = |i: usize| Some(u32::from(u16::from_le_bytes(b.get(i..i + 2)?.try_into().ok()?)));
+    let be16 = |i: usize| {
+        Some(u32::from(u16::from_be_bytes(
+            b.get(i..i + 2)?.try_into().ok()?,
+        )))
+    };
+    let le16 = |i: usize| {
+        Some(u32::from(u16::from_le_bytes(
+            b.get(i..i + 2)?.try_into().ok()?,
+        )))
+    };
     let le24 = |i: usize| {
         let s = b.get(i..i + 3)?;
         Some(u32::from(s[0]) | u32::from(s[1]) << 8 | u32::from(s[2]) << 16)
@@ -182,7 +199,10 @@ pub fn image_size(b: &[u8]) -> Option<(u32, u32)> {
 mod tests {
     use super::*;
 
-    const TILE: ImageRule = ImageRule::OpenAiTile { base: 85, per_tile: 170 };
+    const TILE: ImageRule = ImageRule::OpenAiTile {
+        base: 85,
+        per_tile: 170,
+    };
 
     #[test]
     fn openai_tile_matches_published_examples() {
@@ -230,7 +250,10 @@ mod tests {
             0xff, 0xc0, 0x00, 0x11, 0x08, 0x01, 0xe0, 0x02, 0x80, 0x03, 0, 0, 0, 0,
         ];
         assert_eq!(image_size(&jpeg), Some((640, 480)));
-        let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&png));
+        let url = format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(&png)
+        );
         assert_eq!(data_url_size(&url), Some((640, 480)));
         assert_eq!(data_url_size("https://example.com/a.png"), None);
         assert_eq!(image_size(b"not an image"), None);
@@ -239,6 +262,9 @@ mod tests {
     #[test]
     fn unknown_size_counts_as_large() {
         assert_eq!(TILE.tokens_for_url("https://example.com/x.png", None), 765);
-        assert_eq!(TILE.tokens_for_url("https://example.com/x.png", Some("low")), 85);
+        assert_eq!(
+            TILE.tokens_for_url("https://example.com/x.png", Some("low")),
+            85
+        );
     }
 }

@@ -101,7 +101,10 @@ pub struct Registry {
 impl Registry {
     /// The built-in table.
     pub fn built_in() -> Result<Self> {
-        let mut r = Self { names: BTreeMap::new(), models: Vec::new() };
+        let mut r = Self {
+            names: BTreeMap::new(),
+            models: Vec::new(),
+        };
         r.merge_str(BUILT_IN, BUILT_IN_ORIGIN, None)?;
         Ok(r)
     }
@@ -120,7 +123,10 @@ impl Registry {
 
     /// Adds the entries of a registry text; an entry whose name is known replaces the old one.
     pub fn merge_str(&mut self, text: &str, origin: &str, base_dir: Option<&Path>) -> Result<()> {
-        let err = |reason: String| TokenError::Registry { origin: origin.to_owned(), reason };
+        let err = |reason: String| TokenError::Registry {
+            origin: origin.to_owned(),
+            reason,
+        };
         let raw: RawFile = toml::from_str(text).map_err(|e| err(e.message().to_owned()))?;
         let mut seen = BTreeMap::new();
         for (i, m) in raw.model.into_iter().enumerate() {
@@ -167,7 +173,10 @@ impl Registry {
                 }
             }
         }
-        Err(TokenError::UnknownModel { model: model.to_owned(), near: self.near(&wanted) })
+        Err(TokenError::UnknownModel {
+            model: model.to_owned(),
+            near: self.near(&wanted),
+        })
     }
 
     fn longest_prefix(&self, wanted: &str) -> Option<usize> {
@@ -188,7 +197,11 @@ impl Registry {
             .keys()
             .filter_map(|name| {
                 let distance = edit_distance(wanted, name);
-                let shared = wanted.chars().zip(name.chars()).take_while(|(a, b)| a == b).count();
+                let shared = wanted
+                    .chars()
+                    .zip(name.chars())
+                    .take_while(|(a, b)| a == b)
+                    .count();
                 let close = distance <= (name.chars().count() / 3).max(2);
                 (close || shared >= 4).then_some((distance, name))
             })
@@ -208,39 +221,53 @@ fn resolve(
     i: usize,
     base_dir: Option<&Path>,
 ) -> std::result::Result<(ModelInfo, Vec<String>), String> {
-    let name = m.name.filter(|n| !n.trim().is_empty()).ok_or(format!("model[{i}]: `name` is missing"))?;
+    let name = m
+        .name
+        .filter(|n| !n.trim().is_empty())
+        .ok_or(format!("model[{i}]: `name` is missing"))?;
     let at = |field: &str, reason: &str| format!("model `{name}`: field `{field}`: {reason}");
     let has_file = m.tokenizer_file.is_some();
-    let tokenizer = match m.tokenizer.as_deref() {
-        None => return Err(at("tokenizer", "is missing")),
-        Some("tokenizer.json") => {
-            let file = m.tokenizer_file.map(|p| match base_dir {
-                Some(dir) if p.is_relative() => dir.join(p),
-                _ => p,
-            });
-            TokenizerSpec::File(file)
-        }
-        Some("estimate") => TokenizerSpec::Estimate,
-        Some(other) => match crate::Encoding::from_name(other) {
-            Some(e) => TokenizerSpec::Bpe(e),
-            None => {
-                return Err(at(
-                    "tokenizer",
-                    &format!("`{other}` is not one of o200k_base, cl100k_base, tokenizer.json, estimate"),
-                ))
+    let tokenizer =
+        match m.tokenizer.as_deref() {
+            None => return Err(at("tokenizer", "is missing")),
+            Some("tokenizer.json") => {
+                let file = m.tokenizer_file.map(|p| match base_dir {
+                    Some(dir) if p.is_relative() => dir.join(p),
+                    _ => p,
+                });
+                TokenizerSpec::File(file)
             }
-        },
-    };
+            Some("estimate") => TokenizerSpec::Estimate,
+            Some(other) => match crate::Encoding::from_name(other) {
+                Some(e) => TokenizerSpec::Bpe(e),
+                None => return Err(at(
+                    "tokenizer",
+                    &format!(
+                        "`{other}` is not one of o200k_base, cl100k_base, tokenizer.json, estimate"
+                    ),
+                )),
+            },
+        };
     if has_file && !matches!(tokenizer, TokenizerSpec::File(_)) {
-        return Err(at("tokenizer_file", "is only valid with tokenizer = \"tokenizer.json\""));
+        return Err(at(
+            "tokenizer_file",
+            "is only valid with tokenizer = \"tokenizer.json\"",
+        ));
     }
-    let context_window = m.context_window.filter(|&w| w > 0).ok_or(at("context_window", "must be a positive integer"))?;
-    let max_output = m.max_output.filter(|&o| o > 0 && o <= context_window).ok_or(at(
-        "max_output",
-        "must be a positive integer no larger than context_window",
-    ))?;
+    let context_window = m
+        .context_window
+        .filter(|&w| w > 0)
+        .ok_or(at("context_window", "must be a positive integer"))?;
+    let max_output = m
+        .max_output
+        .filter(|&o| o > 0 && o <= context_window)
+        .ok_or(at(
+            "max_output",
+            "must be a positive integer no larger than context_window",
+        ))?;
     let multiplier = |field: &str, v: Option<f64>| {
-        v.filter(|x| x.is_finite() && *x >= 0.0).ok_or(at(field, "must be a non-negative number"))
+        v.filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or(at(field, "must be a non-negative number"))
     };
     let cached_read = multiplier("cached_read", m.cached_read)?;
     let cache_write = multiplier("cache_write", m.cache_write)?;
@@ -251,7 +278,15 @@ fn resolve(
     if m.aliases.iter().any(|a| a.trim().is_empty()) {
         return Err(at("aliases", "must not contain empty names"));
     }
-    let info = ModelInfo { name, tokenizer, context_window, max_output, cached_read, cache_write, image };
+    let info = ModelInfo {
+        name,
+        tokenizer,
+        context_window,
+        max_output,
+        cached_read,
+        cache_write,
+        image,
+    };
     Ok((info, m.aliases))
 }
 
@@ -281,7 +316,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
         let mut diag = row[0];
         row[0] = i + 1;
         for (j, &cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            let next = (diag + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
             diag = row[j + 1];
             row[j + 1] = next;
         }
@@ -303,31 +340,86 @@ mod tests {
         let r = reg();
         assert_eq!(r.lookup("gpt-4o").unwrap().name, "gpt-4o");
         assert_eq!(r.lookup("gpt-4o-2024-08-06").unwrap().name, "gpt-4o");
-        assert_eq!(r.lookup("gpt-4o-mini-2024-07-18").unwrap().name, "gpt-4o-mini");
+        assert_eq!(
+            r.lookup("gpt-4o-mini-2024-07-18").unwrap().name,
+            "gpt-4o-mini"
+        );
         assert_eq!(r.lookup("GPT-4-0613").unwrap().name, "gpt-4");
-        assert_eq!(r.lookup("gpt-4-turbo-2024-04-09").unwrap().tokenizer, TokenizerSpec::Bpe(Encoding::Cl100kBase));
-        assert_eq!(r.lookup("gpt-4.1-mini-2025-04-14").unwrap().name, "gpt-4.1-mini");
-        assert_eq!(r.lookup("claude-3-5-sonnet-20241022").unwrap().name, "claude-3-5-sonnet");
-        assert_eq!(r.lookup("claude-sonnet-4-5@20250929").unwrap().name, "claude-sonnet-4-5");
-        assert_eq!(r.lookup("claude-sonnet-4-20250514").unwrap().name, "claude-sonnet-4");
-        assert_eq!(r.lookup("anthropic/claude-3.5-sonnet").unwrap().name, "claude-3-5-sonnet");
-        assert_eq!(r.lookup("models/gemini-2.5-pro-preview-05-06").unwrap().name, "gemini-2.5-pro");
-        assert_eq!(r.lookup("meta-llama/Llama-3.1-8B-Instruct").unwrap().name, "llama-3.1");
-        assert_eq!(r.lookup("Qwen/Qwen2.5-7B-Instruct").unwrap().name, "qwen2.5");
+        assert_eq!(
+            r.lookup("gpt-4-turbo-2024-04-09").unwrap().tokenizer,
+            TokenizerSpec::Bpe(Encoding::Cl100kBase)
+        );
+        assert_eq!(
+            r.lookup("gpt-4.1-mini-2025-04-14").unwrap().name,
+            "gpt-4.1-mini"
+        );
+        assert_eq!(
+            r.lookup("claude-3-5-sonnet-20241022").unwrap().name,
+            "claude-3-5-sonnet"
+        );
+        assert_eq!(
+            r.lookup("claude-sonnet-4-5@20250929").unwrap().name,
+            "claude-sonnet-4-5"
+        );
+        assert_eq!(
+            r.lookup("claude-sonnet-4-20250514").unwrap().name,
+            "claude-sonnet-4"
+        );
+        assert_eq!(
+            r.lookup("anthropic/claude-3.5-sonnet").unwrap().name,
+            "claude-3-5-sonnet"
+        );
+        assert_eq!(
+            r.lookup("models/gemini-2.5-pro-preview-05-06")
+                .unwrap()
+                .name,
+            "gemini-2.5-pro"
+        );
+        assert_eq!(
+            r.lookup("meta-llama/Llama-3.1-8B-Instruct").unwrap().name,
+            "llama-3.1"
+        );
+        assert_eq!(
+            r.lookup("Qwen/Qwen2.5-7B-Instruct").unwrap().name,
+            "qwen2.5"
+        );
         assert_eq!(r.lookup("o4-mini-2025-04-16").unwrap().name, "o4-mini");
         // `gpt-4` must not swallow `gpt-4o` (different encodings).
-        assert_eq!(r.lookup("gpt-4o").unwrap().tokenizer, TokenizerSpec::Bpe(Encoding::O200kBase));
+        assert_eq!(
+            r.lookup("gpt-4o").unwrap().tokenizer,
+            TokenizerSpec::Bpe(Encoding::O200kBase)
+        );
     }
 
     #[test]
     fn every_family_of_the_issue_is_covered() {
         let r = reg();
         for m in [
-            "gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-nano", "o1", "o3", "o3-mini", "o4-mini",
-            "gpt-5", "gpt-5-mini", "gpt-5-nano", "claude-3-5-haiku", "claude-3-7-sonnet",
-            "claude-opus-4", "claude-opus-4-1", "claude-haiku-4-5", "claude-opus-4-5",
-            "gemini-1.5-pro", "gemini-1.5-flash", "gemini-2.0-flash", "gemini-2.5-flash",
-            "llama-3.3-70b-instruct", "qwen3-8b", "mistral-large-latest", "mixtral-8x7b-instruct",
+            "gpt-4o",
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "gpt-4.1-nano",
+            "o1",
+            "o3",
+            "o3-mini",
+            "o4-mini",
+            "gpt-5",
+            "gpt-5-mini",
+            "gpt-5-nano",
+            "claude-3-5-haiku",
+            "claude-3-7-sonnet",
+            "claude-opus-4",
+            "claude-opus-4-1",
+            "claude-haiku-4-5",
+            "claude-opus-4-5",
+            "gemini-1.5-pro",
+            "gemini-1.5-flash",
+            "gemini-2.0-flash",
+            "gemini-2.5-flash",
+            "llama-3.3-70b-instruct",
+            "qwen3-8b",
+            "mistral-large-latest",
+            "mixtral-8x7b-instruct",
         ] {
             let info = r.lookup(m).unwrap();
             assert!(info.max_output <= info.context_window, "{m}");
@@ -338,7 +430,9 @@ mod tests {
     fn unknown_model_lists_near_matches() {
         let err = reg().lookup("gpt4o").unwrap_err();
         match &err {
-            TokenError::UnknownModel { near, .. } => assert!(near.iter().any(|n| n == "gpt-4o"), "{near:?}"),
+            TokenError::UnknownModel { near, .. } => {
+                assert!(near.iter().any(|n| n == "gpt-4o"), "{near:?}")
+            }
             other => panic!("unexpected {other:?}"),
         }
         assert!(err.to_string().contains("did you mean"), "{err}");
@@ -388,7 +482,9 @@ mod tests {
             ("name = \"x\"\ntokenizer = \"estimate\"\ncontext_window = 10\nmax_output = 1\ncached_read = 1.0\ncache_write = 1.0\ncolour = 1", "colour"),
         ];
         for (body, want) in cases {
-            let err = reg().merge_str(&format!("[[model]]\n{body}\n"), "u.toml", None).unwrap_err();
+            let err = reg()
+                .merge_str(&format!("[[model]]\n{body}\n"), "u.toml", None)
+                .unwrap_err();
             let msg = err.to_string();
             assert!(msg.contains(want) && msg.contains("u.toml"), "{msg}");
         }

@@ -47,7 +47,9 @@ impl Tokenizer {
         Ok(match &info.tokenizer {
             TokenizerSpec::Bpe(e) => Self::Bpe(*e),
             TokenizerSpec::File(Some(path)) => Self::File(TokenizerFile::open(path)?),
-            TokenizerSpec::File(None) | TokenizerSpec::Estimate => Self::Estimate(Calibration::default()),
+            TokenizerSpec::File(None) | TokenizerSpec::Estimate => {
+                Self::Estimate(Calibration::default())
+            }
         })
     }
 

@@ -49,7 +49,12 @@ pub(super) fn count(ctx: &mut Ctx<'_>, body: &Value) -> Result<()> {
                     block(ctx, b, &format!("{path}.content[{j}]"))?;
                 }
             }
-            _ => return Err(ctx.bad(format!("{path}.content"), "must be a string or an array of blocks")),
+            _ => {
+                return Err(ctx.bad(
+                    format!("{path}.content"),
+                    "must be a string or an array of blocks",
+                ))
+            }
         }
     }
     let tools = ctx.array(body, "tools", "")?;
@@ -70,7 +75,11 @@ pub(super) fn count(ctx: &mut Ctx<'_>, body: &Value) -> Result<()> {
             body.pointer("/tool_choice/type").and_then(Value::as_str),
             Some("any" | "tool")
         );
-        ctx.count.tools += if forced { TOOL_PROMPT_FORCED } else { TOOL_PROMPT_AUTO };
+        ctx.count.tools += if forced {
+            TOOL_PROMPT_FORCED
+        } else {
+            TOOL_PROMPT_AUTO
+        };
     }
     Ok(())
 }
@@ -101,11 +110,18 @@ fn block(ctx: &mut Ctx<'_>, b: &Value, path: &str) -> Result<()> {
                         block(ctx, x, &format!("{path}.content[{i}]"))?;
                     }
                 }
-                Some(_) => return Err(ctx.bad(format!("{path}.content"), "must be a string or an array of blocks")),
+                Some(_) => {
+                    return Err(ctx.bad(
+                        format!("{path}.content"),
+                        "must be a string or an array of blocks",
+                    ))
+                }
             }
         }
         "document" => match b.pointer("/source/type").and_then(Value::as_str) {
-            Some("text") => ctx.count.messages += b.pointer("/source/data").map_or(0, |d| ctx.json(d)),
+            Some("text") => {
+                ctx.count.messages += b.pointer("/source/data").map_or(0, |d| ctx.json(d))
+            }
             _ => ctx.count.messages += ctx.json(b),
         },
         _ => ctx.count.messages += ctx.json(b),
@@ -121,7 +137,9 @@ fn image(ctx: &Ctx<'_>, b: &Value) -> u64 {
             .and_then(Value::as_str)
             .and_then(|d| {
                 let take = d.len().min(256 * 1024) / 4 * 4;
-                base64::engine::general_purpose::STANDARD.decode(d.get(..take)?).ok()
+                base64::engine::general_purpose::STANDARD
+                    .decode(d.get(..take)?)
+                    .ok()
             })
             .and_then(|bytes| image_size(&bytes)),
         _ => None,

@@ -69,7 +69,15 @@ pub fn count_request(
     counter: &dyn CountTokens,
     images: &ImageRule,
 ) -> Result<RequestCount> {
-    let mut ctx = Ctx { format, counter, images, count: RequestCount { exact: counter.exact(), ..Default::default() } };
+    let mut ctx = Ctx {
+        format,
+        counter,
+        images,
+        count: RequestCount {
+            exact: counter.exact(),
+            ..Default::default()
+        },
+    };
     match format {
         WireFormat::OpenAiChat => openai_chat::count(&mut ctx, body)?,
         WireFormat::OpenAiResponses => responses::count(&mut ctx, body)?,
@@ -92,7 +100,11 @@ impl Ctx<'_> {
     }
 
     fn bad(&self, field: impl Into<String>, reason: impl Into<String>) -> TokenError {
-        TokenError::Request { format: self.format.name(), field: field.into(), reason: reason.into() }
+        TokenError::Request {
+            format: self.format.name(),
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 
     /// The array at `key`, absent meaning empty.
@@ -125,7 +137,11 @@ fn openai_function_tokens(ctx: &Ctx<'_>, functions: &[&Value]) -> u64 {
     if functions.is_empty() {
         return 0;
     }
-    let func_init: u64 = if ctx.counter.id() == "cl100k_base" { 10 } else { 7 };
+    let func_init: u64 = if ctx.counter.id() == "cl100k_base" {
+        10
+    } else {
+        7
+    };
     const PROP_INIT: u64 = 3;
     const PROP_KEY: u64 = 3;
     const ENUM_ITEM: u64 = 3;
@@ -135,8 +151,13 @@ fn openai_function_tokens(ctx: &Ctx<'_>, functions: &[&Value]) -> u64 {
         n += func_init;
         let name = f.get("name").and_then(Value::as_str).unwrap_or("");
         let desc = f.get("description").and_then(Value::as_str).unwrap_or("");
-        n += ctx.text(&format!("{name}:{}", desc.strip_suffix('.').unwrap_or(desc)));
-        let props = f.pointer("/parameters/properties").and_then(Value::as_object);
+        n += ctx.text(&format!(
+            "{name}:{}",
+            desc.strip_suffix('.').unwrap_or(desc)
+        ));
+        let props = f
+            .pointer("/parameters/properties")
+            .and_then(Value::as_object);
         if let Some(props) = props.filter(|p| !p.is_empty()) {
             n += PROP_INIT;
             for (key, p) in props {
@@ -154,7 +175,10 @@ fn openai_function_tokens(ctx: &Ctx<'_>, functions: &[&Value]) -> u64 {
                     None => String::new(),
                 };
                 let pdesc = p.get("description").and_then(Value::as_str).unwrap_or("");
-                n += ctx.text(&format!("{key}:{ty}:{}", pdesc.strip_suffix('.').unwrap_or(pdesc)));
+                n += ctx.text(&format!(
+                    "{key}:{ty}:{}",
+                    pdesc.strip_suffix('.').unwrap_or(pdesc)
+                ));
                 for nested in ["properties", "items", "anyOf", "oneOf"] {
                     if let Some(v) = p.get(nested) {
                         n += ctx.json(v);

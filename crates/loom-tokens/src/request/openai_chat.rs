@@ -68,7 +68,10 @@ fn message(ctx: &mut Ctx<'_>, m: &Value, path: &str) -> Result<()> {
         let f = call.get("function").unwrap_or(call);
         let name = f.get("name").and_then(Value::as_str);
         let Some(name) = name else {
-            return Err(ctx.bad(format!("{path}.tool_calls[{i}].function.name"), "must be a string"));
+            return Err(ctx.bad(
+                format!("{path}.tool_calls[{i}].function.name"),
+                "must be a string",
+            ));
         };
         let args = f.get("arguments").map_or(0, |a| ctx.json(a));
         ctx.count.tool_calls += TOKENS_PER_TOOL_CALL + ctx.text(name) + args;
@@ -99,9 +102,13 @@ fn content(ctx: &mut Ctx<'_>, content: Option<&Value>, path: &str) -> Result<()>
                     }
                     "image_url" => {
                         let img = p.get("image_url");
-                        let url = img.and_then(|i| i.get("url").or(Some(i))).and_then(Value::as_str);
+                        let url = img
+                            .and_then(|i| i.get("url").or(Some(i)))
+                            .and_then(Value::as_str);
                         let Some(url) = url else {
-                            return Err(ctx.bad(format!("{path}[{i}].image_url.url"), "must be a string"));
+                            return Err(
+                                ctx.bad(format!("{path}[{i}].image_url.url"), "must be a string")
+                            );
                         };
                         let detail = img.and_then(|i| i.get("detail")).and_then(Value::as_str);
                         ctx.count.images += ctx.images.tokens_for_url(url, detail);

@@ -68,12 +68,20 @@ fn input_item(ctx: &mut Ctx<'_>, item: &Value, path: &str) -> Result<()> {
                         part(ctx, p, &format!("{path}.content[{i}]"))?;
                     }
                 }
-                _ => return Err(ctx.bad(format!("{path}.content"), "must be a string or an array of parts")),
+                _ => {
+                    return Err(ctx.bad(
+                        format!("{path}.content"),
+                        "must be a string or an array of parts",
+                    ))
+                }
             }
         }
         Some("function_call" | "custom_tool_call") => {
             let name = item.get("name").and_then(Value::as_str).unwrap_or("");
-            let args = item.get("arguments").or_else(|| item.get("input")).map_or(0, |a| ctx.json(a));
+            let args = item
+                .get("arguments")
+                .or_else(|| item.get("input"))
+                .map_or(0, |a| ctx.json(a));
             ctx.count.tool_calls += TOKENS_PER_TOOL_CALL + ctx.text(name) + args;
         }
         Some("function_call_output" | "custom_tool_call_output") => {
@@ -89,7 +97,12 @@ fn input_item(ctx: &mut Ctx<'_>, item: &Value, path: &str) -> Result<()> {
             }
         }
         Some("reasoning") => {
-            for s in item.get("summary").and_then(Value::as_array).into_iter().flatten() {
+            for s in item
+                .get("summary")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 ctx.count.messages += s.get("text").map_or(0, |t| ctx.json(t));
             }
         }

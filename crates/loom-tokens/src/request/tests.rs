@@ -3,7 +3,10 @@ use serde_json::{json, Value};
 use super::*;
 use crate::{Encoding, Tokenizer};
 
-const TILE: ImageRule = ImageRule::OpenAiTile { base: 85, per_tile: 170 };
+const TILE: ImageRule = ImageRule::OpenAiTile {
+    base: 85,
+    per_tile: 170,
+};
 
 fn chat(enc: Encoding, body: &Value) -> RequestCount {
     count_request(WireFormat::OpenAiChat, body, &Tokenizer::Bpe(enc), &TILE).unwrap()
@@ -63,11 +66,23 @@ fn openai_chat_counts_tool_calls_without_ids() {
         ]})
     };
     let c = chat(enc, &with_call("call_1"));
-    assert_eq!(c.tool_calls, 3 + enc.count("bash") as u64 + enc.count(args) as u64);
-    assert_eq!(c.messages, (enc.count("assistant") + enc.count("tool") + enc.count("total 0")) as u64);
+    assert_eq!(
+        c.tool_calls,
+        3 + enc.count("bash") as u64 + enc.count(args) as u64
+    );
+    assert_eq!(
+        c.messages,
+        (enc.count("assistant") + enc.count("tool") + enc.count("total 0")) as u64
+    );
     assert_eq!(c.overhead, 3 + 3 + 3);
     // Ids are not shown to the model: a longer id costs nothing.
-    assert_eq!(chat(enc, &with_call("call_with_a_much_longer_identifier_0123456789")), c);
+    assert_eq!(
+        chat(
+            enc,
+            &with_call("call_with_a_much_longer_identifier_0123456789")
+        ),
+        c
+    );
 }
 
 #[test]
@@ -76,7 +91,10 @@ fn openai_chat_counts_images_by_rule_not_as_text() {
     png.extend(1024u32.to_be_bytes());
     png.extend(1024u32.to_be_bytes());
     png.extend([0u8; 4000]);
-    let url = format!("data:image/png;base64,{}", base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &png));
+    let url = format!(
+        "data:image/png;base64,{}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &png)
+    );
     let body = json!({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "what is this?"},
         {"type": "image_url", "image_url": {"url": url, "detail": "high"}},
@@ -84,7 +102,10 @@ fn openai_chat_counts_images_by_rule_not_as_text() {
     ]}]});
     let c = chat(Encoding::O200kBase, &body);
     assert_eq!(c.images, 765 + 85);
-    assert!(c.messages < 20, "the base64 payload must not be counted as text: {c:?}");
+    assert!(
+        c.messages < 20,
+        "the base64 payload must not be counted as text: {c:?}"
+    );
 }
 
 #[test]
@@ -92,9 +113,21 @@ fn malformed_bodies_name_the_field() {
     let t = Tokenizer::Bpe(Encoding::O200kBase);
     let cases = [
         (WireFormat::OpenAiChat, json!({}), "`messages`"),
-        (WireFormat::OpenAiChat, json!({"messages": [{"content": "x"}]}), "messages[0].role"),
-        (WireFormat::OpenAiChat, json!({"messages": [{"role": "user", "content": 5}]}), "messages[0].content"),
-        (WireFormat::AnthropicMessages, json!({"messages": [{"role": "user", "content": [{"text": "x"}]}]}), "messages[0].content[0].type"),
+        (
+            WireFormat::OpenAiChat,
+            json!({"messages": [{"content": "x"}]}),
+            "messages[0].role",
+        ),
+        (
+            WireFormat::OpenAiChat,
+            json!({"messages": [{"role": "user", "content": 5}]}),
+            "messages[0].content",
+        ),
+        (
+            WireFormat::AnthropicMessages,
+            json!({"messages": [{"role": "user", "content": [{"text": "x"}]}]}),
+            "messages[0].content[0].type",
+        ),
         (WireFormat::OpenAiResponses, json!({"input": 3}), "`input`"),
     ];
     for (format, body, field) in cases {
@@ -121,15 +154,36 @@ fn anthropic_counts_blocks_tools_and_the_tool_prompt() {
         ],
         "tools": [tool.clone()]
     });
-    let c = count_request(WireFormat::AnthropicMessages, &body, &t, &ImageRule::Anthropic).unwrap();
-    assert_eq!(c.messages, n("Be brief.") + n("Weather in Paris?") + n("Call the tool."));
-    assert_eq!(c.tool_calls, 3 + n("get_weather") + n("{\"city\":\"Paris\"}") + 3 + n("18C, clear"));
+    let c = count_request(
+        WireFormat::AnthropicMessages,
+        &body,
+        &t,
+        &ImageRule::Anthropic,
+    )
+    .unwrap();
+    assert_eq!(
+        c.messages,
+        n("Be brief.") + n("Weather in Paris?") + n("Call the tool.")
+    );
+    assert_eq!(
+        c.tool_calls,
+        3 + n("get_weather") + n("{\"city\":\"Paris\"}") + 3 + n("18C, clear")
+    );
     let schema = tool["input_schema"].to_string();
-    assert_eq!(c.tools, 3 + n("get_weather") + n("Weather for a city") + n(&schema) + 346);
+    assert_eq!(
+        c.tools,
+        3 + n("get_weather") + n("Weather for a city") + n(&schema) + 346
+    );
     assert_eq!(c.overhead, 9);
     let mut forced = body.clone();
     forced["tool_choice"] = json!({"type": "any"});
-    let f = count_request(WireFormat::AnthropicMessages, &forced, &t, &ImageRule::Anthropic).unwrap();
+    let f = count_request(
+        WireFormat::AnthropicMessages,
+        &forced,
+        &t,
+        &ImageRule::Anthropic,
+    )
+    .unwrap();
     assert_eq!(c.tools - f.tools, 346 - 313);
 }
 
@@ -147,8 +201,14 @@ fn responses_items_are_counted_like_chat_messages() {
         "tools": [{"type": "function", "name": "bash", "description": "Run a command", "parameters": {"type": "object", "properties": {}}}]
     });
     let c = count_request(WireFormat::OpenAiResponses, &body, &t, &TILE).unwrap();
-    assert_eq!(c.messages, n("developer") + n("Be brief.") + n("user") + n("List files"));
-    assert_eq!(c.tool_calls, 3 + n("bash") + n("{\"cmd\":\"ls\"}") + 3 + n("a.txt"));
+    assert_eq!(
+        c.messages,
+        n("developer") + n("Be brief.") + n("user") + n("List files")
+    );
+    assert_eq!(
+        c.tool_calls,
+        3 + n("bash") + n("{\"cmd\":\"ls\"}") + 3 + n("a.txt")
+    );
     assert_eq!(c.tools, 7 + n("bash:Run a command") + 12);
     assert_eq!(c.overhead, 3 + 3 + 3);
     let plain = json!({"input": "hello"});

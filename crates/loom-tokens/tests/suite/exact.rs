@@ -25,20 +25,40 @@ fn exact_counts_match_python_tiktoken() -> anyhow::Result<()> {
     let mut mismatches = Vec::new();
     for file in &files {
         let Some(expected) = fixture["files"].get(&file.name) else {
-            anyhow::bail!("{} is not in the fixture: run scripts/tiktoken_fixture.py fixture", file.name);
+            anyhow::bail!(
+                "{} is not in the fixture: run scripts/tiktoken_fixture.py fixture",
+                file.name
+            );
         };
         anyhow::ensure!(
             expected["sha256"].as_str() == Some(file.sha256.as_str()),
             "{} changed since the fixture was written: run scripts/tiktoken_fixture.py fixture",
             file.name
         );
-        let rows = expected["trajectories"].as_array().map(Vec::as_slice).unwrap_or_default();
-        anyhow::ensure!(rows.len() == file.trajectories.len(), "{}: trajectory count differs", file.name);
+        let rows = expected["trajectories"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        anyhow::ensure!(
+            rows.len() == file.trajectories.len(),
+            "{}: trajectory count differs",
+            file.name
+        );
         for (traj, row) in file.trajectories.iter().zip(rows) {
             let id = traj["id"].as_str().unwrap_or("?");
-            anyhow::ensure!(row["id"].as_str() == Some(id), "{}: trajectory order differs at {id}", file.name);
+            anyhow::ensure!(
+                row["id"].as_str() == Some(id),
+                "{}: trajectory order differs at {id}",
+                file.name
+            );
             let mut labelled = Vec::new();
-            for (i, m) in traj["messages"].as_array().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
+            for (i, m) in traj["messages"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
                 for (label, text) in traces::pieces(m) {
                     labelled.push((format!("messages[{i}].{label}"), text));
                 }
@@ -50,15 +70,26 @@ fn exact_counts_match_python_tiktoken() -> anyhow::Result<()> {
                     let got = enc.count(text) as u64;
                     *checked.entry(enc.name()).or_insert(0u64) += 1;
                     if got != want {
-                        mismatches.push(format!("{} {id} {label}: tiktoken {want}, loom {got}", enc.name()));
+                        mismatches.push(format!(
+                            "{} {id} {label}: tiktoken {want}, loom {got}",
+                            enc.name()
+                        ));
                     }
                 }
             }
         }
     }
-    assert!(mismatches.is_empty(), "{} mismatches, first: {:#?}", mismatches.len(), &mismatches[..mismatches.len().min(10)]);
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches, first: {:#?}",
+        mismatches.len(),
+        &mismatches[..mismatches.len().min(10)]
+    );
     for enc in Encoding::ALL {
-        assert!(checked.get(enc.name()).copied().unwrap_or(0) > 10_000, "too few pieces checked: {checked:?}");
+        assert!(
+            checked.get(enc.name()).copied().unwrap_or(0) > 10_000,
+            "too few pieces checked: {checked:?}"
+        );
     }
     Ok(())
 }
@@ -69,12 +100,26 @@ fn fixture_totals_are_consistent() -> anyhow::Result<()> {
     let fixture = fixture()?;
     for enc in Encoding::ALL {
         let mut sum = 0u64;
-        for file in fixture["files"].as_object().into_iter().flat_map(|m| m.values()) {
+        for file in fixture["files"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
             for row in file["trajectories"].as_array().into_iter().flatten() {
-                sum += row[enc.name()].as_array().into_iter().flatten().filter_map(Value::as_u64).sum::<u64>();
+                sum += row[enc.name()]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_u64)
+                    .sum::<u64>();
             }
         }
-        assert_eq!(fixture["totals"][enc.name()].as_u64(), Some(sum), "{}", enc.name());
+        assert_eq!(
+            fixture["totals"][enc.name()].as_u64(),
+            Some(sum),
+            "{}",
+            enc.name()
+        );
     }
     Ok(())
 }
@@ -104,6 +149,9 @@ fn default_margin_covers_95_percent_of_trace_messages() -> anyhow::Result<()> {
     }
     assert!(total > 1000, "{total}");
     let share = covered as f64 / total as f64;
-    assert!(share >= 0.95, "margin covers {share:.3} of {total} pieces (by class {by_class:?})");
+    assert!(
+        share >= 0.95,
+        "margin covers {share:.3} of {total} pieces (by class {by_class:?})"
+    );
     Ok(())
 }

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 /// Where the traces live, relative to this crate.
 pub fn traces_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/traces"
+    ))
 }
 
 /// One trace file: its name, the SHA-256 of its bytes, its trajectories.
@@ -36,7 +39,10 @@ pub fn load(dir: &Path) -> anyhow::Result<Option<Vec<TraceFile>>> {
             .map(serde_json::from_str)
             .collect::<Result<Vec<serde_json::Value>, _>>()?;
         files.push(TraceFile {
-            name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            name: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             sha256: format!("{:x}", sha2::Sha256::digest(&raw)),
             trajectories,
         });
