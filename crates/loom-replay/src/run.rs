@@ -253,6 +253,8 @@ impl<'a> Replayer<'a> {
         // The full history never compacts: its window is as large as anything it will hold.
         let full_policy = Policy {
             context_window: u64::MAX / 4,
+            oversized_share: 1.0,
+            supersede_snapshots: false,
             ..opts.policy.clone()
         };
         Self {

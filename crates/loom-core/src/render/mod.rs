@@ -214,6 +214,21 @@ pub fn render_projection(
             .and_then(|(v, _)| input.summaries.iter().find(|s| s.version == v))
     };
     let mut state = prev.clone();
+    let mut fired = None;
+    let before_oversized = overhead + coster.total(proj, &state, summary_of(&state));
+    if plan::expire_oversized(proj, &mut state, input.policy, &budget, &mut coster) {
+        state.points += 1;
+        let after = overhead + coster.total(proj, &state, summary_of(&state));
+        let record = PointRecord {
+            at_seq,
+            reason: PointReason::Oversized,
+            before: before_oversized,
+            after,
+            ineffective: state.ineffective(),
+        };
+        state.last_point = Some(record.clone());
+        fired = Some(record);
+    }
     let mut estimate = overhead + coster.total(proj, &state, summary_of(&state));
     let trigger = if estimate > budget.hard_total {
         Some(PointReason::HardTotal)
@@ -222,7 +237,6 @@ pub fn render_projection(
     } else {
         None
     };
-    let mut fired = None;
     if let Some(reason) = trigger {
         let plan_input = PlanInput {
             policy: input.policy,

@@ -27,6 +27,8 @@ pub enum PointReason {
     HighWatermark,
     /// The estimate crossed the hard total (after an ineffective pass had disarmed the watermark).
     HardTotal,
+    /// A result over the oversized share had been answered; only it was stubbed.
+    Oversized,
 }
 
 /// The record of one compaction point.
@@ -180,6 +182,31 @@ impl<'a> Coster<'a> {
         total
     }
 
+    /// Tokens of one result of a unit in one form.
+    pub(crate) fn result(
+        &mut self,
+        proj: &Projection,
+        index: usize,
+        call: usize,
+        form: ResultForm,
+    ) -> u64 {
+        let unit = &proj.units[index];
+        let UnitBody::Turn(turn) = &unit.body else {
+            return 0;
+        };
+        let Some(paired) = turn.calls.get(call) else {
+            return 0;
+        };
+        self.memo(Key::Result(unit.seq, call, form), |c| {
+            let full = layout::result_content(paired, form, c.steps, c.head_chars, c.tail_chars);
+            let with = one_call(paired, full, form);
+            let without = one_call(paired, MessageContent::Text(String::new()), form);
+            c.format
+                .msg_tokens(&with, c.meter)
+                .saturating_sub(c.format.msg_tokens(&without, c.meter))
+        })
+    }
+
     /// Tokens of the compact block under `state`.
     pub(crate) fn block(
         &mut self,
@@ -289,8 +316,10 @@ pub(crate) fn plan(
     let goal = input.budget.low;
     let protected = proj.recent_turns_start(input.policy.protect_recent_turns);
 
-    // 1. Retention rules: results expired by their tool's rule.
+    // 1. Retention rules: results expired by their tool's rule, and results superseded by a
+    //    later run of the identical call (same tool, same arguments), whose output is newer.
     apply_retention(proj, input.policy, &mut st);
+    supersede_repeats(proj, input.policy, &mut st);
     let mut now = est(&st, coster);
 
     // 2. Stub old results, oldest first, outside the protected recent turns.
@@ -463,6 +492,25 @@ fn fold_until(
     now
 }
 
+/// Stubs results whose identical call (tool name and arguments) was made again later and
+/// answered: the later output is the current one.
+fn supersede_repeats(proj: &Projection, policy: &Policy, st: &mut CompactionState) {
+    let mut seen: std::collections::HashSet<(&str, &str)> = std::collections::HashSet::new();
+    for unit in proj.units.iter().rev() {
+        let UnitBody::Turn(turn) = &unit.body else {
+            continue;
+        };
+        for paired in turn.calls.iter().rev() {
+            let Some(r) = &paired.result else { continue };
+            let key = (paired.call.name.as_str(), paired.call.arguments.as_str());
+            let never = matches!(policy.retention_for(key.0), Retention::NeverEvict);
+            if !seen.insert(key) && !never {
+                st.stubbed.insert(r.seq);
+            }
+        }
+    }
+}
+
 /// Stubs every result its tool's retention rule has expired.
 fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState) {
     let turns_total = proj.units.iter().filter(|u| u.is_turn()).count();
@@ -489,4 +537,71 @@ fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState)
         turns_after += 1;
     }
     debug_assert!(turns_after == turns_total);
+}
+
+/// Stubs, among results the model has already answered (a turn follows them), those over
+/// `budget.oversized` tokens and the browser-state snapshots that a newer snapshot supersedes
+/// (every page action returns the whole page, so only the newest is current; the seeds offload
+/// pages always). Returns whether anything changed.
+pub(crate) fn expire_oversized(
+    proj: &Projection,
+    st: &mut CompactionState,
+    policy: &Policy,
+    budget: &Budget,
+    coster: &mut Coster<'_>,
+) -> bool {
+    let Some(last_turn) = proj.units.iter().rposition(|u| u.is_turn()) else {
+        return false;
+    };
+    let snapshot = |call_id: &str| {
+        policy.supersede_snapshots
+            && coster.steps.get(call_id).is_some_and(|s| {
+                matches!(
+                    s.kind,
+                    crate::step::ToolKind::Navigate | crate::step::ToolKind::BrowserAction
+                )
+            })
+    };
+    // Only the newest snapshot stays (the page the model is acting on); older ones are
+    // superseded.
+    let newest_snapshot = (0..proj.units.len())
+        .rev()
+        .find_map(|i| match &proj.units[i].body {
+            UnitBody::Turn(turn) => turn
+                .calls
+                .iter()
+                .rev()
+                .find(|p| p.result.is_some() && snapshot(&p.call.id))
+                .and_then(|p| p.result.as_ref().map(|r| r.seq)),
+            _ => None,
+        });
+    let mut changed = false;
+    for i in 0..last_turn {
+        let unit = &proj.units[i];
+        let UnitBody::Turn(turn) = &unit.body else {
+            continue;
+        };
+        if unit.seq < st.boundary && !is_kept(proj, i) {
+            continue;
+        }
+        for (c, paired) in turn.calls.iter().enumerate() {
+            let Some(r) = &paired.result else { continue };
+            if st.stubbed.contains(&r.seq)
+                || st.elided.contains(&r.seq)
+                || matches!(
+                    policy.retention_for(&paired.call.name),
+                    Retention::NeverEvict
+                )
+            {
+                continue;
+            }
+            let superseded =
+                snapshot(&paired.call.id) && newest_snapshot.is_some_and(|n| n > r.seq);
+            if superseded || coster.result(proj, i, c, ResultForm::Verbatim) > budget.oversized {
+                st.stubbed.insert(r.seq);
+                changed = true;
+            }
+        }
+    }
+    changed
 }

@@ -63,6 +63,13 @@ pub struct Policy {
     pub elide_head_chars: u32,
     /// See `elide_head_chars`.
     pub elide_tail_chars: u32,
+    /// A result larger than this share of the compaction target is stubbed as soon as the model
+    /// has answered it once (1.0 disables). Such a result cannot stay long anyway, and the change
+    /// falls at the end of the previous request, so the cache loses almost nothing. Default: 0.25.
+    pub oversized_share: f64,
+    /// Whether a browser-state snapshot (a page) is stubbed once a newer one has been answered.
+    /// Default: true.
+    pub supersede_snapshots: bool,
     /// Per-tier caps as shares of the compaction target (e.g. `tool_results = 0.3`).
     pub tier_caps: BTreeMap<Tier, f64>,
 }
@@ -82,6 +89,8 @@ impl Default for Policy {
             max_compact_lines: 40,
             elide_head_chars: 2_000,
             elide_tail_chars: 1_000,
+            oversized_share: 0.25,
+            supersede_snapshots: true,
             tier_caps: BTreeMap::new(),
         }
     }
@@ -121,6 +130,7 @@ impl Policy {
         };
         share("high_watermark", self.high_watermark)?;
         share("low_watermark", self.low_watermark)?;
+        share("oversized_share", self.oversized_share)?;
         if self.low_watermark > self.high_watermark {
             return Err(LogError::invalid(
                 "low_watermark",
@@ -171,6 +181,7 @@ impl Policy {
             injection_reserve: self.injection_reserve,
             hard_total,
             target,
+            oversized: share(self.oversized_share),
             high: share(self.high_watermark),
             low: share(self.low_watermark),
             tier_caps: self
@@ -196,6 +207,8 @@ pub struct Budget {
     pub hard_total: u64,
     /// What compaction aims under.
     pub target: u64,
+    /// Results above this many tokens are stubbed once the model has answered them.
+    pub oversized: u64,
     /// A compaction point fires above this.
     pub high: u64,
     /// A compaction point cuts down to this.
