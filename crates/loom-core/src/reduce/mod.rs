@@ -193,6 +193,27 @@ impl ReduceConfig {
                     .insert("raw".into(), args::short(raw_args));
             }
         }
+        // A short one-line answer says more than any description of it, in fewer tokens: it is
+        // its own observation (masked like any other). Only for kinds whose observation would
+        // describe the output alone; file, listing, search and shell observations also carry
+        // what was asked (path, range, exit code), which the output does not repeat.
+        let describes_output = matches!(
+            outcome.kind,
+            ToolKind::Unknown | ToolKind::Custom(_) | ToolKind::WebSearch
+        );
+        if let Some(t) = text.filter(|_| describes_output) {
+            let trimmed = t.trim();
+            let short = !trimmed.is_empty()
+                && !trimmed.contains('\n')
+                && trimmed.chars().count() <= outcome.observation.chars().count();
+            if short {
+                let verbatim = text::piece(trimmed, self.max_chars);
+                if !verbatim.ends_with('…') {
+                    outcome.observation = verbatim;
+                    outcome.facts.insert("verbatim".into(), Value::Bool(true));
+                }
+            }
+        }
         if input.call.is_none() {
             outcome.facts.insert("orphan".into(), Value::Bool(true));
         }

@@ -27,18 +27,31 @@ pub struct Templates {
     by_tool: BTreeMap<String, String>,
 }
 
-/// The seeds' templates, with Loom's additions for kinds the seeds did not have.
-fn default_template(kind: &ToolKind) -> &'static str {
-    match kind {
-        ToolKind::ReadFile => "Read {path} ({size})",
-        ToolKind::WriteFile => "Wrote {path} ({bytes} bytes)",
-        ToolKind::ListDir => "Listed {path} ({count} items)",
-        ToolKind::Grep => "Searched '{pattern}' → {count} matches",
-        ToolKind::WebSearch => "Searched '{query}' → {count} results",
-        ToolKind::Navigate => "Visited {url}",
-        ToolKind::BrowserAction => "{action} on '{title}'",
-        ToolKind::Shell => "Ran `{command}` (exit {exit_code})",
-        ToolKind::Custom(_) | ToolKind::Unknown => "{observation}",
+/// The seeds' templates, with Loom's additions for kinds the seeds did not have, each followed
+/// by fallbacks for steps that lack a field. A step whose observation is its output verbatim
+/// (a short one-line result) gets the call in front, since the output alone does not say what
+/// was done.
+fn default_templates(step: &Step) -> &'static [&'static str] {
+    let verbatim = step.facts.get("verbatim") == Some(&Value::Bool(true));
+    match &step.kind {
+        ToolKind::ReadFile => &["Read {path} ({size})", "Read {path}"],
+        ToolKind::WriteFile => &["Wrote {path} ({bytes} bytes)", "Wrote {path}"],
+        ToolKind::ListDir => &["Listed {path} ({count} items)", "Listed {path}"],
+        ToolKind::Grep => &["Searched '{pattern}' → {count} matches"],
+        ToolKind::WebSearch => &[
+            "Searched '{query}' → {count} results",
+            "Searched '{query}': {observation}",
+        ],
+        ToolKind::Navigate => &["Visited {url}"],
+        ToolKind::BrowserAction => &["{action} on '{title}'", "{action}: {observation}"],
+        ToolKind::Shell => &[
+            "Ran `{command}` (exit {exit_code})",
+            "Ran `{command}`: {observation}",
+        ],
+        ToolKind::Custom(_) | ToolKind::Unknown if verbatim => {
+            &["{tool_name}({args}) → {observation}"]
+        }
+        ToolKind::Custom(_) | ToolKind::Unknown => &["{observation}"],
     }
 }
 
@@ -55,13 +68,13 @@ impl Templates {
 
     /// The step as one compact line.
     pub fn compact(&self, step: &Step) -> CompactStep {
-        let chosen = self
+        let user = self
             .by_tool
             .get(&step.tool_name)
-            .or_else(|| self.by_kind.get(&step.kind))
-            .map_or_else(|| default_template(&step.kind), String::as_str);
-        let mut summary = fill(chosen, step)
-            .or_else(|| fill(default_template(&step.kind), step))
+            .or_else(|| self.by_kind.get(&step.kind));
+        let mut summary = user
+            .and_then(|t| fill(t, step))
+            .or_else(|| default_templates(step).iter().find_map(|t| fill(t, step)))
             .unwrap_or_else(|| step.observation.clone());
         if !step.success && !summary.contains("fail") && !summary.contains("exit") {
             summary.push_str(" (failed)");
