@@ -31,6 +31,12 @@ enum Command {
     Log(cmd::log::Args),
     /// Write a blob's original bytes to stdout.
     Blob(cmd::blob::Args),
+    /// List a session's tool results as reduced steps (observation, outcome_ref, success).
+    Steps(cmd::steps::Args),
+    /// Write the original bytes behind a step's reference (`outputs/shell_003.log`) to stdout.
+    Recall(cmd::recall::Args),
+    /// Write a session's steps in the seeds' layout: history/step_NNN.{json,compact}, outputs/.
+    ExportSteps(cmd::export_steps::Args),
     /// Count tokens of a text file, or per trajectory of a JSONL trace (request-level).
     Tokens(cmd::tokens::Args),
 }
@@ -43,6 +49,9 @@ fn main() -> ExitCode {
         Command::Sessions(args) => cmd::sessions::run(&ctx, args),
         Command::Log(args) => cmd::log::run(&ctx, args),
         Command::Blob(args) => cmd::blob::run(&ctx, args),
+        Command::Steps(args) => cmd::steps::run(&ctx, args),
+        Command::Recall(args) => cmd::recall::run(&ctx, args),
+        Command::ExportSteps(args) => cmd::export_steps::run(&ctx, args),
         Command::Tokens(args) => cmd::tokens::run(&ctx, args),
     };
     exit::report(result)

@@ -186,9 +186,11 @@ impl<'a> Offloader<'a> {
             1 => Ok(Resolution::Found(
                 found.into_keys().next().ok_or_else(not_found)?,
             )),
-            _ => Ok(Resolution::Ambiguous(
-                found.into_values().flatten().collect(),
-            )),
+            _ => {
+                let mut sessions: Vec<SessionId> = found.into_values().flatten().collect();
+                sessions.sort();
+                Ok(Resolution::Ambiguous(sessions))
+            }
         }
     }
 
@@ -378,5 +380,74 @@ mod tests {
             off.resolve(Some(&other), "outputs/shell_001.log"),
             Err(StoreError::SessionNotFound(_))
         ));
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+        use sha2::{Digest, Sha256};
+
+        fn output() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..3000),
+                "[ -~\\n]{0,3000}".prop_map(String::into_bytes),
+                ("[a-z/._]{1,20}", 0usize..400)
+                    .prop_map(|(line, n)| format!("{line}\n").repeat(n).into_bytes()),
+            ]
+        }
+
+        fn tool() -> impl Strategy<Value = (&'static str, &'static str)> {
+            prop::sample::select(vec![
+                ("bash", r#"{"command":"cat a.py"}"#),
+                ("bash", r#"{"command":"grep -rn x ."}"#),
+                ("execute_bash", r#"{"command":"python x.py"}"#),
+                ("Read", r#"{"file_path":"a.bin"}"#),
+                ("click", r#"{"action":"click('a1')"}"#),
+                ("web_search", r#"{"query":"q"}"#),
+                ("get_thing", r#"{"id": 1}"#),
+                ("bash", r#"{"command": "#),
+            ])
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Every reference a step carries returns bytes whose SHA-256 is the original's.
+            #[test]
+            fn every_outcome_ref_returns_the_original_bytes(
+                results in proptest::collection::vec((tool(), output()), 1..12),
+                offload_everything in any::<bool>(),
+            ) {
+                let rows: Vec<(&str, &str, &[u8])> =
+                    results.iter().map(|((t, a), o)| (*t, *a, o.as_slice())).collect();
+                let (store, blobs, id) = session_with(&rows);
+                let config = if offload_everything {
+                    ReduceConfig::from_toml(
+                        "[offload]\nread_file_bytes = 0\nwrite_file_bytes = 0\nlist_dir_entries = 0\n\
+                         search_results = 0\nshell_chars = 0\nbrowser_bytes = 0\ndefault_bytes = 0\n",
+                    )
+                    .unwrap()
+                } else {
+                    ReduceConfig::default()
+                };
+                let off = Offloader::new(&store, &blobs, &config);
+                let steps = off.steps(&id).unwrap();
+                prop_assert_eq!(steps.len(), rows.len());
+                for (step, (_, _, original)) in steps.iter().zip(&rows) {
+                    prop_assert_eq!(&step.stats, &ContentStats::of(original));
+                    let Some(alias) = &step.outcome_ref else {
+                        prop_assert!(!offload_everything || original.is_empty());
+                        continue;
+                    };
+                    let Resolution::Found(blob) = off.resolve(Some(&id), alias).unwrap() else {
+                        return Err(TestCaseError::fail("an alias within a session is never ambiguous"));
+                    };
+                    let mut out = Vec::new();
+                    off.recall(&blob, &mut out).unwrap();
+                    prop_assert_eq!(hex::encode(Sha256::digest(&out)), step.stats.sha256.clone());
+                    prop_assert_eq!(&out, original);
+                }
+            }
+        }
     }
 }

@@ -1,9 +1,12 @@
 //! One module per subcommand; each has `Args` (clap) and `run`.
 
 pub(crate) mod blob;
+pub(crate) mod export_steps;
 pub(crate) mod import;
 pub(crate) mod log;
+pub(crate) mod recall;
 pub(crate) mod sessions;
+pub(crate) mod steps;
 pub(crate) mod tokens;
 
 use std::path::PathBuf;

@@ -5,6 +5,7 @@ mod import;
 mod import_errors;
 mod large;
 mod log;
+mod steps;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
