@@ -33,6 +33,9 @@ enum Command {
     Blob(cmd::blob::Args),
     /// List a session's tool results as reduced steps (observation, outcome_ref, success).
     Steps(cmd::steps::Args),
+    /// Print a session's step history compacted (seed 003): recent steps in full, older ones
+    /// grouped into one-line summaries, failures kept, the oldest counted.
+    Compact(cmd::compact::Args),
     /// Write the original bytes behind a step's reference (`outputs/shell_003.log`) to stdout.
     Recall(cmd::recall::Args),
     /// Write a session's steps in the seeds' layout: history/step_NNN.{json,compact}, outputs/.
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Log(args) => cmd::log::run(&ctx, args),
         Command::Blob(args) => cmd::blob::run(&ctx, args),
         Command::Steps(args) => cmd::steps::run(&ctx, args),
+        Command::Compact(args) => cmd::compact::run(&ctx, args),
         Command::Recall(args) => cmd::recall::run(&ctx, args),
         Command::ExportSteps(args) => cmd::export_steps::run(&ctx, args),
         Command::Tokens(args) => cmd::tokens::run(&ctx, args),

@@ -1,6 +1,7 @@
 //! One module per subcommand; each has `Args` (clap) and `run`.
 
 pub(crate) mod blob;
+pub(crate) mod compact;
 pub(crate) mod export_steps;
 pub(crate) mod import;
 pub(crate) mod log;

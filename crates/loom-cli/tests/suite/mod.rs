@@ -1,6 +1,7 @@
 //! Helpers to run `loom` against a fresh database; one file per command.
 
 mod blob;
+mod compact;
 mod import;
 mod import_errors;
 mod large;
