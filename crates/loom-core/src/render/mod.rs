@@ -230,10 +230,16 @@ pub fn render_projection(
         fired = Some(record);
     }
     let mut estimate = overhead + coster.total(proj, &state, summary_of(&state));
+    let over_cap = budget
+        .tier_caps
+        .get(&Tier::ToolResults)
+        .is_some_and(|cap| coster.results(proj, &state) > *cap);
     let trigger = if estimate > budget.hard_total {
         Some(PointReason::HardTotal)
     } else if estimate > budget.high && !state.ineffective() {
         Some(PointReason::HighWatermark)
+    } else if over_cap && !state.ineffective() {
+        Some(PointReason::TierCap)
     } else {
         None
     };

@@ -29,6 +29,8 @@ pub enum PointReason {
     HardTotal,
     /// A result over the oversized share had been answered; only it was stubbed.
     Oversized,
+    /// Tool results exceeded their tier cap.
+    TierCap,
 }
 
 /// The record of one compaction point.
@@ -230,6 +232,21 @@ impl<'a> Coster<'a> {
         })
     }
 
+    /// Tokens of the results rendered in place under `state` (the `tool_results` tier).
+    pub(crate) fn results(&mut self, proj: &Projection, state: &CompactionState) -> u64 {
+        let mut total = 0;
+        for (i, unit) in proj.units.iter().enumerate() {
+            let UnitBody::Turn(turn) = &unit.body else { continue };
+            if unit.seq < state.boundary && !is_kept(proj, i) {
+                continue;
+            }
+            for (c, paired) in turn.calls.iter().enumerate() {
+                total += self.result(proj, i, c, form_of(paired, state));
+            }
+        }
+        total
+    }
+
     /// Tokens of all units and the compact block under `state` (without request overhead).
     pub(crate) fn total(
         &mut self,
@@ -322,8 +339,16 @@ pub(crate) fn plan(
     supersede_repeats(proj, input.policy, &mut st);
     let mut now = est(&st, coster);
 
-    // 2. Stub old results, oldest first, outside the protected recent turns.
-    if now > goal {
+    // 2. Stub old results, oldest first, outside the protected recent turns — also while tool
+    //    results exceed their tier cap.
+    let cap = input
+        .budget
+        .tier_caps
+        .get(&super::policy::Tier::ToolResults)
+        .copied();
+    let mut results = cap.map(|_| coster.results(proj, &st));
+    let over_cap = |results: Option<u64>| results.zip(cap).is_some_and(|(r, c)| r > c);
+    if now > goal || over_cap(results) {
         'stub: for i in 0..protected {
             if proj.units[i].seq < st.boundary && !is_kept(proj, i) {
                 continue;
@@ -347,7 +372,8 @@ pub(crate) fn plan(
                         continue;
                     }
                     now = now - before_unit + after_unit;
-                    if now <= goal {
+                    results = results.map(|r| r.saturating_sub(before_unit - after_unit));
+                    if now <= goal && !over_cap(results) {
                         break 'stub;
                     }
                 }

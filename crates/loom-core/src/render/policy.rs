@@ -70,7 +70,9 @@ pub struct Policy {
     /// Whether a browser-state snapshot (a page) is stubbed once a newer one has been answered.
     /// Default: true.
     pub supersede_snapshots: bool,
-    /// Per-tier caps as shares of the compaction target (e.g. `tool_results = 0.3`).
+    /// Per-tier caps as shares of the compaction target. Only `tool_results` can be capped: when
+    /// the results sent verbatim or stubbed exceed it, a compaction point stubs old results until
+    /// they fit, so one fat result cannot starve the dialogue.
     pub tier_caps: BTreeMap<Tier, f64>,
 }
 
@@ -118,6 +120,22 @@ pub enum Tier {
     Overhead,
 }
 
+impl Tier {
+    /// The snake_case name used in policies and receipts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::Tools => "tools",
+            Self::Pins => "pins",
+            Self::Summary => "summary",
+            Self::Dialogue => "dialogue",
+            Self::ToolResults => "tool_results",
+            Self::Injected => "injected",
+            Self::Overhead => "overhead",
+        }
+    }
+}
+
 impl Policy {
     /// Checks the values are coherent; names the field that is not.
     pub fn validate(&self) -> Result<(), LogError> {
@@ -141,7 +159,13 @@ impl Policy {
             ));
         }
         for (tier, cap) in &self.tier_caps {
-            share(&format!("tier_caps.{tier:?}"), *cap)?;
+            if *tier != Tier::ToolResults {
+                return Err(LogError::invalid(
+                    format!("tier_caps.{}", tier.as_str()),
+                    "only `tool_results` can be capped",
+                ));
+            }
+            share("tier_caps.tool_results", *cap)?;
         }
         if self.response_reserve.saturating_add(self.injection_reserve) >= self.context_window {
             return Err(LogError::invalid(
@@ -266,5 +290,37 @@ mod tests {
         };
         assert_ne!(a.version(), b.version());
         assert_eq!(a.version(), Policy::default().version());
+    }
+}
+
+#[cfg(test)]
+mod doc_tests {
+    use super::*;
+
+    /// docs/policy.md documents every field with its default; this keeps the two in step.
+    #[test]
+    fn documented_defaults_match_the_code() {
+        let doc = include_str!("../../../../docs/policy.md");
+        let defaults = serde_json::to_value(Policy::default()).unwrap();
+        for (field, value) in defaults.as_object().unwrap() {
+            let row = doc
+                .lines()
+                .filter(|l| l.starts_with("| `"))
+                .find(|l| {
+                    l.starts_with(&format!("| `{field}`")) || l.contains(&format!(", `{field}`"))
+                })
+                .unwrap_or_else(|| panic!("docs/policy.md does not document `{field}`"));
+            let shown = match value {
+                serde_json::Value::Object(o) if o.contains_key("mode") => {
+                    format!("mode = {}", o["mode"])
+                }
+                serde_json::Value::Object(_) => "none".to_owned(),
+                other => other.to_string(),
+            };
+            assert!(row.contains(&shown), "`{field}` default {shown} is not in: {row}");
+        }
+        let example = doc.split("```toml").nth(1).unwrap().split("```").next().unwrap();
+        let parsed: Policy = toml::from_str(example).unwrap();
+        parsed.validate().unwrap();
     }
 }

@@ -398,3 +398,27 @@ fn without_cache_control(v: serde_json::Value) -> serde_json::Value {
         other => other,
     }
 }
+
+#[test]
+fn tool_results_tier_cap_triggers_stubbing() {
+    let mut fx = Fixture::new(100_000);
+    fx.policy.tier_caps.insert(Tier::ToolResults, 0.01);
+    let log = long_log(30, 60);
+    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let last = renders.last().unwrap();
+    let cap = last.receipt.budget.tier_caps[&Tier::ToolResults];
+    assert!(!last.receipt.stubbed.is_empty());
+    assert!(renders.iter().any(|r| matches!(
+        r.receipt.compaction.as_ref().map(|p| p.reason),
+        Some(PointReason::TierCap)
+    )));
+    // Right after a point the results fit their cap (protected turns aside).
+    let after_point = renders.iter().rev().find(|r| r.receipt.compaction.is_some()).unwrap();
+    assert!(after_point.receipt.tiers[&Tier::ToolResults] > 0);
+    assert!(cap > 0);
+    let bad = Policy {
+        tier_caps: [(Tier::Dialogue, 0.5)].into_iter().collect(),
+        ..Policy::default()
+    };
+    assert!(bad.validate().unwrap_err().to_string().contains("tier_caps.dialogue"));
+}
