@@ -176,14 +176,14 @@ impl Progress for Bar {
     }
 
     fn writing(&mut self, sessions: u64) {
-        self.bar.set_position(0);
-        self.bar.set_length(sessions);
         if let Ok(style) =
             ProgressStyle::with_template("{msg:8} [{bar:30}] {pos}/{len} sessions ({eta})")
         {
             self.bar.set_style(style.progress_chars("=> "));
         }
         self.bar.set_message("writing");
+        self.bar.set_length(sessions);
+        self.bar.set_position(0);
     }
 
     fn written(&mut self, _session: &SessionId) {
