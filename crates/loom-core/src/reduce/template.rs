@@ -33,21 +33,18 @@ pub struct Templates {
 /// was done.
 fn default_templates(step: &Step) -> &'static [&'static str] {
     let verbatim = step.facts.get("verbatim") == Some(&Value::Bool(true));
+    // Past the first template, a step falls back to its observation, which already names the
+    // command, query or action.
     match &step.kind {
         ToolKind::ReadFile => &["Read {path} ({size})", "Read {path}"],
         ToolKind::WriteFile => &["Wrote {path} ({bytes} bytes)", "Wrote {path}"],
         ToolKind::ListDir => &["Listed {path} ({count} items)", "Listed {path}"],
         ToolKind::Grep => &["Searched '{pattern}' → {count} matches"],
-        ToolKind::WebSearch => &[
-            "Searched '{query}' → {count} results",
-            "Searched '{query}': {observation}",
-        ],
+        ToolKind::WebSearch if verbatim => &["Searched '{query}': {observation}"],
+        ToolKind::WebSearch => &["Searched '{query}' → {count} results"],
         ToolKind::Navigate => &["Visited {url}"],
-        ToolKind::BrowserAction => &["{action} on '{title}'", "{action}: {observation}"],
-        ToolKind::Shell => &[
-            "Ran `{command}` (exit {exit_code})",
-            "Ran `{command}`: {observation}",
-        ],
+        ToolKind::BrowserAction => &["{action} on '{title}'"],
+        ToolKind::Shell => &["Ran `{command}` (exit {exit_code})"],
         ToolKind::Custom(_) | ToolKind::Unknown if verbatim => {
             &["{tool_name}({args}) → {observation}"]
         }
