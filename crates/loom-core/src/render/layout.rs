@@ -197,10 +197,6 @@ fn snippet(text: &str, max: usize) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct Line {
     pub(crate) text: String,
-    /// Whether it records a failed step (never omitted).
-    pub(crate) failed: bool,
-    /// Whether it is a step (counted in "N earlier steps omitted") rather than a message.
-    pub(crate) step: bool,
 }
 
 /// The compact block: its text and the seqs whose lines were omitted from it.
@@ -212,11 +208,7 @@ pub(crate) struct Block {
 
 /// One compact line per folded step or message.
 pub(crate) fn unit_lines(unit: &Unit, steps: &StepIndex) -> Vec<Line> {
-    let line = |text: String| Line {
-        text,
-        failed: false,
-        step: false,
-    };
+    let line = |text: String| Line { text };
     match &unit.body {
         UnitBody::System(_) | UnitBody::Pin { .. } => Vec::new(),
         UnitBody::User { content, .. } => {
@@ -248,18 +240,50 @@ pub(crate) fn unit_lines(unit: &Unit, steps: &StepIndex) -> Vec<Line> {
                         observation(p, step),
                         reference(p, step)
                     ),
-                    failed,
-                    step: true,
                 }
             })
             .collect(),
     }
 }
 
+/// Where a compact line comes from: a unit, and the call within it for a step line.
+#[derive(Debug, Clone, Copy)]
+struct LineRef {
+    unit: usize,
+    call: Option<usize>,
+    failed: bool,
+}
+
+/// The lines a folded unit contributes, without formatting them.
+fn line_refs(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<LineRef>) {
+    match &proj.units[index].body {
+        UnitBody::System(_) | UnitBody::Pin { .. } => {}
+        UnitBody::Turn(turn) if !turn.calls.is_empty() => {
+            for (c, p) in turn.calls.iter().enumerate() {
+                let failed = steps.get(&p.call.id).map_or_else(
+                    || p.result.as_ref().is_some_and(|r| r.is_error),
+                    |s| !s.success,
+                );
+                out.push(LineRef {
+                    unit: index,
+                    call: Some(c),
+                    failed,
+                });
+            }
+        }
+        _ => out.push(LineRef {
+            unit: index,
+            call: None,
+            failed: false,
+        }),
+    }
+}
+
 /// The compact block for the folded units, or `None` when nothing is folded.
 ///
 /// Lines beyond `max_lines` are omitted oldest first — except failures, which are never
-/// dropped — and the block says how many steps (not lines or groups) were omitted.
+/// dropped — and the block says how many steps (not lines or groups) were omitted. Only the
+/// lines kept are formatted, so the cost follows `max_lines`, not the length of the session.
 pub(crate) fn compact_block(
     proj: &Projection,
     state: &CompactionState,
@@ -268,7 +292,7 @@ pub(crate) fn compact_block(
     max_lines: usize,
 ) -> Option<Block> {
     let summarized_to = summary.map_or(0, |s| s.to_seq);
-    let mut lines: Vec<(Line, Seq)> = Vec::new();
+    let mut refs: Vec<LineRef> = Vec::new();
     let mut folded_any = false;
     for (i, unit) in proj.units.iter().enumerate() {
         if unit.seq >= state.boundary {
@@ -278,45 +302,45 @@ pub(crate) fn compact_block(
             continue;
         }
         folded_any = true;
-        if unit.seq <= summarized_to {
-            continue;
+        if unit.seq > summarized_to {
+            line_refs(proj, i, steps, &mut refs);
         }
-        lines.extend(unit_lines(unit, steps).into_iter().map(|l| (l, unit.seq)));
     }
     if !folded_any && summary.is_none() {
         return None;
     }
-    let failures = lines.iter().filter(|(l, _)| l.failed).count();
-    let mut omitted_steps = 0usize;
-    let mut omitted_messages = 0usize;
-    let mut omitted = Vec::new();
-    if lines.len() > max_lines {
-        let mut excess = lines.len() - max_lines.max(failures);
-        lines.retain(|(l, seq)| {
-            if excess > 0 && !l.failed {
-                excess -= 1;
-                if l.step {
-                    omitted_steps += 1;
-                } else {
-                    omitted_messages += 1;
-                }
-                if omitted.last() != Some(seq) {
-                    omitted.push(*seq);
-                }
-                false
+    let failures = refs.iter().filter(|r| r.failed).count();
+    let mut excess = refs.len().saturating_sub(max_lines.max(failures));
+    let (mut omitted_steps, mut omitted_messages) = (0usize, 0usize);
+    let mut omitted: Vec<Seq> = Vec::new();
+    let mut kept: Vec<LineRef> = Vec::with_capacity(refs.len().min(max_lines.max(failures)));
+    for r in refs {
+        if excess > 0 && !r.failed {
+            excess -= 1;
+            if r.call.is_some() {
+                omitted_steps += 1;
             } else {
-                true
+                omitted_messages += 1;
             }
-        });
+            let seq = proj.units[r.unit].seq;
+            if omitted.last() != Some(&seq) {
+                omitted.push(seq);
+            }
+        } else {
+            kept.push(r);
+        }
     }
     let mut out = String::from(COMPACT_HEADER);
     if let Some(s) = summary {
         out.push_str("\nSummary of the conversation so far:\n");
         out.push_str(&s.content);
     }
-    for (line, _) in lines {
-        out.push('\n');
-        out.push_str(&line.text);
+    for r in kept {
+        let lines = unit_lines(&proj.units[r.unit], steps);
+        if let Some(line) = lines.get(r.call.unwrap_or(0)) {
+            out.push('\n');
+            out.push_str(&line.text);
+        }
     }
     // The count goes last: it changes whenever more lines are omitted, and text after the lines
     // is the only place where that change does not rewrite what a prompt cache already holds.

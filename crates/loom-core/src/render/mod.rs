@@ -277,7 +277,12 @@ pub fn render_projection(
             tokens: record.tokens,
         });
     }
+    let omitted = coster
+        .block_text(proj, &state, summary)
+        .map(|b| b.omitted)
+        .unwrap_or_default();
     let receipt = receipt::build(receipt::ReceiptInput {
+        omitted: &omitted,
         input,
         proj,
         state: &state,
@@ -397,13 +402,7 @@ fn layout_request(
             messages.push(layout::unit_msg(unit, state, input.steps, head, tail));
         }
     }
-    if let Some(block) = layout::compact_block(
-        proj,
-        state,
-        summary,
-        input.steps,
-        state.max_lines(policy.max_compact_lines as usize),
-    ) {
+    if let Some(block) = coster.block_text(proj, state, summary) {
         let tokens = coster.block(proj, state, summary);
         pieces.push(Piece {
             key: identity(&("block", &block.text)),

@@ -106,6 +106,7 @@ pub(crate) struct Coster<'a> {
     pub(crate) tail_chars: usize,
     pub(crate) max_lines: usize,
     memo: &'a mut HashMap<Key, u64>,
+    block: &'a mut Option<(Key, Option<layout::Block>)>,
 }
 
 /// A memo of token costs that outlives one render (keyed by piece; valid for one session, format,
@@ -113,6 +114,8 @@ pub(crate) struct Coster<'a> {
 #[derive(Debug, Default, Clone)]
 pub struct CostMemo {
     map: HashMap<Key, u64>,
+    /// The last compact block built, by its key (its text is a function of the key).
+    block: Option<(Key, Option<layout::Block>)>,
 }
 
 impl CostMemo {
@@ -138,6 +141,7 @@ impl<'a> Coster<'a> {
             tail_chars: policy.elide_tail_chars as usize,
             max_lines: policy.max_compact_lines as usize,
             memo: &mut memo.map,
+            block: &mut memo.block,
         }
     }
 
@@ -209,6 +213,33 @@ impl<'a> Coster<'a> {
         })
     }
 
+    fn block_key(&self, state: &CompactionState, summary: Option<&SummaryView>) -> Key {
+        Key::Block(
+            state.boundary,
+            summary.map(|s| s.version),
+            state.max_lines(self.max_lines),
+        )
+    }
+
+    /// The compact block under `state`, built once per key.
+    pub(crate) fn block_text(
+        &mut self,
+        proj: &Projection,
+        state: &CompactionState,
+        summary: Option<&SummaryView>,
+    ) -> Option<layout::Block> {
+        let key = self.block_key(state, summary);
+        if let Some((k, block)) = self.block.as_ref() {
+            if *k == key {
+                return block.clone();
+            }
+        }
+        let max = state.max_lines(self.max_lines);
+        let block = layout::compact_block(proj, state, summary, self.steps, max);
+        *self.block = Some((key, block.clone()));
+        block
+    }
+
     /// Tokens of the compact block under `state`.
     pub(crate) fn block(
         &mut self,
@@ -216,19 +247,16 @@ impl<'a> Coster<'a> {
         state: &CompactionState,
         summary: Option<&SummaryView>,
     ) -> u64 {
-        let max = state.max_lines(self.max_lines);
-        let key = Key::Block(state.boundary, summary.map(|s| s.version), max);
-        self.memo(key, |c| {
-            match layout::compact_block(proj, state, summary, c.steps, max) {
-                None => 0,
-                Some(block) => c.format.msg_tokens(
-                    &Msg::User {
-                        content: MessageContent::Text(block.text),
-                        name: None,
-                    },
-                    c.meter,
-                ),
-            }
+        let key = self.block_key(state, summary);
+        self.memo(key, |c| match c.block_text(proj, state, summary) {
+            None => 0,
+            Some(block) => c.format.msg_tokens(
+                &Msg::User {
+                    content: MessageContent::Text(block.text),
+                    name: None,
+                },
+                c.meter,
+            ),
         })
     }
 
@@ -236,7 +264,9 @@ impl<'a> Coster<'a> {
     pub(crate) fn results(&mut self, proj: &Projection, state: &CompactionState) -> u64 {
         let mut total = 0;
         for (i, unit) in proj.units.iter().enumerate() {
-            let UnitBody::Turn(turn) = &unit.body else { continue };
+            let UnitBody::Turn(turn) = &unit.body else {
+                continue;
+            };
             if unit.seq < state.boundary && !is_kept(proj, i) {
                 continue;
             }
@@ -492,8 +522,11 @@ pub(crate) fn plan(
     st
 }
 
-/// Moves the boundary forward one unit at a time (never past `limit`) until the estimate is at
-/// most `goal`; returns the estimate.
+/// Moves the boundary forward (never past unit `limit`, never folding the last unit) to the
+/// first unit at which the estimate is at most `goal`; returns the estimate.
+///
+/// Folding more almost always shrinks the request, so the boundary is found by binary search:
+/// a logarithmic number of estimates per compaction point instead of one per folded unit.
 fn fold_until(
     proj: &Projection,
     st: &mut CompactionState,
@@ -502,20 +535,45 @@ fn fold_until(
     est: &mut impl FnMut(&CompactionState, &mut Coster<'_>) -> u64,
     coster: &mut Coster<'_>,
 ) -> u64 {
-    let mut now = est(st, coster);
+    let now = est(st, coster);
+    if now <= goal {
+        return now;
+    }
     let start = proj
         .units
         .iter()
         .position(|u| u.seq >= st.boundary)
         .unwrap_or(proj.units.len());
-    for i in start..limit.min(proj.units.len()) {
-        if now <= goal {
-            break;
-        }
-        st.boundary = proj.units.get(i + 1).map_or(st.boundary, |u| u.seq);
-        now = est(st, coster);
+    // Candidate k folds every unit before index k; the last unit always stays.
+    let end = limit.min(proj.units.len().saturating_sub(1));
+    if end <= start {
+        return now;
     }
-    now
+    let at = |k: usize, st: &CompactionState| CompactionState {
+        boundary: proj.units[k].seq,
+        ..st.clone()
+    };
+    let (mut lo, mut hi) = (start + 1, end);
+    let mut best = est(&at(hi, st), coster);
+    if best > goal {
+        *st = at(hi, st);
+        return best;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let e = est(&at(mid, st), coster);
+        if e <= goal {
+            hi = mid;
+            best = e;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    *st = at(hi, st);
+    if hi == end {
+        return best;
+    }
+    est(st, coster)
 }
 
 /// Stubs results whose identical call (tool name and arguments) was made again later and

@@ -317,9 +317,18 @@ mod doc_tests {
                 serde_json::Value::Object(_) => "none".to_owned(),
                 other => other.to_string(),
             };
-            assert!(row.contains(&shown), "`{field}` default {shown} is not in: {row}");
+            assert!(
+                row.contains(&shown),
+                "`{field}` default {shown} is not in: {row}"
+            );
         }
-        let example = doc.split("```toml").nth(1).unwrap().split("```").next().unwrap();
+        let example = doc
+            .split("```toml")
+            .nth(1)
+            .unwrap()
+            .split("```")
+            .next()
+            .unwrap();
         let parsed: Policy = toml::from_str(example).unwrap();
         parsed.validate().unwrap();
     }

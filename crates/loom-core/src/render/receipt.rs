@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::layout::{self, is_kept, SummaryView};
+use super::layout::{is_kept, SummaryView};
 use super::plan::{CompactionState, PointRecord};
 use super::policy::{Budget, Tier};
 use super::projection::{Projection, UnitBody};
@@ -142,19 +142,14 @@ pub(crate) struct ReceiptInput<'a, 'i> {
     pub(crate) injected: Vec<Injected>,
     pub(crate) fired: Option<PointRecord>,
     pub(crate) at_seq: Seq,
+    /// Seqs whose compact lines were omitted.
+    pub(crate) omitted: &'a [Seq],
 }
 
 pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
     let (proj, state) = (r.proj, r.state);
     let summarized_to = r.summary.map_or(0, |s| s.to_seq);
-    let block = layout::compact_block(
-        proj,
-        state,
-        r.summary,
-        r.input.steps,
-        state.max_lines(r.input.policy.max_compact_lines as usize),
-    );
-    let omitted: Vec<Seq> = block.map(|b| b.omitted).unwrap_or_default();
+    let omitted: std::collections::HashSet<Seq> = r.omitted.iter().copied().collect();
     let (mut verbatim, mut stubbed, mut elided, mut grouped, mut summarized, mut dropped) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut thinned = Vec::new();

@@ -413,12 +413,20 @@ fn tool_results_tier_cap_triggers_stubbing() {
         Some(PointReason::TierCap)
     )));
     // Right after a point the results fit their cap (protected turns aside).
-    let after_point = renders.iter().rev().find(|r| r.receipt.compaction.is_some()).unwrap();
+    let after_point = renders
+        .iter()
+        .rev()
+        .find(|r| r.receipt.compaction.is_some())
+        .unwrap();
     assert!(after_point.receipt.tiers[&Tier::ToolResults] > 0);
     assert!(cap > 0);
     let bad = Policy {
         tier_caps: [(Tier::Dialogue, 0.5)].into_iter().collect(),
         ..Policy::default()
     };
-    assert!(bad.validate().unwrap_err().to_string().contains("tier_caps.dialogue"));
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("tier_caps.dialogue"));
 }
