@@ -49,7 +49,9 @@ pub enum LogError {
         call_id: String,
     },
     /// A tool result names a different tool than its call.
-    #[error("tool result for call `{call_id}` names tool `{got}` but the call was to `{expected}`")]
+    #[error(
+        "tool result for call `{call_id}` names tool `{got}` but the call was to `{expected}`"
+    )]
     ToolNameMismatch {
         /// The call id.
         call_id: String,

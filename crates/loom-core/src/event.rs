@@ -416,12 +416,9 @@ impl EventBody {
             Self::ToolResult { call_id, .. } if call_id.is_empty() => {
                 Err(LogError::invalid("call_id", "must not be empty"))
             }
-            Self::DirectMessage { priority, .. } if !(0.0..=1.0).contains(priority) => {
-                Err(LogError::invalid(
-                    "priority",
-                    format!("{priority} is outside 0.0..=1.0"),
-                ))
-            }
+            Self::DirectMessage { priority, .. } if !(0.0..=1.0).contains(priority) => Err(
+                LogError::invalid("priority", format!("{priority} is outside 0.0..=1.0")),
+            ),
             _ => Ok(()),
         }
     }
@@ -516,14 +513,19 @@ mod tests {
             r#"{"kind":"direct_message","source":"a","target":"b","content":"hi","priority":1.5}"#,
         )
         .unwrap();
-        assert!(matches!(bad.validate(), Err(LogError::InvalidField { field, .. }) if field == "priority"));
+        assert!(
+            matches!(bad.validate(), Err(LogError::InvalidField { field, .. }) if field == "priority")
+        );
     }
 
     #[test]
     fn content_text_joins_text_parts() {
         let c = MessageContent::Parts(vec![
             ContentPart::Text { text: "a".into() },
-            ContentPart::Image { url: "data:image/png;base64,AA".into(), detail: None },
+            ContentPart::Image {
+                url: "data:image/png;base64,AA".into(),
+                detail: None,
+            },
             ContentPart::Text { text: "b".into() },
         ]);
         assert_eq!(c.text(), "a\nb");

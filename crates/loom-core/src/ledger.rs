@@ -130,13 +130,14 @@ impl Ledger {
                 Some(CallState::Expired { .. }) => Err(LogError::Expired {
                     call_id: call_id.clone(),
                 }),
-                Some(CallState::Pending { tool_name: expected, .. }) if expected != tool_name => {
-                    Err(LogError::ToolNameMismatch {
-                        call_id: call_id.clone(),
-                        expected: expected.clone(),
-                        got: tool_name.clone(),
-                    })
-                }
+                Some(CallState::Pending {
+                    tool_name: expected,
+                    ..
+                }) if expected != tool_name => Err(LogError::ToolNameMismatch {
+                    call_id: call_id.clone(),
+                    expected: expected.clone(),
+                    got: tool_name.clone(),
+                }),
                 Some(CallState::Pending { .. }) => Ok(()),
             },
             _ => Ok(()),
@@ -254,7 +255,10 @@ mod tests {
     #[test]
     fn rejects_unknown_duplicate_stale_and_mismatched() {
         let mut l = Ledger::new();
-        assert!(matches!(l.apply(1, &result("x", "bash")), Err(LogError::UnknownCall { .. })));
+        assert!(matches!(
+            l.apply(1, &result("x", "bash")),
+            Err(LogError::UnknownCall { .. })
+        ));
         l.apply(1, &call("a")).unwrap();
         assert!(matches!(
             l.apply(2, &call("a")),
@@ -267,7 +271,10 @@ mod tests {
         l.apply(2, &result("a", "bash")).unwrap();
         assert!(matches!(
             l.apply(3, &result("a", "bash")),
-            Err(LogError::AlreadyResolved { resolved_seq: 2, .. })
+            Err(LogError::AlreadyResolved {
+                resolved_seq: 2,
+                ..
+            })
         ));
     }
 }

@@ -223,13 +223,28 @@ mod tests {
     #[test]
     fn detects_types() {
         assert_eq!(ContentStats::of(b"").content_type, ContentType::Empty);
-        assert_eq!(ContentStats::of(b" {\"a\": 1}\n").content_type, ContentType::Json);
+        assert_eq!(
+            ContentStats::of(b" {\"a\": 1}\n").content_type,
+            ContentType::Json
+        );
         assert_eq!(ContentStats::of(b"[1,2]").content_type, ContentType::Json);
-        assert_eq!(ContentStats::of(b"<html><body/></html>").content_type, ContentType::Html);
-        assert_eq!(ContentStats::of(b"<?xml version='1.0'?><a/>").content_type, ContentType::Xml);
-        assert_eq!(ContentStats::of(b"hello\nworld").content_type, ContentType::Text);
+        assert_eq!(
+            ContentStats::of(b"<html><body/></html>").content_type,
+            ContentType::Html
+        );
+        assert_eq!(
+            ContentStats::of(b"<?xml version='1.0'?><a/>").content_type,
+            ContentType::Xml
+        );
+        assert_eq!(
+            ContentStats::of(b"hello\nworld").content_type,
+            ContentType::Text
+        );
         assert_eq!(ContentStats::of(b"a\0b").content_type, ContentType::Binary);
-        assert_eq!(ContentStats::of(&[0xff, 0xfe, 0x41]).content_type, ContentType::Binary);
+        assert_eq!(
+            ContentStats::of(&[0xff, 0xfe, 0x41]).content_type,
+            ContentType::Binary
+        );
     }
 
     #[test]
