@@ -42,7 +42,11 @@ pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let code = if is_bad_input(&e) { BAD_INPUT } else { INTERNAL };
+            let code = if is_bad_input(&e) {
+                BAD_INPUT
+            } else {
+                INTERNAL
+            };
             let mut err = std::io::stderr().lock();
             let _ = writeln!(err, "error: {e:#}");
             ExitCode::from(code)

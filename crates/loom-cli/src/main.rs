@@ -2,6 +2,7 @@
 
 mod cmd;
 mod exit;
+mod progress;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +41,12 @@ enum Command {
     Recall(cmd::recall::Args),
     /// Write a session's steps in the seeds' layout: history/step_NNN.{json,compact}, outputs/.
     ExportSteps(cmd::export_steps::Args),
+    /// Print the exact request body for a session's next model call.
+    Render(cmd::render::Args),
+    /// Say what happened to one event in each model call.
+    Explain(cmd::explain::Args),
+    /// Replay agent traces through Loom and its baselines; report tokens, cost, cache and recall.
+    Replay(cmd::replay::Args),
     /// Count tokens of a text file, or per trajectory of a JSONL trace (request-level).
     Tokens(cmd::tokens::Args),
 }
@@ -56,6 +63,9 @@ fn main() -> ExitCode {
         Command::Compact(args) => cmd::compact::run(&ctx, args),
         Command::Recall(args) => cmd::recall::run(&ctx, args),
         Command::ExportSteps(args) => cmd::export_steps::run(&ctx, args),
+        Command::Replay(args) => cmd::replay::run(&ctx, args),
+        Command::Render(args) => cmd::render::run(&ctx, args),
+        Command::Explain(args) => cmd::explain::run(&ctx, args),
         Command::Tokens(args) => cmd::tokens::run(&ctx, args),
     };
     exit::report(result)

@@ -4,6 +4,12 @@
 //! `cargo bench -p loom-core --bench render` prints p50/p99 per call at 1,000 turns (timed loop)
 //! and criterion's figure for one call.
 
+#![expect(
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a benchmark: a failed render should stop it, and its percentiles are printed"
+)]
+
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;

@@ -99,7 +99,7 @@ pub enum ReplayError {
         trace: String,
         /// The store's error.
         #[source]
-        source: loom_store::StoreError,
+        source: Box<loom_store::StoreError>,
     },
 }
 
@@ -382,7 +382,7 @@ impl<'a> Replayer<'a> {
                         ToolOutput::Blob(r) => {
                             self.blobs.get(r).map_err(|source| ReplayError::Blob {
                                 trace: id.clone(),
-                                source,
+                                source: Box::new(source),
                             })?
                         }
                     };
@@ -407,7 +407,7 @@ impl<'a> Replayer<'a> {
                     if let Some(alias) = &reduction.offload {
                         let info = self.blobs.put(&bytes).map_err(|source| ReplayError::Blob {
                             trace: id.clone(),
-                            source,
+                            source: Box::new(source),
                         })?;
                         aliases.insert(alias.clone(), info.blob);
                     }

@@ -2,10 +2,13 @@
 
 pub(crate) mod blob;
 pub(crate) mod compact;
+pub(crate) mod explain;
 pub(crate) mod export_steps;
 pub(crate) mod import;
 pub(crate) mod log;
 pub(crate) mod recall;
+pub(crate) mod render;
+pub(crate) mod replay;
 pub(crate) mod sessions;
 pub(crate) mod steps;
 pub(crate) mod tokens;

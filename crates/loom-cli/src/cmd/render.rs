@@ -1,0 +1,206 @@
+//! `loom render SESSION --model NAME`: the exact request body for the session's next model call.
+//!
+//! Steps are derived (and outputs offloaded) on first use; the compaction state is read from the
+//! session's last receipt and the new receipt, with the new state, is recorded as a model call, so
+//! consecutive renders stay append-only between compaction points.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use loom_core::render::{
+    self, Audience, CompactionState, CostMemo, Format, Policy, Receipt, RenderInput, Rendered,
+    StepIndex, SummaryView, TokenMeter,
+};
+use loom_core::{Event, SessionId};
+use loom_replay::EncodingMeter;
+use loom_store::{NewModelCall, Store, Workspace};
+
+use super::replay::read_policy;
+use super::Context;
+use crate::exit::bad_input;
+
+/// Arguments shared by `render` and `explain`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RenderArgs {
+    /// Model whose tokenizer counts and whose window applies.
+    #[arg(long, default_value = "gpt-4o")]
+    pub(crate) model: String,
+    /// Input-token budget (default: the model's context window minus the response reserve).
+    #[arg(long)]
+    pub(crate) budget: Option<u64>,
+    /// Output format.
+    #[arg(long, default_value = "openai-chat", value_parser = super::replay::parse_format)]
+    pub(crate) format: Format,
+    /// Policy file (TOML).
+    #[arg(long)]
+    pub(crate) policy: Option<PathBuf>,
+}
+
+/// Arguments of `loom render`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The session.
+    session: String,
+    #[command(flatten)]
+    render: RenderArgs,
+    /// Print the receipt (JSON) to stderr as well.
+    #[arg(long)]
+    receipt: bool,
+}
+
+/// Everything a render of a stored session reads.
+pub(crate) struct Loaded {
+    pub(crate) ws: Workspace,
+    pub(crate) session: SessionId,
+    pub(crate) events: Vec<Event>,
+    pub(crate) steps: StepIndex,
+    pub(crate) summaries: Vec<SummaryView>,
+    pub(crate) policy: Policy,
+    pub(crate) meter: EncodingMeter,
+    pub(crate) audience: Audience,
+}
+
+/// Opens the session and derives what rendering needs.
+pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::Result<Loaded> {
+    let ws = super::sessions::open_existing(ctx)?;
+    let session = SessionId::new(session).map_err(bad_input)?;
+    let info = ws
+        .store
+        .session(&session)?
+        .ok_or_else(|| bad_input(anyhow::anyhow!("session `{session}` not found")))?;
+    let registry = loom_tokens::Registry::built_in().context("loading the model registry")?;
+    let model = registry.lookup(&args.model).map_err(bad_input)?;
+    let loom_tokens::TokenizerSpec::Bpe(encoding) = model.tokenizer.clone() else {
+        return Err(bad_input(anyhow::anyhow!(
+            "model `{}` has no exact tokenizer built in; render needs one to guarantee the budget",
+            args.model
+        )));
+    };
+    let mut policy = read_policy(args.policy.as_ref())?;
+    policy.context_window = match args.budget {
+        Some(budget) => budget + policy.response_reserve,
+        None => model.context_window,
+    };
+    policy.validate().map_err(bad_input)?;
+    let latest = ws.store.latest_seq(&session)?;
+    let events = ws.store.read(&session, 1..=latest)?;
+    let config = super::steps::load_config(None)?;
+    let steps: StepIndex = super::steps::derive(&ws, &config, &session, false)?
+        .into_iter()
+        .map(|s| (s.call_id.clone(), s))
+        .collect();
+    let summaries = ws
+        .store
+        .summaries(&session)?
+        .into_iter()
+        .filter(|s| s.summary.from_seq == 1)
+        .map(|s| SummaryView {
+            version: s.version,
+            to_seq: s.summary.to_seq,
+            content: s.summary.content,
+        })
+        .collect();
+    let now_ms = events.last().map_or(info.created_ms, |e| e.ts_ms);
+    Ok(Loaded {
+        ws,
+        session,
+        events,
+        steps,
+        summaries,
+        policy,
+        meter: EncodingMeter(encoding),
+        audience: Audience {
+            agent: Some(info.agent),
+            now_ms,
+        },
+    })
+}
+
+impl Loaded {
+    /// Renders the log up to `upto` events with the given previous state.
+    pub(crate) fn render(
+        &self,
+        upto: usize,
+        model: &str,
+        format: Format,
+        prev: &CompactionState,
+        memo: &mut CostMemo,
+    ) -> Result<Rendered, render::RenderError> {
+        let meter: &dyn TokenMeter = &self.meter;
+        let input = RenderInput {
+            events: &self.events[..upto],
+            steps: &self.steps,
+            summaries: &self.summaries,
+            policy: &self.policy,
+            format,
+            model,
+            tools: &[],
+            injections: &[],
+            audience: &self.audience,
+            meter,
+        };
+        render::render(&input, prev, memo)
+    }
+
+    /// The stored compaction state to continue from: the last receipt's, when it was made under
+    /// the same policy, model and format.
+    pub(crate) fn last_state(
+        &self,
+        model: &str,
+        format: Format,
+    ) -> anyhow::Result<(CompactionState, Option<u64>)> {
+        let calls = self.ws.store.model_calls(&self.session)?;
+        let Some(last) = calls.last() else {
+            return Ok((CompactionState::default(), None));
+        };
+        let receipt: Option<Receipt> =
+            serde_json::from_value(last.call.receipt["receipt"].clone()).ok();
+        let state: Option<CompactionState> =
+            serde_json::from_value(last.call.receipt["state"].clone()).ok();
+        match (receipt, state) {
+            (Some(r), Some(s))
+                if r.policy_version == self.policy.version()
+                    && r.model == model
+                    && r.format == format.as_str() =>
+            {
+                Ok((s, Some(last.call.at_seq)))
+            }
+            _ => Ok((CompactionState::default(), None)),
+        }
+    }
+}
+
+pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
+    let loaded = load(ctx, &args.session, &args.render)?;
+    let (prev, last_seq) = loaded.last_state(&args.render.model, args.render.format)?;
+    let rendered = loaded
+        .render(
+            loaded.events.len(),
+            &args.render.model,
+            args.render.format,
+            &prev,
+            &mut CostMemo::new(),
+        )
+        .map_err(bad_input)?;
+    let at_seq = render::last_seq(&loaded.events);
+    // A second render of an unchanged log records nothing new.
+    if last_seq != Some(at_seq) {
+        loaded.ws.store.record_model_call(&NewModelCall {
+            session: loaded.session.clone(),
+            at_seq,
+            created_ms: loaded.audience.now_ms,
+            receipt: serde_json::json!({
+                "receipt": rendered.receipt,
+                "state": rendered.state,
+            }),
+        })?;
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", rendered.body())?;
+    if args.receipt {
+        let mut err = std::io::stderr().lock();
+        writeln!(err, "{}", serde_json::to_string_pretty(&rendered.receipt)?)?;
+    }
+    Ok(())
+}
