@@ -227,27 +227,28 @@ fn resolve(
         .ok_or(format!("model[{i}]: `name` is missing"))?;
     let at = |field: &str, reason: &str| format!("model `{name}`: field `{field}`: {reason}");
     let has_file = m.tokenizer_file.is_some();
-    let tokenizer =
-        match m.tokenizer.as_deref() {
-            None => return Err(at("tokenizer", "is missing")),
-            Some("tokenizer.json") => {
-                let file = m.tokenizer_file.map(|p| match base_dir {
-                    Some(dir) if p.is_relative() => dir.join(p),
-                    _ => p,
-                });
-                TokenizerSpec::File(file)
-            }
-            Some("estimate") => TokenizerSpec::Estimate,
-            Some(other) => match crate::Encoding::from_name(other) {
-                Some(e) => TokenizerSpec::Bpe(e),
-                None => return Err(at(
+    let tokenizer = match m.tokenizer.as_deref() {
+        None => return Err(at("tokenizer", "is missing")),
+        Some("tokenizer.json") => {
+            let file = m.tokenizer_file.map(|p| match base_dir {
+                Some(dir) if p.is_relative() => dir.join(p),
+                _ => p,
+            });
+            TokenizerSpec::File(file)
+        }
+        Some("estimate") => TokenizerSpec::Estimate,
+        Some(other) => match crate::Encoding::from_name(other) {
+            Some(e) => TokenizerSpec::Bpe(e),
+            None => {
+                return Err(at(
                     "tokenizer",
                     &format!(
                         "`{other}` is not one of o200k_base, cl100k_base, tokenizer.json, estimate"
                     ),
-                )),
-            },
-        };
+                ))
+            }
+        },
+    };
     if has_file && !matches!(tokenizer, TokenizerSpec::File(_)) {
         return Err(at(
             "tokenizer_file",
