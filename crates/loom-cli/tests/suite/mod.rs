@@ -6,6 +6,7 @@ mod import;
 mod import_errors;
 mod large;
 mod log;
+mod replay;
 mod steps;
 
 use std::path::{Path, PathBuf};
