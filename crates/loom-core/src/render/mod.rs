@@ -215,9 +215,9 @@ pub fn render_projection(
     };
     let mut state = prev.clone();
     let mut fired = None;
-    let before_oversized = overhead + coster.total(proj, &state, summary_of(&state));
     if plan::expire_oversized(proj, &mut state, input.policy, &budget, &mut coster) {
         state.points += 1;
+        let before_oversized = overhead + coster.total(proj, prev, summary_of(prev));
         let after = overhead + coster.total(proj, &state, summary_of(&state));
         let record = PointRecord {
             at_seq,
@@ -326,15 +326,15 @@ fn identity(value: &impl std::hash::Hash) -> u64 {
 
 /// Identity of a unit rendered in place: its seq and the forms of its results.
 fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
-    let forms: Vec<ResultForm> = match &unit.body {
-        UnitBody::Turn(turn) => turn
-            .calls
-            .iter()
-            .map(|p| layout::form_of(p, state))
-            .collect(),
-        _ => Vec::new(),
-    };
-    identity(&("unit", unit.seq, state.thinned.contains(&unit.seq), forms))
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    ("unit", unit.seq, state.thinned.contains(&unit.seq)).hash(&mut h);
+    if let UnitBody::Turn(turn) = &unit.body {
+        for p in &turn.calls {
+            layout::form_of(p, state).hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 fn injection_msg(content: &str) -> Msg {

@@ -86,6 +86,67 @@ impl CompactionState {
     }
 }
 
+/// A small, fast hasher for the memo's integer keys (SipHash's DoS resistance buys nothing for
+/// keys the pipeline makes itself, and the memo is hit several thousand times per render).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<Fx>;
+
+/// A hash of everything in a state that decides what a unit costs.
+fn fingerprint(state: &CompactionState) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = Fx::default();
+    state.boundary.hash(&mut h);
+    state.stubbed.hash(&mut h);
+    state.elided.hash(&mut h);
+    state.thinned.hash(&mut h);
+    state.summary.hash(&mut h);
+    state.block_lines.hash(&mut h);
+    h.finish()
+}
+
+/// Progress that lets a render continue from the previous one instead of rescanning the log:
+/// valid only while the state it was computed under is the state passed in.
+#[derive(Debug, Clone, Copy, Default)]
+struct Running {
+    /// Fingerprint of the state the sums below were computed under.
+    state: u64,
+    /// Units before this index are complete (no pending call) and summed in `sum`.
+    complete: usize,
+    /// Their tokens.
+    sum: u64,
+}
+
+/// Progress of the eager rules (oversized results, superseded snapshots).
+#[derive(Debug, Clone, Copy, Default)]
+struct Eager {
+    /// Fingerprint of the state the rules left behind.
+    state: u64,
+    /// Units before this index have been settled.
+    from: usize,
+    /// The snapshot result left verbatim as the newest page.
+    snapshot: Option<Seq>,
+}
+
 /// Cost keys: the head of a unit, or one result in one form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Key {
@@ -105,15 +166,19 @@ pub(crate) struct Coster<'a> {
     pub(crate) head_chars: usize,
     pub(crate) tail_chars: usize,
     pub(crate) max_lines: usize,
-    memo: &'a mut HashMap<Key, u64>,
+    memo: &'a mut HashMap<Key, u64, FxBuild>,
     block: &'a mut Option<(Key, Option<layout::Block>)>,
+    running: &'a mut Option<Running>,
+    eager: &'a mut Option<Eager>,
 }
 
 /// A memo of token costs that outlives one render (keyed by piece; valid for one session, format,
 /// meter and step index).
 #[derive(Debug, Default, Clone)]
 pub struct CostMemo {
-    map: HashMap<Key, u64>,
+    map: HashMap<Key, u64, FxBuild>,
+    running: Option<Running>,
+    eager: Option<Eager>,
     /// The last compact block built, by its key (its text is a function of the key).
     block: Option<(Key, Option<layout::Block>)>,
 }
@@ -142,6 +207,8 @@ impl<'a> Coster<'a> {
             max_lines: policy.max_compact_lines as usize,
             memo: &mut memo.map,
             block: &mut memo.block,
+            running: &mut memo.running,
+            eager: &mut memo.eager,
         }
     }
 
@@ -284,14 +351,34 @@ impl<'a> Coster<'a> {
         state: &CompactionState,
         summary: Option<&SummaryView>,
     ) -> u64 {
-        let mut total = self.block(proj, state, summary);
-        for i in 0..proj.units.len() {
-            if proj.units[i].seq < state.boundary && !is_kept(proj, i) {
-                continue;
+        let fp = fingerprint(state);
+        let (start, mut sum) = match *self.running {
+            Some(r) if r.state == fp && r.complete <= proj.units.len() => (r.complete, r.sum),
+            _ => (0, 0),
+        };
+        let (mut complete, mut complete_sum, mut settled) = (start, sum, true);
+        for i in start..proj.units.len() {
+            if proj.units[i].seq >= state.boundary || is_kept(proj, i) {
+                sum += self.unit(proj, i, state);
             }
-            total += self.unit(proj, i, state);
+            // A unit with a pending call may still change; the running sum stops before it.
+            let pending = match &proj.units[i].body {
+                UnitBody::Turn(turn) => turn.calls.iter().any(|p| p.result.is_none()),
+                _ => false,
+            };
+            if settled && !pending && i + 1 < proj.units.len() {
+                complete = i + 1;
+                complete_sum = sum;
+            } else {
+                settled = false;
+            }
         }
-        total
+        *self.running = Some(Running {
+            state: fp,
+            complete,
+            sum: complete_sum,
+        });
+        sum + self.block(proj, state, summary)
     }
 }
 
@@ -637,6 +724,11 @@ pub(crate) fn expire_oversized(
     let Some(last_turn) = proj.units.iter().rposition(|u| u.is_turn()) else {
         return false;
     };
+    // Continue from the last render when it left exactly this state; otherwise start over.
+    let progress = match *coster.eager {
+        Some(e) if e.state == fingerprint(st) && e.from <= last_turn => e,
+        _ => Eager::default(),
+    };
     let snapshot = |call_id: &str| {
         policy.supersede_snapshots
             && coster.steps.get(call_id).is_some_and(|s| {
@@ -646,46 +738,50 @@ pub(crate) fn expire_oversized(
                 )
             })
     };
-    // Only the newest snapshot stays (the page the model is acting on); older ones are
-    // superseded.
-    let newest_snapshot = (0..proj.units.len())
-        .rev()
-        .find_map(|i| match &proj.units[i].body {
-            UnitBody::Turn(turn) => turn
-                .calls
-                .iter()
-                .rev()
-                .find(|p| p.result.is_some() && snapshot(&p.call.id))
-                .and_then(|p| p.result.as_ref().map(|r| r.seq)),
-            _ => None,
-        });
-    let mut changed = false;
-    for i in 0..last_turn {
-        let unit = &proj.units[i];
+    let evictable = |name: &str| !matches!(policy.retention_for(name), Retention::NeverEvict);
+    let mut newest = progress.snapshot;
+    let mut superseded: Vec<Seq> = Vec::new();
+    for unit in &proj.units[progress.from..] {
         let UnitBody::Turn(turn) = &unit.body else {
             continue;
         };
-        if unit.seq < st.boundary && !is_kept(proj, i) {
-            continue;
+        for paired in &turn.calls {
+            let Some(r) = &paired.result else { continue };
+            if snapshot(&paired.call.id) && newest.is_none_or(|n| n < r.seq) {
+                superseded.extend(newest);
+                newest = evictable(&paired.call.name).then_some(r.seq);
+            }
         }
+    }
+    let mut changed = false;
+    for seq in superseded {
+        if !st.elided.contains(&seq) && st.stubbed.insert(seq) {
+            changed = true;
+        }
+    }
+    // Only answered results (before the last turn) are eligible for the size rule.
+    for i in progress.from..last_turn {
+        let UnitBody::Turn(turn) = &proj.units[i].body else {
+            continue;
+        };
         for (c, paired) in turn.calls.iter().enumerate() {
             let Some(r) = &paired.result else { continue };
             if st.stubbed.contains(&r.seq)
                 || st.elided.contains(&r.seq)
-                || matches!(
-                    policy.retention_for(&paired.call.name),
-                    Retention::NeverEvict
-                )
+                || !evictable(&paired.call.name)
             {
                 continue;
             }
-            let superseded =
-                snapshot(&paired.call.id) && newest_snapshot.is_some_and(|n| n > r.seq);
-            if superseded || coster.result(proj, i, c, ResultForm::Verbatim) > budget.oversized {
+            if coster.result(proj, i, c, ResultForm::Verbatim) > budget.oversized {
                 st.stubbed.insert(r.seq);
                 changed = true;
             }
         }
     }
+    *coster.eager = Some(Eager {
+        state: fingerprint(st),
+        from: last_turn,
+        snapshot: newest,
+    });
     changed
 }

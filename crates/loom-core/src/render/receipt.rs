@@ -149,7 +149,8 @@ pub(crate) struct ReceiptInput<'a, 'i> {
 pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
     let (proj, state) = (r.proj, r.state);
     let summarized_to = r.summary.map_or(0, |s| s.to_seq);
-    let omitted: std::collections::HashSet<Seq> = r.omitted.iter().copied().collect();
+    // Omitted seqs come in log order, so a binary search finds them.
+    let omitted = r.omitted;
     let (mut verbatim, mut stubbed, mut elided, mut grouped, mut summarized, mut dropped) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut thinned = Vec::new();
@@ -166,7 +167,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         if folded {
             let list = if unit.seq <= summarized_to {
                 &mut summarized
-            } else if omitted.contains(&unit.seq) {
+            } else if omitted.binary_search(&unit.seq).is_ok() {
                 &mut dropped
             } else {
                 &mut grouped
