@@ -35,11 +35,20 @@ pub fn message_tokens(message: &Value, meter: &dyn TokenMeter) -> u64 {
     TOKENS_PER_MESSAGE + name + leaf_tokens(message, meter)
 }
 
-/// Tokens of every string leaf of `value`.
+/// What an inline image (`data:image/...;base64,...`) is budgeted at: OpenAI's cost of a
+/// 512×512 image at high detail (85 + 4 × 170). Its base64 text is never counted as text.
+pub const INLINE_IMAGE_TOKENS: u64 = 765;
+
+/// Tokens of every string leaf of `value` (an inline image counts [`INLINE_IMAGE_TOKENS`]).
 pub fn leaf_tokens(value: &Value, meter: &dyn TokenMeter) -> u64 {
     match value {
+        Value::String(s) if s.starts_with("data:image/") => INLINE_IMAGE_TOKENS,
         Value::String(s) => meter.count(s),
         Value::Array(items) => items.iter().map(|v| leaf_tokens(v, meter)).sum(),
+        // Anthropic's inline image source: `{"type": "base64", "media_type", "data"}`.
+        Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("base64") => {
+            INLINE_IMAGE_TOKENS
+        }
         Value::Object(map) => map.values().map(|v| leaf_tokens(v, meter)).sum(),
         Value::Null | Value::Bool(_) | Value::Number(_) => 0,
     }
@@ -54,6 +63,33 @@ pub fn tool_tokens(tool: &Value, meter: &dyn TokenMeter) -> u64 {
 /// word. Deterministic, not a real tokenizer.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApproxMeter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_images_are_not_counted_as_text() {
+        let big = format!("data:image/png;base64,{}", "QUJD".repeat(50_000));
+        let chat = serde_json::json!({"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": big}}
+        ]});
+        assert_eq!(
+            message_tokens(&chat, &ApproxMeter),
+            TOKENS_PER_MESSAGE
+                + ApproxMeter.count("user")
+                + ApproxMeter.count("image_url")
+                + INLINE_IMAGE_TOKENS
+        );
+        let anthropic = serde_json::json!({"type": "image", "source": {
+            "type": "base64", "media_type": "image/png", "data": "QUJD".repeat(50_000)
+        }});
+        assert_eq!(
+            leaf_tokens(&anthropic, &ApproxMeter),
+            ApproxMeter.count("image") + INLINE_IMAGE_TOKENS
+        );
+    }
+}
 
 impl TokenMeter for ApproxMeter {
     fn count(&self, text: &str) -> u64 {

@@ -26,8 +26,8 @@ pub use check::{check_anthropic, check_chat, check_request, check_responses, Vio
 pub use format::Format;
 pub use layout::{StepIndex, SummaryView, COMPACT_HEADER};
 pub use meter::{
-    leaf_tokens, message_tokens, tool_tokens, ApproxMeter, TokenMeter, REPLY_PRIMING,
-    TOKENS_PER_MESSAGE, TOKENS_PER_NAME,
+    leaf_tokens, message_tokens, tool_tokens, ApproxMeter, TokenMeter, INLINE_IMAGE_TOKENS,
+    REPLY_PRIMING, TOKENS_PER_MESSAGE, TOKENS_PER_NAME,
 };
 pub use plan::Key as CostKey;
 pub use plan::{CompactionState, CostMemo, PointReason, PointRecord};
