@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use loom_core::render::{
-    self, Audience, CompactionState, CostMemo, Format, Msg, Piece, Policy, RenderError,
+    self, Audience, CompactionState, CostMemo, Format, Msg, Piece, Policy, Projection, RenderError,
     RenderInput, Rendered, StepIndex, TokenMeter,
 };
 use loom_core::{
@@ -303,6 +303,8 @@ impl<'a> Replayer<'a> {
         let mut memo = CostMemo::new();
         let mut full_memo = CostMemo::new();
         let mut last: Option<Last> = None;
+        // Kept up to date event by event, as a live engine keeps it.
+        let mut proj = Projection::default();
         let mut out = Vec::new();
         let mut error = None;
         let mut step_no = 0u32;
@@ -326,6 +328,7 @@ impl<'a> Replayer<'a> {
                     let evidence = seen.evidence(&text);
                     match self.call(
                         &events[..j],
+                        &proj,
                         &steps,
                         &audience,
                         &mut state,
@@ -362,6 +365,7 @@ impl<'a> Replayer<'a> {
                 }
             }
             // Ingest: what a live agent's log would hold after this event.
+            proj.push(event, &audience);
             match &event.body {
                 EventBody::System { content } | EventBody::User { content, .. } => {
                     seen.dialogue(&content.text());
@@ -425,9 +429,14 @@ impl<'a> Replayer<'a> {
     }
 
     /// Renders call k for Loom (timed) and the full history.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call's whole context, used once"
+    )]
     fn call(
         &self,
         events: &[Event],
+        proj: &Projection,
         steps: &StepIndex,
         audience: &Audience,
         state: &mut CompactionState,
@@ -447,11 +456,11 @@ impl<'a> Replayer<'a> {
             meter: self.meter,
         };
         let start = Instant::now();
-        let loom = render::render(&input, state, memo)?;
+        let loom = render::render_projection(&input, proj, state, memo)?;
         let nanos = start.elapsed().as_nanos() as u64;
         *state = loom.state.clone();
         input.policy = &self.full_policy;
-        let full = render::render(&input, &CompactionState::default(), full_memo)?;
+        let full = render::render_projection(&input, proj, &CompactionState::default(), full_memo)?;
         Ok((loom, full, nanos))
     }
 
