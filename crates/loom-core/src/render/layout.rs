@@ -50,30 +50,33 @@ pub(crate) fn form_of(paired: &Paired, state: &CompactionState) -> ResultForm {
     }
 }
 
-/// Where the original of a result can be recovered: the step's `outcome_ref`, or its log seq.
-fn reference(paired: &Paired, step: Option<&Step>) -> String {
-    match (step.and_then(|s| s.outcome_ref.as_deref()), &paired.result) {
-        (Some(r), _) => r.to_owned(),
-        (None, Some(r)) => format!("seq {}", r.seq),
-        (None, None) => "none".to_owned(),
+impl Paired {
+    /// Where the original of the result can be recovered: the step's `outcome_ref`, or its log
+    /// seq when the output was not offloaded (the log itself holds it).
+    pub fn reference(&self, step: Option<&Step>) -> String {
+        match (step.and_then(|s| s.outcome_ref.as_deref()), &self.result) {
+            (Some(r), _) => r.to_owned(),
+            (None, Some(r)) => format!("seq {}", r.seq),
+            (None, None) => "none".to_owned(),
+        }
     }
-}
 
-/// The one-line observation of a result: the step's, or one computed from the stats.
-fn observation(paired: &Paired, step: Option<&Step>) -> String {
-    if let Some(step) = step {
-        return step.observation.clone();
-    }
-    match &paired.result {
-        Some(r) => format!(
-            "{} returned {} bytes, {} lines of {}{}",
-            paired.call.name,
-            r.stats.bytes,
-            r.stats.lines,
-            r.stats.content_type.as_str(),
-            if r.is_error { " (error)" } else { "" }
-        ),
-        None => format!("{} has no result", paired.call.name),
+    /// The one-line observation of the result: the step's, or one computed from the stats.
+    pub fn observation(&self, step: Option<&Step>) -> String {
+        if let Some(step) = step {
+            return step.observation.clone();
+        }
+        match &self.result {
+            Some(r) => format!(
+                "{} returned {} bytes, {} lines of {}{}",
+                self.call.name,
+                r.stats.bytes,
+                r.stats.lines,
+                r.stats.content_type.as_str(),
+                if r.is_error { " (error)" } else { "" }
+            ),
+            None => format!("{} has no result", self.call.name),
+        }
     }
 }
 
@@ -94,7 +97,7 @@ pub(crate) fn result_content(
         },
         (ResultForm::Elided, Some(r)) => match &r.output {
             ToolOutput::Text(s) => {
-                MessageContent::Text(elide(s, head_chars, tail_chars, &reference(paired, step)))
+                MessageContent::Text(elide(s, head_chars, tail_chars, &paired.reference(step)))
             }
             _ => stub(paired, step),
         },
@@ -108,8 +111,8 @@ pub(crate) fn result_content(
 fn stub(paired: &Paired, step: Option<&Step>) -> MessageContent {
     MessageContent::Text(format!(
         "{} (See {})",
-        observation(paired, step),
-        reference(paired, step)
+        paired.observation(step),
+        paired.reference(step)
     ))
 }
 
@@ -237,8 +240,8 @@ pub(crate) fn unit_lines(unit: &Unit, steps: &StepIndex) -> Vec<Line> {
                 Line {
                     text: format!(
                         "[{id}]{mark} {} (See {})",
-                        observation(p, step),
-                        reference(p, step)
+                        p.observation(step),
+                        p.reference(step)
                     ),
                 }
             })

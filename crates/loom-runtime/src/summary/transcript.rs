@@ -7,7 +7,7 @@
 //! where every result of every covered turn has arrived, so a summary never covers half a pair.
 
 use loom_core::render::{Paired, Projection, StepIndex, TokenMeter, Unit, UnitBody};
-use loom_core::{Seq, Step};
+use loom_core::Seq;
 
 use super::{Entry, EntryKind};
 
@@ -75,31 +75,6 @@ fn snippet(text: &str, max: usize) -> String {
     s
 }
 
-fn reference(paired: &Paired, step: Option<&Step>) -> String {
-    match (step.and_then(|s| s.outcome_ref.as_deref()), &paired.result) {
-        (Some(r), _) => r.to_owned(),
-        (None, Some(r)) => format!("seq {}", r.seq),
-        (None, None) => "none".to_owned(),
-    }
-}
-
-fn observation(paired: &Paired, step: Option<&Step>) -> String {
-    if let Some(step) = step {
-        return step.observation.clone();
-    }
-    match &paired.result {
-        Some(r) => format!(
-            "{} returned {} bytes, {} lines of {}{}",
-            paired.call.name,
-            r.stats.bytes,
-            r.stats.lines,
-            r.stats.content_type.as_str(),
-            if r.is_error { " (error)" } else { "" }
-        ),
-        None => format!("{} has no result", paired.call.name),
-    }
-}
-
 /// Units the render keeps verbatim in every request (system prompt, pins, the task statement):
 /// a summary has nothing to add for them.
 fn is_kept(proj: &Projection, index: usize) -> bool {
@@ -134,8 +109,8 @@ fn step_entry(seq: Seq, paired: &Paired, steps: &StepIndex, limits: &EntryLimits
         _ => one_line(&paired.call.arguments),
     };
     let mark = if failed { "✗ " } else { "" };
-    let obs = bound(&one_line(&observation(paired, step)), limits.text_chars / 2);
-    let reference = reference(paired, step);
+    let obs = bound(&one_line(&paired.observation(step)), limits.text_chars / 2);
+    let reference = paired.reference(step);
     Entry {
         seq,
         kind: EntryKind::Step,
