@@ -15,7 +15,7 @@ mod run;
 mod window;
 
 pub use evidence::{identifiers, Seen};
-pub use meter::EncodingMeter;
+pub use meter::{CachedMeter, EncodingMeter};
 pub use metrics::{summaries, summarize, StrategyStats, Summary, FORMULA_CACHED};
 pub use report::write_report;
 pub use run::{CallRecord, ReplayError, ReplayOptions, Replayer, Sent, TraceRun};

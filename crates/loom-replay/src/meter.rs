@@ -16,3 +16,81 @@ impl TokenMeter for EncodingMeter {
         self.0.name()
     }
 }
+
+/// A meter that counts each distinct text once: replay renders Loom's request and the full
+/// history for every call, and both meter the same messages.
+///
+/// Texts are keyed by their length and a 64-bit hash, so a repeat costs a hash of the text
+/// instead of a tokenization.
+pub struct CachedMeter<'a> {
+    inner: &'a dyn TokenMeter,
+    cache: std::cell::RefCell<std::collections::HashMap<(usize, u64), u64>>,
+}
+
+impl std::fmt::Debug for CachedMeter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CachedMeter({})", self.inner.name())
+    }
+}
+
+impl<'a> CachedMeter<'a> {
+    /// A cache in front of `inner`.
+    pub fn new(inner: &'a dyn TokenMeter) -> Self {
+        Self {
+            inner,
+            cache: std::cell::RefCell::new(std::collections::HashMap::new()),
+        }
+    }
+}
+
+fn text_hash(text: &str) -> u64 {
+    // FNV-1a over 8-byte words: fast, and collisions also need equal lengths to matter.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for chunk in text.as_bytes().chunks(8) {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        h = (h ^ u64::from_le_bytes(word)).wrapping_mul(0x0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    h
+}
+
+impl TokenMeter for CachedMeter<'_> {
+    fn count(&self, text: &str) -> u64 {
+        // Short texts are cheaper to count than to look up.
+        if text.len() < 64 {
+            return self.inner.count(text);
+        }
+        let key = (text.len(), text_hash(text));
+        if let Some(&n) = self.cache.borrow().get(&key) {
+            return n;
+        }
+        let n = self.inner.count(text);
+        self.cache.borrow_mut().insert(key, n);
+        n
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loom_core::render::ApproxMeter;
+
+    #[test]
+    fn cached_counts_equal_direct_counts() {
+        let cached = CachedMeter::new(&ApproxMeter);
+        for text in [
+            "short",
+            &"word ".repeat(100),
+            &"other text ".repeat(40),
+            &"word ".repeat(100),
+        ] {
+            assert_eq!(cached.count(text), ApproxMeter.count(text));
+        }
+        assert_eq!(cached.cache.borrow().len(), 2);
+    }
+}

@@ -302,6 +302,8 @@ impl<'a> Replayer<'a> {
         let mut state = CompactionState::default();
         let mut memo = CostMemo::new();
         let mut full_memo = CostMemo::new();
+        let cached = crate::meter::CachedMeter::new(self.meter);
+        let meter: &dyn TokenMeter = &cached;
         let mut last: Option<Last> = None;
         // Kept up to date event by event, as a live engine keeps it.
         let mut proj = Projection::default();
@@ -327,6 +329,7 @@ impl<'a> Replayer<'a> {
                     }
                     let evidence = seen.evidence(&text);
                     match self.call(
+                        meter,
                         &events[..j],
                         &proj,
                         &steps,
@@ -343,8 +346,15 @@ impl<'a> Replayer<'a> {
                                 self.opts.budget,
                                 full.overhead,
                             );
-                            let mut rec =
-                                self.measure(j, &evidence, &loom, &full, &kept, last.as_ref());
+                            let mut rec = self.measure(
+                                meter,
+                                j,
+                                &evidence,
+                                &loom,
+                                &full,
+                                &kept,
+                                last.as_ref(),
+                            );
                             rec.render_ns = nanos;
                             let (checked, failed) =
                                 self.check_refs(&loom, &events, &steps, &aliases, &mut verified);
@@ -435,6 +445,7 @@ impl<'a> Replayer<'a> {
     )]
     fn call(
         &self,
+        meter: &dyn TokenMeter,
         events: &[Event],
         proj: &Projection,
         steps: &StepIndex,
@@ -453,7 +464,7 @@ impl<'a> Replayer<'a> {
             tools: &[],
             injections: &[],
             audience,
-            meter: self.meter,
+            meter,
         };
         let start = Instant::now();
         let loom = render::render_projection(&input, proj, state, memo)?;
@@ -464,8 +475,13 @@ impl<'a> Replayer<'a> {
         Ok((loom, full, nanos))
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call's whole context, used once"
+    )]
     fn measure(
         &self,
+        meter: &dyn TokenMeter,
         call: usize,
         evidence: &[String],
         loom: &Rendered,
@@ -475,7 +491,6 @@ impl<'a> Replayer<'a> {
     ) -> CallRecord {
         let budget = self.opts.budget;
         let format = self.opts.format;
-        let meter = self.meter;
         let prev_loom = last.map(|l| sending(&l.loom));
         let prev_full = last.map(|l| sending(&l.full));
         let prev_window = last.map(|l| window_sending(&l.full, &l.window));
