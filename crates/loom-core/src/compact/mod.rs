@@ -27,6 +27,8 @@ pub use format::{
     build_react_prompt, build_react_prompt_stable, format_for_prompt, format_full_step,
     ReactPrompt, ReactStep,
 };
+/// The grouping itself, for the render pipeline's compact block.
+pub(crate) use group::blocks as group_blocks;
 pub use group::CompactBlock;
 pub use seed::{compact, should_compact, CompactedHistory, Omitted, StepTokens, TriggerReason};
 pub use spawn::{compact_for_spawn, SpawnContext};

@@ -1,16 +1,19 @@
 //! Layout: units and the compaction decision in, neutral messages out.
 //!
 //! Order (DESIGN.md, Layout): kept units before the boundary (system prompt, pins, the task
-//! statement) → the compact block (summary, then one line per folded step) → the verbatim tail →
+//! statement) → the compact block (summary, then one line per folded step, or per group of
+//! consecutive steps of one category with `group_steps`) → the verbatim tail →
 //! per-turn injected content at the very end. Everything before the tail is the stable prefix.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
+use std::ops::Range;
 
 use super::plan::CompactionState;
 use super::projection::{Paired, Projection, Unit, UnitBody};
 use super::request::{Msg, RenderedCall, ResultForm};
 use crate::event::{MessageContent, Seq, ToolOutput};
-use crate::step::Step;
+use crate::step::{Category, Step};
 
 /// Header of the compact block.
 pub const COMPACT_HEADER: &str =
@@ -196,12 +199,6 @@ fn snippet(text: &str, max: usize) -> String {
     out
 }
 
-/// One line of the compact block.
-#[derive(Debug, Clone)]
-pub(crate) struct Line {
-    pub(crate) text: String,
-}
-
 /// The compact block: its text and the seqs whose lines were omitted from it.
 #[derive(Debug, Clone)]
 pub(crate) struct Block {
@@ -209,68 +206,53 @@ pub(crate) struct Block {
     pub(crate) omitted: Vec<Seq>,
 }
 
-/// One compact line per folded step or message.
-pub(crate) fn unit_lines(unit: &Unit, steps: &StepIndex) -> Vec<Line> {
-    let line = |text: String| Line { text };
-    match &unit.body {
-        UnitBody::System(_) | UnitBody::Pin { .. } => Vec::new(),
-        UnitBody::User { content, .. } => {
-            vec![line(format!("[user] {}", snippet(&content.text(), 200)))]
-        }
-        UnitBody::Note(text) => vec![line(format!("[note] {}", snippet(text, 160)))],
-        UnitBody::Turn(turn) if turn.calls.is_empty() => {
-            let text = turn
-                .content
-                .as_ref()
-                .map(|c| c.text().into_owned())
-                .unwrap_or_default();
-            vec![line(format!("[assistant] {}", snippet(&text, 160)))]
-        }
-        UnitBody::Turn(turn) => turn
-            .calls
-            .iter()
-            .map(|p| {
-                let step = steps.get(&p.call.id);
-                let failed = step.map_or_else(
-                    || p.result.as_ref().is_some_and(|r| r.is_error),
-                    |s| !s.success,
-                );
-                let id = step.map_or_else(|| format!("call {}", p.call.id), |s| s.id.clone());
-                let mark = if failed { " ✗" } else { "" };
-                Line {
-                    text: format!(
-                        "[{id}]{mark} {} (See {})",
-                        p.observation(step),
-                        p.reference(step)
-                    ),
-                }
-            })
-            .collect(),
-    }
+/// Whether a call failed: by its step, else by its result's error flag.
+fn call_failed(p: &Paired, step: Option<&Step>) -> bool {
+    step.map_or_else(
+        || p.result.as_ref().is_some_and(|r| r.is_error),
+        |s| !s.success,
+    )
 }
 
-/// Where a compact line comes from: a unit, and the call within it for a step line.
+/// A step's own line, `[step_007] ✗ <observation> (See <reference>)`: the form of every step
+/// shown alone, and of every failure, grouped or not.
+fn step_line(p: &Paired, step: Option<&Step>) -> String {
+    let id = step.map_or_else(|| format!("call {}", p.call.id), |s| s.id.clone());
+    let mark = if call_failed(p, step) { " ✗" } else { "" };
+    format!(
+        "[{id}]{mark} {} (See {})",
+        p.observation(step),
+        p.reference(step)
+    )
+}
+
+/// Where a compact line comes from: a unit, the call within it for a step line, and the call's
+/// step when ingest derived one (only such steps can be grouped).
 #[derive(Debug, Clone, Copy)]
-struct LineRef {
+struct LineRef<'s> {
     unit: usize,
     call: Option<usize>,
     failed: bool,
+    step: Option<&'s Step>,
 }
 
 /// The lines a folded unit contributes, without formatting them.
-fn line_refs(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<LineRef>) {
+fn line_refs<'s>(
+    proj: &Projection,
+    index: usize,
+    steps: &'s StepIndex,
+    out: &mut Vec<LineRef<'s>>,
+) {
     match &proj.units[index].body {
         UnitBody::System(_) | UnitBody::Pin { .. } => {}
         UnitBody::Turn(turn) if !turn.calls.is_empty() => {
             for (c, p) in turn.calls.iter().enumerate() {
-                let failed = steps.get(&p.call.id).map_or_else(
-                    || p.result.as_ref().is_some_and(|r| r.is_error),
-                    |s| !s.success,
-                );
+                let step = steps.get(&p.call.id);
                 out.push(LineRef {
                     unit: index,
                     call: Some(c),
-                    failed,
+                    failed: call_failed(p, step),
+                    step,
                 });
             }
         }
@@ -278,24 +260,109 @@ fn line_refs(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<L
             unit: index,
             call: None,
             failed: false,
+            step: None,
         }),
     }
 }
 
+/// The line of a message, or of one step shown alone.
+fn single_line(unit: &Unit, r: &LineRef<'_>) -> Option<String> {
+    match (&unit.body, r.call) {
+        (UnitBody::Turn(turn), Some(c)) => turn.calls.get(c).map(|p| step_line(p, r.step)),
+        (UnitBody::Turn(turn), None) => {
+            let text = turn
+                .content
+                .as_ref()
+                .map(|c| c.text().into_owned())
+                .unwrap_or_default();
+            Some(format!("[assistant] {}", snippet(&text, 160)))
+        }
+        (UnitBody::User { content, .. }, _) => {
+            Some(format!("[user] {}", snippet(&content.text(), 200)))
+        }
+        (UnitBody::Note(text), _) => Some(format!("[note] {}", snippet(text, 160))),
+        (UnitBody::System(_) | UnitBody::Pin { .. }, _) => None,
+    }
+}
+
+/// What consecutive steps must share to form a group: the compactor's rule, their category, or
+/// their tool name when the category is unknown.
+fn group_key(step: &Step) -> (Category, Option<&str>) {
+    match step.kind.category() {
+        Category::Other => (Category::Other, Some(step.tool_name.as_str())),
+        known => (known, None),
+    }
+}
+
+/// Whether `b` joins the group `a` is in: both are steps of one group key, and no earlier fold
+/// point's boundary lies between them (a group formed at one point is closed; the next point's
+/// steps start groups of their own).
+fn joins(proj: &Projection, a: &LineRef<'_>, b: &LineRef<'_>, folds: &BTreeSet<Seq>) -> bool {
+    let (Some(sa), Some(sb)) = (a.step, b.step) else {
+        return false;
+    };
+    if a.call.is_none() || b.call.is_none() || group_key(sa) != group_key(sb) {
+        return false;
+    }
+    let (from, to) = (proj.units[a.unit].seq, proj.units[b.unit].seq);
+    from >= to
+        || folds
+            .range((Bound::Excluded(from), Bound::Included(to)))
+            .next()
+            .is_none()
+}
+
+/// The entries of the block as ranges of `refs`: one ref each, or a run of at least two steps
+/// that `joins` together (only when `folds` is given, i.e. when steps are grouped).
+fn entries(
+    proj: &Projection,
+    refs: &[LineRef<'_>],
+    folds: Option<&BTreeSet<Seq>>,
+) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=refs.len() {
+        let more = i < refs.len() && folds.is_some_and(|f| joins(proj, &refs[i - 1], &refs[i], f));
+        if !more {
+            out.push(start..i);
+            start = i;
+        }
+    }
+    out
+}
+
+/// The summary line of a group, formatted by the step compactor:
+/// `[step_004..007] 4 commands executed (1 failed)`. Its failures get their own lines after it.
+fn group_lines(run: &[LineRef<'_>]) -> Vec<String> {
+    let steps: Vec<Step> = run.iter().filter_map(|r| r.step.cloned()).collect();
+    crate::compact::group_blocks(&steps, 0, true, false)
+        .into_iter()
+        .filter_map(|b| b.summary)
+        .map(|s| format!("[{}] {}", s.id, s.summary))
+        .collect()
+}
+
 /// The compact block for the folded units, or `None` when nothing is folded.
 ///
+/// Each folded step gets a line, or, with `folds` given (`group_steps`), consecutive steps of
+/// one category form a group line with computed totals. Groups form only within the span
+/// between two consecutive fold boundaries (`folds`, then `state.boundary`), so the block of a
+/// later compaction point extends the block of an earlier one rather than rewriting its groups.
+///
 /// Lines beyond `max_lines` are omitted oldest first — except failures, which are never
-/// dropped — and the block says how many steps (not lines or groups) were omitted. Only the
-/// lines kept are formatted, so the cost follows `max_lines`, not the length of the session.
+/// dropped, grouped or not — and the block says how many steps (not lines or groups) were
+/// omitted. Only the lines kept are formatted, so the cost follows `max_lines`, not the length
+/// of the session.
 pub(crate) fn compact_block(
     proj: &Projection,
     state: &CompactionState,
     summary: Option<&SummaryView>,
     steps: &StepIndex,
     max_lines: usize,
+    folds: Option<&BTreeSet<Seq>>,
 ) -> Option<Block> {
     let summarized_to = summary.map_or(0, |s| s.to_seq);
-    let mut refs: Vec<LineRef> = Vec::new();
+    let mut refs: Vec<LineRef<'_>> = Vec::new();
     let mut folded_any = false;
     for (i, unit) in proj.units.iter().enumerate() {
         if unit.seq >= state.boundary {
@@ -312,25 +379,43 @@ pub(crate) fn compact_block(
     if !folded_any && summary.is_none() {
         return None;
     }
+    let entries = entries(proj, &refs, folds);
+    // A single ref is one line; a group is its summary line plus one line per failure.
     let failures = refs.iter().filter(|r| r.failed).count();
-    let mut excess = refs.len().saturating_sub(max_lines.max(failures));
+    let lines: usize = entries
+        .iter()
+        .map(|e| match e.len() {
+            1 => 1,
+            _ => 1 + refs[e.clone()].iter().filter(|r| r.failed).count(),
+        })
+        .sum();
+    let mut excess = lines.saturating_sub(max_lines.max(failures));
     let (mut omitted_steps, mut omitted_messages) = (0usize, 0usize);
     let mut omitted: Vec<Seq> = Vec::new();
-    let mut kept: Vec<LineRef> = Vec::with_capacity(refs.len().min(max_lines.max(failures)));
-    for r in refs {
-        if excess > 0 && !r.failed {
+    // Each kept entry, and whether its own line (a group's summary) is shown.
+    let mut kept: Vec<(Range<usize>, bool)> =
+        Vec::with_capacity(entries.len().min(max_lines.max(failures)));
+    for e in entries {
+        let group = e.len() > 1;
+        if excess > 0 && (group || !refs[e.start].failed) {
             excess -= 1;
-            if r.call.is_some() {
-                omitted_steps += 1;
-            } else {
-                omitted_messages += 1;
+            // A group's failures keep their lines, so they are not omitted steps.
+            for r in refs[e.clone()].iter().filter(|r| !r.failed) {
+                if r.call.is_some() {
+                    omitted_steps += 1;
+                } else {
+                    omitted_messages += 1;
+                }
+                let seq = proj.units[r.unit].seq;
+                if omitted.last() != Some(&seq) {
+                    omitted.push(seq);
+                }
             }
-            let seq = proj.units[r.unit].seq;
-            if omitted.last() != Some(&seq) {
-                omitted.push(seq);
+            if group {
+                kept.push((e, false));
             }
         } else {
-            kept.push(r);
+            kept.push((e, true));
         }
     }
     let mut out = String::from(COMPACT_HEADER);
@@ -338,12 +423,25 @@ pub(crate) fn compact_block(
         out.push_str("\nSummary of the conversation so far:\n");
         out.push_str(&s.content);
     }
-    for r in kept {
-        let lines = unit_lines(&proj.units[r.unit], steps);
-        if let Some(line) = lines.get(r.call.unwrap_or(0)) {
-            out.push('\n');
-            out.push_str(&line.text);
+    let mut push = |line: String| {
+        out.push('\n');
+        out.push_str(&line);
+    };
+    for (e, shown) in kept {
+        let run = &refs[e];
+        if run.len() == 1 {
+            run.iter()
+                .filter_map(|r| single_line(&proj.units[r.unit], r))
+                .for_each(&mut push);
+            continue;
         }
+        if shown {
+            group_lines(run).into_iter().for_each(&mut push);
+        }
+        run.iter()
+            .filter(|r| r.failed)
+            .filter_map(|r| single_line(&proj.units[r.unit], r))
+            .for_each(&mut push);
     }
     // The count goes last: it changes whenever more lines are omitted, and text after the lines
     // is the only place where that change does not rewrite what a prompt cache already holds.

@@ -66,6 +66,11 @@ pub struct CompactionState {
     /// did not fit (failures are still never dropped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_lines: Option<u32>,
+    /// The boundaries of earlier fold points, kept when steps are grouped (`group_steps`): the
+    /// compact block groups steps only within the span between two of them, so a group is closed
+    /// when its point forms it and the next point's block extends this one's.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub folds: BTreeSet<Seq>,
     /// How many points have fired.
     pub points: u32,
     /// The last point.
@@ -154,8 +159,9 @@ pub enum Key {
     Unit(Seq, bool),
     /// One result of a unit in one form.
     Result(Seq, usize, ResultForm),
-    /// The compact block: boundary, summary version, line cap.
-    Block(Seq, Option<u32>, usize),
+    /// The compact block: boundary, summary version, line cap, and a hash of the fold
+    /// boundaries its groups are closed at (`None` when steps are not grouped).
+    Block(Seq, Option<u32>, usize, Option<u64>),
 }
 
 /// Token costs of units under decisions, memoised: each piece is counted once per form.
@@ -166,6 +172,8 @@ pub(crate) struct Coster<'a> {
     pub(crate) head_chars: usize,
     pub(crate) tail_chars: usize,
     pub(crate) max_lines: usize,
+    /// Whether the compact block groups steps (`group_steps`).
+    pub(crate) group: bool,
     memo: &'a mut HashMap<Key, u64, FxBuild>,
     block: &'a mut Option<(Key, Option<layout::Block>)>,
     running: &'a mut Option<Running>,
@@ -205,6 +213,7 @@ impl<'a> Coster<'a> {
             head_chars: policy.elide_head_chars as usize,
             tail_chars: policy.elide_tail_chars as usize,
             max_lines: policy.max_compact_lines as usize,
+            group: policy.group_steps,
             memo: &mut memo.map,
             block: &mut memo.block,
             running: &mut memo.running,
@@ -281,10 +290,17 @@ impl<'a> Coster<'a> {
     }
 
     fn block_key(&self, state: &CompactionState, summary: Option<&SummaryView>) -> Key {
+        let folds = self.group.then(|| {
+            use std::hash::{Hash, Hasher};
+            let mut h = Fx::default();
+            state.folds.hash(&mut h);
+            h.finish()
+        });
         Key::Block(
             state.boundary,
             summary.map(|s| s.version),
             state.max_lines(self.max_lines),
+            folds,
         )
     }
 
@@ -302,7 +318,8 @@ impl<'a> Coster<'a> {
             }
         }
         let max = state.max_lines(self.max_lines);
-        let block = layout::compact_block(proj, state, summary, self.steps, max);
+        let folds = self.group.then_some(&state.folds);
+        let block = layout::compact_block(proj, state, summary, self.steps, max, folds);
         *self.block = Some((key, block.clone()));
         block
     }
@@ -439,6 +456,9 @@ pub(crate) fn plan(
     coster: &mut Coster<'_>,
 ) -> CompactionState {
     let mut st = prev.clone();
+    // With grouped steps, the boundary as it stands closes every group before it: what this
+    // point folds forms groups of its own after them.
+    let closes = input.policy.group_steps && prev.boundary > 0 && st.folds.insert(prev.boundary);
     let summary_of = |st: &CompactionState| -> Option<&SummaryView> {
         st.summary
             .and_then(|(v, _)| input.summaries.iter().find(|s| s.version == v))
@@ -598,6 +618,14 @@ pub(crate) fn plan(
         }
     }
 
+    if closes && st.boundary == prev.boundary {
+        // Nothing was folded: no group was formed, so there is nothing to close.
+        st.folds.remove(&prev.boundary);
+    }
+    // Boundaries the summary covers close nothing any more (it replaces their lines).
+    if let Some((_, to)) = st.summary {
+        st.folds = st.folds.split_off(&(to + 1));
+    }
     st.points += 1;
     st.last_point = Some(PointRecord {
         at_seq: input.at_seq,

@@ -58,6 +58,11 @@ pub struct Policy {
     pub step_compaction: bool,
     /// Most step lines the compact block holds; older ones are counted as omitted. Default: 40.
     pub max_compact_lines: u32,
+    /// Whether the compact block groups consecutive folded steps of one category into one line
+    /// with computed totals (`[step_004..007] 4 commands executed (1 failed)`), as the step
+    /// compactor does. Groups are closed at the compaction point that forms them, and failures
+    /// keep their own lines. Default: true (chosen by replay on the traces; docs/performance.md).
+    pub group_steps: bool,
     /// Characters of an over-budget newest result kept at its head and at its tail.
     /// Default: 2,000 and 1,000.
     pub elide_head_chars: u32,
@@ -89,6 +94,7 @@ impl Default for Policy {
             protect_recent_turns: 2,
             step_compaction: true,
             max_compact_lines: 40,
+            group_steps: true,
             elide_head_chars: 2_000,
             elide_tail_chars: 1_000,
             oversized_share: 0.25,
