@@ -64,6 +64,18 @@ pub fn tool_tokens(tool: &Value, meter: &dyn TokenMeter) -> u64 {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApproxMeter;
 
+impl TokenMeter for ApproxMeter {
+    fn count(&self, text: &str) -> u64 {
+        text.split_whitespace()
+            .map(|w| (w.len() as u64).div_ceil(4))
+            .sum()
+    }
+
+    fn name(&self) -> &str {
+        "approx"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,17 +100,5 @@ mod tests {
             leaf_tokens(&anthropic, &ApproxMeter),
             ApproxMeter.count("image") + INLINE_IMAGE_TOKENS
         );
-    }
-}
-
-impl TokenMeter for ApproxMeter {
-    fn count(&self, text: &str) -> u64 {
-        text.split_whitespace()
-            .map(|w| (w.len() as u64).div_ceil(4))
-            .sum()
-    }
-
-    fn name(&self) -> &str {
-        "approx"
     }
 }
