@@ -23,7 +23,7 @@ mod proptests;
 mod tests;
 
 pub use check::{check_anthropic, check_chat, check_request, check_responses, Violation};
-pub use format::Format;
+pub use format::{Format, ANTHROPIC_TOOL_PROMPT};
 pub use layout::{StepIndex, SummaryView, COMPACT_HEADER};
 pub use meter::{
     leaf_tokens, message_tokens, tool_tokens, ApproxMeter, TokenMeter, INLINE_IMAGE_TOKENS,

@@ -83,6 +83,22 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     }
 }
 
+/// The message as metered: every `tool_use` input as its JSON text, since the model reads the
+/// keys, quotes and braces too, not only the values.
+pub(super) fn as_metered(message: &Value) -> Value {
+    let mut m = message.clone();
+    if let Some(Value::Array(blocks)) = m.get_mut("content") {
+        for b in blocks {
+            if b.get("type").and_then(Value::as_str) == Some("tool_use") {
+                if let Some(input) = b.get_mut("input") {
+                    *input = Value::String(input.to_string());
+                }
+            }
+        }
+    }
+    m
+}
+
 pub(super) fn tools(tools: &[ToolSpec]) -> Vec<Value> {
     tools
         .iter()

@@ -17,6 +17,10 @@ use super::meter::{message_tokens, tool_tokens, TokenMeter, REPLY_PRIMING};
 use super::request::{Msg, Request};
 use crate::event::{ContentPart, MessageContent};
 
+/// Tokens Anthropic adds to every request that offers tools (its tool-use system prompt, from
+/// its pricing documentation; the largest of the published figures).
+pub const ANTHROPIC_TOOL_PROMPT: u64 = 346;
+
 /// A provider request format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -72,6 +76,12 @@ impl Format {
         match self {
             // The ReAct prompt is one text: its pieces are counted as text, joined by newlines.
             Self::React => meter.count(&react::text(msg)) + 1,
+            // A tool_use input is an object: the model reads it as JSON text, keys and all.
+            Self::Anthropic => self
+                .wire(msg)
+                .iter()
+                .map(|w| message_tokens(&anthropic::as_metered(w), meter))
+                .sum(),
             _ => self
                 .wire(msg)
                 .iter()
@@ -92,9 +102,16 @@ impl Format {
         }
     }
 
-    /// Tokens the request costs besides its messages: priming and tool definitions.
+    /// Tokens the request costs besides its messages: priming and tool definitions (Anthropic
+    /// adds its tool-use system prompt whenever tools are offered).
     pub fn overhead_tokens(self, tools: &[Value], meter: &dyn TokenMeter) -> u64 {
-        self.priming_tokens() + tools.iter().map(|t| tool_tokens(t, meter)).sum::<u64>()
+        let tool_prompt = match self {
+            Self::Anthropic if !tools.is_empty() => ANTHROPIC_TOOL_PROMPT,
+            _ => 0,
+        };
+        self.priming_tokens()
+            + tool_prompt
+            + tools.iter().map(|t| tool_tokens(t, meter)).sum::<u64>()
     }
 
     /// The tool definitions in this format.

@@ -15,8 +15,15 @@ pub(super) fn text(msg: &Msg) -> String {
         Msg::Assistant { content, calls, .. } => {
             let mut out = String::new();
             if let Some(c) = content {
-                out.push_str("Thought: ");
-                out.push_str(&text_only(c));
+                let text = text_only(c);
+                // Agents that write ReAct text label their thoughts already.
+                let labelled = text
+                    .get(..8)
+                    .is_some_and(|head| head.eq_ignore_ascii_case("thought:"));
+                if !labelled {
+                    out.push_str("Thought: ");
+                }
+                out.push_str(&text);
             }
             for rc in calls {
                 if !out.is_empty() {

@@ -16,9 +16,6 @@ use super::traces::{meter, BROWSERGYM, FIREACT, MINISWE, TAU};
 /// short by about 330 tokens (tau-bench: the receipt's tools tier is 155 tokens, the tools cost
 /// 480).
 #[test]
-#[ignore = "render bug (src/render/format/mod.rs, Format::priming_tokens/overhead_tokens): the \
-            Anthropic estimate leaves out the tool-use system prompt Anthropic adds when tools \
-            are given"]
 fn anthropic_estimate_covers_the_tool_use_prompt() -> Result<()> {
     let meter = meter();
     for case in [TAU, MINISWE, BROWSERGYM, FIREACT] {
@@ -55,8 +52,6 @@ fn anthropic_estimate_covers_the_tool_use_prompt() -> Result<()> {
 /// 912 as JSON text; with no tools in the request (so the gap above plays no part) the body
 /// still counts 29 tokens over the estimate.
 #[test]
-#[ignore = "render bug (src/render/meter.rs, leaf_tokens on Anthropic tool_use input): tool-call \
-            arguments sent as a JSON object are metered by their values only"]
 fn anthropic_estimate_bounds_the_count_without_tools() -> Result<()> {
     let meter = meter();
     for case in [TAU, MINISWE, BROWSERGYM, FIREACT] {

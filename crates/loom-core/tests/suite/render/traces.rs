@@ -161,8 +161,6 @@ snapshot!(fireact_react, fireact, Format::React);
 /// the ReAct format prefixes every assistant text with `Thought: ` regardless, so the prompt
 /// reads `Thought: Thought: I need to search…` on every turn.
 #[test]
-#[ignore = "render bug (src/render/format/react.rs, text): an assistant text that already \
-            starts with `Thought:` is labelled again"]
 fn react_prompt_labels_each_thought_once() -> Result<()> {
     let (_, r, _) = run(&FIREACT, Format::React)?;
     let body = r.last.body();
