@@ -153,7 +153,17 @@ pub(crate) fn unit_msg(
             None => format!("[pinned]\n{content}"),
         })),
         UnitBody::User { content, name } => Msg::User {
-            content: content.clone(),
+            content: match content {
+                MessageContent::Text(text) if state.elided.contains(&unit.seq) => {
+                    MessageContent::Text(elide(
+                        text,
+                        head_chars,
+                        tail_chars,
+                        &format!("seq {}", unit.seq),
+                    ))
+                }
+                other => other.clone(),
+            },
             name: name.clone(),
         },
         UnitBody::Note(text) => Msg::User {

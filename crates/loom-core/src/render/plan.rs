@@ -234,7 +234,7 @@ impl<'a> Coster<'a> {
     pub(crate) fn unit(&mut self, proj: &Projection, index: usize, state: &CompactionState) -> u64 {
         let unit = &proj.units[index];
         let UnitBody::Turn(turn) = &unit.body else {
-            return self.memo(Key::Unit(unit.seq, false), |c| {
+            return self.memo(Key::Unit(unit.seq, state.elided.contains(&unit.seq)), |c| {
                 let msg = layout::unit_msg(unit, state, c.steps, c.head_chars, c.tail_chars);
                 c.format.msg_tokens(&msg, c.meter)
             });
@@ -614,6 +614,14 @@ pub(crate) fn plan(
                 st.elided.remove(seq);
                 st.stubbed.insert(*seq);
             }
+            now = est(&st, coster);
+        }
+    }
+    // Last of all, a task statement too large for the budget keeps its head and tail (it is
+    // still in the log at its seq): never dropped, but never the reason a request is refused.
+    if now > hard {
+        if let Some(first) = proj.first_user.and_then(|i| proj.units.get(i)) {
+            st.elided.insert(first.seq);
             now = est(&st, coster);
         }
     }

@@ -177,6 +177,8 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         }
         if state.thinned.contains(&unit.seq) {
             thinned.push(unit.seq);
+        } else if state.elided.contains(&unit.seq) {
+            elided.push(unit.seq);
         } else {
             verbatim.push(unit.seq);
         }

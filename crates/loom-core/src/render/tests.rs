@@ -802,3 +802,27 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn an_oversized_task_statement_is_elided_as_a_last_resort() {
+    let fx = Fixture::new(1_200);
+    let mut log = Log::new();
+    log.system("sys");
+    log.user(&words(3_000, "task"));
+    log.step("a", "ok");
+    let r = render(
+        &fx.input(&log.events, Format::OpenaiChat),
+        &CompactionState::default(),
+        &mut CostMemo::new(),
+    )
+    .unwrap();
+    assert!(r.receipt.estimate <= r.receipt.budget.hard_total);
+    let body = r.body();
+    let task = body["messages"][1]["content"].as_str().unwrap();
+    assert!(task.starts_with("task0 "), "{task}");
+    assert!(
+        task.contains("characters elided; full output: seq 2"),
+        "{task}"
+    );
+    assert_eq!(r.receipt.fate(2), "elided");
+}
