@@ -82,16 +82,8 @@ pub(crate) fn derive(
         .with_context(|| format!("deriving the steps of session {session}"))
 }
 
-/// Opens an existing database; a missing one is the user's mistake, not a reason to create it.
-pub(crate) fn open(ctx: &Context) -> anyhow::Result<Workspace> {
-    if !ctx.db.exists() {
-        return Err(exit::bad_input(anyhow::anyhow!(
-            "no database at {}; run `loom import` first or pass --db",
-            ctx.db.display()
-        )));
-    }
-    Workspace::open(&ctx.db).with_context(|| format!("opening the database {}", ctx.db.display()))
-}
+/// Opens an existing database (one definition for every reading command).
+pub(crate) use super::sessions::open_existing as open;
 
 /// Reads the reduction settings, or the defaults.
 pub(crate) fn load_config(path: Option<&Path>) -> anyhow::Result<ReduceConfig> {
