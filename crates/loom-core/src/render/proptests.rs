@@ -256,9 +256,9 @@ proptest! {
                         }
                         state = r.state;
                     }
-                    Err(RenderError::OverBudget { floor, hard_total, .. }) => {
+                    Err(RenderError::OverBudget { floor, hard_total, needed, .. }) => {
                         prop_assert!(floor > hard_total,
-                            "{format:?}: over budget although the floor {floor} fits {hard_total}");
+                            "{format:?}: over budget ({needed} needed) although the floor {floor} fits {hard_total}");
                         break;
                     }
                     Err(RenderError::NothingToRender { .. }) => {
