@@ -627,12 +627,21 @@ pub(crate) fn plan(
     }
 
     if closes && st.boundary == prev.boundary {
-        // Nothing was folded: no group was formed, so there is nothing to close.
+        // Nothing was folded: no group was formed, so there is nothing to close — unless
+        // reopening changes the block's grouping so that the request no longer fits what the
+        // estimates above measured.
         st.folds.remove(&prev.boundary);
+        let reopened = est(&st, coster);
+        if reopened > now {
+            st.folds.insert(prev.boundary);
+        } else {
+            now = reopened;
+        }
     }
     // Boundaries the summary covers close nothing any more (it replaces their lines).
     if let Some((_, to)) = st.summary {
         st.folds = st.folds.split_off(&(to + 1));
+        now = est(&st, coster);
     }
     st.points += 1;
     st.last_point = Some(PointRecord {
