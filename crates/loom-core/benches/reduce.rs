@@ -3,11 +3,13 @@
 //!
 //! `cargo bench -p loom-core --bench reduce`
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use loom_core::{ContentStats, ReduceConfig, ResultInput, StepContext, ToolCall};
+
+#[path = "../examples/support/trace_results.rs"]
+mod trace_results;
 
 const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
 
@@ -21,38 +23,20 @@ struct Sample {
 fn load(file: &str) -> Vec<Sample> {
     let path = format!("{TRACES}/{file}.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let traj: serde_json::Value =
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let mut calls = BTreeMap::new();
-        for m in traj["messages"].as_array().into_iter().flatten() {
-            for tc in m["tool_calls"].as_array().into_iter().flatten() {
-                let call = ToolCall {
-                    id: tc["id"].as_str().unwrap_or("").to_owned(),
-                    name: tc["function"]["name"].as_str().unwrap_or("").to_owned(),
-                    arguments: tc["function"]["arguments"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_owned(),
-                };
-                calls.insert(call.id.clone(), call);
-            }
-            if m["role"] == "tool" {
-                let Some(call) = m["tool_call_id"].as_str().and_then(|id| calls.get(id)) else {
-                    continue;
-                };
-                let content = m["content"].as_str().unwrap_or("").to_owned();
-                let stats = ContentStats::of(content.as_bytes());
-                out.push(Sample {
-                    call: call.clone(),
-                    content,
-                    stats,
-                });
-            }
-        }
-    }
-    out
+    let trajectories = trace_results::trajectories(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    trajectories
+        .into_iter()
+        .flat_map(|t| t.results)
+        .filter_map(|r| {
+            let call = r.call?;
+            let stats = ContentStats::of(r.content.as_bytes());
+            Some(Sample {
+                call,
+                content: r.content,
+                stats,
+            })
+        })
+        .collect()
 }
 
 fn reduce_all(config: &ReduceConfig, samples: &[Sample]) -> usize {

@@ -1,38 +1,29 @@
 //! Prints the step observation of every tool result in a trace file (OpenAI Chat JSONL), to
 //! eyeball what reduction keeps: `cargo run -p loom-core --example observe -- FILE [TOOL]`.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 
-use loom_core::{ContentStats, ReduceConfig, ResultInput, StepContext, ToolCall};
+use loom_core::{ContentStats, ReduceConfig, ResultInput, StepContext};
+
+#[path = "support/trace_results.rs"]
+mod trace_results;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: observe FILE [TOOL]")?;
     let only = args.next();
     let config = ReduceConfig::default();
-    let file = std::io::BufReader::new(std::fs::File::open(path)?);
+    let text = std::fs::read_to_string(path)?;
     let mut out = std::io::stdout().lock();
-    for line in file.lines() {
-        let traj: serde_json::Value = serde_json::from_str(&line?)?;
-        let mut calls: BTreeMap<String, ToolCall> = BTreeMap::new();
+    for traj in trace_results::trajectories(&text)? {
         let mut number = 0;
-        for m in traj["messages"].as_array().into_iter().flatten() {
-            for tc in m["tool_calls"].as_array().into_iter().flatten() {
-                let call = ToolCall {
-                    id: tc["id"].as_str().unwrap_or("").to_owned(),
-                    name: tc["function"]["name"].as_str().unwrap_or("").to_owned(),
-                    arguments: tc["function"]["arguments"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_owned(),
-                };
-                calls.insert(call.id.clone(), call);
-            }
-            if m["role"] == "tool" {
-                let id = m["tool_call_id"].as_str().unwrap_or("");
-                let content = m["content"].as_str().unwrap_or("");
-                let call = calls.get(id);
+        for result in &traj.results {
+            {
+                let (id, content, call) = (
+                    result.call_id.as_str(),
+                    result.content.as_str(),
+                    result.call.as_ref(),
+                );
                 if only
                     .as_deref()
                     .is_some_and(|t| call.is_none_or(|c| c.name != t))
@@ -59,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 writeln!(
                     out,
                     "{}\t{}\t{}\t{}\t{}\t{}",
-                    traj["id"].as_str().unwrap_or(""),
+                    traj.id,
                     number,
                     r.step.tool_name,
                     if r.step.success { "ok" } else { "FAIL" },

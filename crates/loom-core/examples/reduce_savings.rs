@@ -8,8 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use loom_core::{ContentStats, ReduceConfig, ResultInput, StepContext, ToolCall, ToolKind};
+use loom_core::{ContentStats, ReduceConfig, ResultInput, StepContext, ToolKind};
 use loom_tokens::Encoding;
+
+#[path = "support/trace_results.rs"]
+mod trace_results;
 
 const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
 
@@ -69,30 +72,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in files {
         let text = std::fs::read_to_string(format!("{TRACES}/{file}.jsonl"))?;
         let mut tally = Tally::default();
-        for line in text.lines() {
-            let traj: serde_json::Value = serde_json::from_str(line)?;
-            let mut calls = BTreeMap::new();
+        for traj in trace_results::trajectories(&text)? {
             let mut number = 0;
-            for m in traj["messages"].as_array().into_iter().flatten() {
-                for tc in m["tool_calls"].as_array().into_iter().flatten() {
-                    let call = ToolCall {
-                        id: tc["id"].as_str().unwrap_or("").to_owned(),
-                        name: tc["function"]["name"].as_str().unwrap_or("").to_owned(),
-                        arguments: tc["function"]["arguments"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_owned(),
-                    };
-                    calls.insert(call.id.clone(), call);
-                }
-                if m["role"] != "tool" {
-                    continue;
-                }
-                let Some(call) = m["tool_call_id"].as_str().and_then(|id| calls.get(id)) else {
+            for result in &traj.results {
+                let Some(call) = &result.call else {
                     continue;
                 };
                 number += 1;
-                let content = m["content"].as_str().unwrap_or("");
+                let content = result.content.as_str();
                 let stats = ContentStats::of(content.as_bytes());
                 let input = ResultInput {
                     call: Some(call),
