@@ -6,7 +6,6 @@
 //! per-turn injected content at the very end. Everything before the tail is the stable prefix.
 
 use std::collections::{BTreeSet, HashMap};
-use std::ops::Bound;
 use std::ops::Range;
 
 use super::plan::CompactionState;
@@ -32,14 +31,6 @@ pub struct SummaryView {
 
 /// Steps by call id, as derived at ingest.
 pub type StepIndex = HashMap<String, Step>;
-
-/// Whether a unit stays in place even before the boundary.
-pub(crate) fn is_kept(proj: &Projection, index: usize) -> bool {
-    matches!(
-        proj.units[index].body,
-        UnitBody::System(_) | UnitBody::Pin { .. }
-    ) || proj.first_user == Some(index)
-}
 
 /// The form a paired result takes under `state`.
 pub(crate) fn form_of(paired: &Paired, state: &CompactionState) -> ResultForm {
@@ -236,49 +227,93 @@ fn step_line(p: &Paired, step: Option<&Step>) -> String {
     )
 }
 
-/// Where a compact line comes from: a unit, the call within it for a step line, and the call's
-/// step when ingest derived one (only such steps can be grouped).
-#[derive(Debug, Clone, Copy)]
-struct LineRef<'s> {
+/// Where a compact line comes from: a unit, and the call within it for a step line. Slots are
+/// computed once per unit and kept across renders ([`LineSlots`]), so a compaction point's
+/// estimates do not look every folded call's step up again.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LineSlot {
     unit: usize,
     call: Option<usize>,
     failed: bool,
-    step: Option<&'s Step>,
+    /// What consecutive steps must share to form a group; `None` for a line that is not a
+    /// derived step (a message, or a call ingest derived no step for).
+    group: Option<(Category, Option<String>)>,
 }
 
-/// The lines a folded unit contributes, without formatting them.
-fn line_refs<'s>(
-    proj: &Projection,
-    index: usize,
-    steps: &'s StepIndex,
-    out: &mut Vec<LineRef<'s>>,
-) {
+/// The line slots of the units a session has settled (no pending call), in unit order, kept
+/// across renders: a unit's lines are fixed once its results are in.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LineSlots {
+    slots: Vec<LineSlot>,
+    /// Units before this index are covered.
+    upto: usize,
+}
+
+impl LineSlots {
+    /// Extends the cache to cover settled units before `end`; returns the slots of the units
+    /// before `end` (settled ones from the cache, later ones computed afresh).
+    fn upto<'c>(
+        &'c mut self,
+        proj: &Projection,
+        steps: &StepIndex,
+        end: usize,
+    ) -> std::borrow::Cow<'c, [LineSlot]> {
+        let end = end.min(proj.units.len());
+        while self.upto < end && !pending(&proj.units[self.upto]) {
+            line_slots(proj, self.upto, steps, &mut self.slots);
+            self.upto += 1;
+        }
+        let cached = self.slots.partition_point(|r| r.unit < end);
+        if self.upto >= end {
+            return std::borrow::Cow::Borrowed(&self.slots[..cached]);
+        }
+        let mut all = self.slots[..cached].to_vec();
+        for i in self.upto..end {
+            line_slots(proj, i, steps, &mut all);
+        }
+        std::borrow::Cow::Owned(all)
+    }
+}
+
+/// Whether a unit still waits for a result (its lines may change when it arrives).
+pub(crate) fn pending(unit: &Unit) -> bool {
+    matches!(&unit.body, UnitBody::Turn(turn) if turn.calls.iter().any(|p| p.result.is_none()))
+}
+
+/// The line slots a unit contributes when folded (none for units kept in place).
+fn line_slots(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<LineSlot>) {
+    if proj.is_kept(index) {
+        return;
+    }
     match &proj.units[index].body {
         UnitBody::System(_) | UnitBody::Pin { .. } => {}
         UnitBody::Turn(turn) if !turn.calls.is_empty() => {
             for (c, p) in turn.calls.iter().enumerate() {
                 let step = steps.get(&p.call.id);
-                out.push(LineRef {
+                out.push(LineSlot {
                     unit: index,
                     call: Some(c),
                     failed: call_failed(p, step),
-                    step,
+                    group: step.map(group_key),
                 });
             }
         }
-        _ => out.push(LineRef {
+        _ => out.push(LineSlot {
             unit: index,
             call: None,
             failed: false,
-            step: None,
+            group: None,
         }),
     }
 }
 
 /// The line of a message, or of one step shown alone.
-fn single_line(unit: &Unit, r: &LineRef<'_>) -> Option<String> {
+fn single_line(unit: &Unit, r: &LineSlot, steps: &StepIndex) -> Option<String> {
     match (&unit.body, r.call) {
-        (UnitBody::Turn(turn), Some(c)) => turn.calls.get(c).map(|p| step_line(p, r.step)),
+        (UnitBody::Turn(turn), Some(c)) => turn
+            .calls
+            .get(c)
+            .map(|p| step_line(p, steps.get(&p.call.id))),
         (UnitBody::Turn(turn), None) => {
             let text = turn
                 .content
@@ -297,42 +332,43 @@ fn single_line(unit: &Unit, r: &LineRef<'_>) -> Option<String> {
 
 /// What consecutive steps must share to form a group: the compactor's rule, their category, or
 /// their tool name when the category is unknown.
-fn group_key(step: &Step) -> (Category, Option<&str>) {
+fn group_key(step: &Step) -> (Category, Option<String>) {
     match step.kind.category() {
-        Category::Other => (Category::Other, Some(step.tool_name.as_str())),
+        Category::Other => (Category::Other, Some(step.tool_name.clone())),
         known => (known, None),
     }
 }
 
-/// Whether `b` joins the group `a` is in: both are steps of one group key, and no earlier fold
-/// point's boundary lies between them (a group formed at one point is closed; the next point's
-/// steps start groups of their own).
-fn joins(proj: &Projection, a: &LineRef<'_>, b: &LineRef<'_>, folds: &BTreeSet<Seq>) -> bool {
-    let (Some(sa), Some(sb)) = (a.step, b.step) else {
-        return false;
-    };
-    if a.call.is_none() || b.call.is_none() || group_key(sa) != group_key(sb) {
-        return false;
-    }
-    let (from, to) = (proj.units[a.unit].seq, proj.units[b.unit].seq);
-    from >= to
-        || folds
-            .range((Bound::Excluded(from), Bound::Included(to)))
-            .next()
-            .is_none()
-}
-
 /// The entries of the block as ranges of `refs`: one ref each, or a run of at least two steps
-/// that `joins` together (only when `folds` is given, i.e. when steps are grouped).
+/// that share a group key with no earlier fold point's boundary between them (only when `folds`
+/// is given, i.e. when steps are grouped): a group formed at one point is closed, and the next
+/// point's steps start groups of their own.
 fn entries(
     proj: &Projection,
-    refs: &[LineRef<'_>],
+    refs: &[LineSlot],
     folds: Option<&BTreeSet<Seq>>,
 ) -> Vec<Range<usize>> {
+    let Some(folds) = folds else {
+        return (0..refs.len()).map(|i| i..i + 1).collect();
+    };
+    let folds: Vec<Seq> = folds.iter().copied().collect();
     let mut out = Vec::new();
     let mut start = 0;
+    // The first fold boundary after the previous ref's unit: refs come in log order.
+    let mut next = 0;
     for i in 1..=refs.len() {
-        let more = i < refs.len() && folds.is_some_and(|f| joins(proj, &refs[i - 1], &refs[i], f));
+        let more = i < refs.len() && {
+            let (a, b) = (&refs[i - 1], &refs[i]);
+            let (from, to) = (proj.units[a.unit].seq, proj.units[b.unit].seq);
+            while folds.get(next).is_some_and(|&f| f <= from) {
+                next += 1;
+            }
+            a.call.is_some()
+                && b.call.is_some()
+                && a.group.is_some()
+                && a.group == b.group
+                && (from >= to || folds.get(next).is_none_or(|&f| f > to))
+        };
         if !more {
             out.push(start..i);
             start = i;
@@ -343,8 +379,16 @@ fn entries(
 
 /// The summary line of a group, formatted by the step compactor:
 /// `[step_004..007] 4 commands executed (1 failed)`. Its failures get their own lines after it.
-fn group_lines(run: &[LineRef<'_>]) -> Vec<String> {
-    let steps: Vec<Step> = run.iter().filter_map(|r| r.step.cloned()).collect();
+fn group_lines(proj: &Projection, run: &[LineSlot], steps: &StepIndex) -> Vec<String> {
+    let steps: Vec<Step> = run
+        .iter()
+        .filter_map(|r| {
+            let UnitBody::Turn(turn) = &proj.units[r.unit].body else {
+                return None;
+            };
+            steps.get(&turn.calls.get(r.call?)?.call.id).cloned()
+        })
+        .collect();
     crate::compact::group_blocks(&steps, 0, true, false)
         .into_iter()
         .filter_map(|b| b.summary)
@@ -368,28 +412,19 @@ pub(crate) fn compact_block(
     state: &CompactionState,
     summary: Option<&SummaryView>,
     steps: &StepIndex,
+    slots: &mut LineSlots,
     max_lines: usize,
     folds: Option<&BTreeSet<Seq>>,
 ) -> Option<Block> {
     let summarized_to = summary.map_or(0, |s| s.to_seq);
-    let mut refs: Vec<LineRef<'_>> = Vec::new();
-    let mut folded_any = false;
-    for (i, unit) in proj.units.iter().enumerate() {
-        if unit.seq >= state.boundary {
-            break;
-        }
-        if is_kept(proj, i) {
-            continue;
-        }
-        folded_any = true;
-        if unit.seq > summarized_to {
-            line_refs(proj, i, steps, &mut refs);
-        }
-    }
+    let tail = proj.first_at(state.boundary);
+    let folded_any = tail > proj.kept_before(tail).len();
     if !folded_any && summary.is_none() {
         return None;
     }
-    let entries = entries(proj, &refs, folds);
+    let all = slots.upto(proj, steps, tail);
+    let refs = &all[all.partition_point(|r| proj.units[r.unit].seq <= summarized_to)..];
+    let entries = entries(proj, refs, folds);
     // A single ref is one line; a group is its summary line plus one line per failure.
     let failures = refs.iter().filter(|r| r.failed).count();
     let lines: usize = entries
@@ -441,16 +476,18 @@ pub(crate) fn compact_block(
         let run = &refs[e];
         if run.len() == 1 {
             run.iter()
-                .filter_map(|r| single_line(&proj.units[r.unit], r))
+                .filter_map(|r| single_line(&proj.units[r.unit], r, steps))
                 .for_each(&mut push);
             continue;
         }
         if shown {
-            group_lines(run).into_iter().for_each(&mut push);
+            group_lines(proj, run, steps)
+                .into_iter()
+                .for_each(&mut push);
         }
         run.iter()
             .filter(|r| r.failed)
-            .filter_map(|r| single_line(&proj.units[r.unit], r))
+            .filter_map(|r| single_line(&proj.units[r.unit], r, steps))
             .for_each(&mut push);
     }
     // The count goes last: it changes whenever more lines are omitted, and text after the lines

@@ -39,7 +39,6 @@ pub use request::{Msg, RenderedCall, Request, ResultForm, ToolSpec};
 use serde_json::Value;
 
 use crate::event::{Event, MessageContent, Seq};
-use layout::is_kept;
 use plan::{Coster, PlanInput};
 
 /// Content a hook injected for this turn only (never written to the log).
@@ -255,6 +254,7 @@ pub fn render_projection(
         state = plan::plan(proj, &state, &plan_input, &mut coster);
         estimate = overhead + coster.total(proj, &state, summary_of(&state));
         fired = state.last_point.clone();
+        coster.carry_eager(&state);
     }
     if estimate + injected_tokens > budget.hard_total {
         let floor = floor_tokens(proj, &mut coster, &state, summary_of(&state), overhead);
@@ -327,7 +327,8 @@ fn identity(value: &impl std::hash::Hash) -> u64 {
 /// Identity of a unit rendered in place: its seq and the forms of its results.
 fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
+    // Integers only: the fast hasher is enough.
+    let mut h = plan::Fx::default();
     ("unit", unit.seq, state.thinned.contains(&unit.seq)).hash(&mut h);
     if let UnitBody::Turn(turn) = &unit.body {
         for p in &turn.calls {
@@ -359,7 +360,7 @@ fn floor_tokens(
     };
     let mut floor = overhead + coster.block(proj, &smallest_block, summary);
     for i in 0..proj.units.len() {
-        if is_kept(proj, i) || i == last {
+        if proj.is_kept(i) || i == last {
             floor += coster.unit(proj, i, state);
         }
     }
@@ -392,7 +393,7 @@ fn layout_request(
         .position(|u| u.seq >= state.boundary)
         .unwrap_or(proj.units.len());
     for (i, unit) in proj.units.iter().enumerate().take(first_tail) {
-        if is_kept(proj, i) {
+        if proj.is_kept(i) {
             let tokens = coster.unit(proj, i, state);
             *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
             pieces.push(Piece {

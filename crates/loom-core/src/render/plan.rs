@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::format::Format;
-use super::layout::{self, form_of, is_kept, StepIndex, SummaryView};
+use super::layout::{self, form_of, StepIndex, SummaryView};
 use super::meter::TokenMeter;
 use super::policy::{Budget, Policy, Retention};
 use super::projection::{Projection, UnitBody};
@@ -116,14 +116,23 @@ impl std::hash::Hasher for Fx {
 
 type FxBuild = std::hash::BuildHasherDefault<Fx>;
 
-/// A hash of everything in a state that decides what a unit costs.
-fn fingerprint(state: &CompactionState) -> u64 {
+/// A hash of everything in a state that decides what the units in place cost: the boundary, the
+/// decisions about seqs at or after it, and the rest whole. Decisions about folded units are left
+/// out (they no longer decide a cost), so the hash costs what the tail holds, not what the
+/// session does.
+pub(crate) fn fingerprint(state: &CompactionState) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = Fx::default();
     state.boundary.hash(&mut h);
-    state.stubbed.hash(&mut h);
+    for seq in state.stubbed.range(state.boundary..) {
+        seq.hash(&mut h);
+    }
+    h.write_u64(u64::MAX);
+    for seq in state.thinned.range(state.boundary..) {
+        seq.hash(&mut h);
+    }
+    // Elided seqs include the task statement, which stays in place before the boundary.
     state.elided.hash(&mut h);
-    state.thinned.hash(&mut h);
     state.summary.hash(&mut h);
     state.block_lines.hash(&mut h);
     h.finish()
@@ -155,13 +164,15 @@ struct Eager {
 /// Cost keys: the head of a unit, or one result in one form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Key {
-    /// The head of the unit opened at this seq, and whether its text is dropped.
-    Unit(Seq, bool),
+    /// The head of the unit opened at this seq, whether its text is dropped, and how many of its
+    /// calls have their results (an error result marks its call in some formats).
+    Unit(Seq, bool, usize),
     /// One result of a unit in one form.
     Result(Seq, usize, ResultForm),
-    /// The compact block: boundary, summary version, line cap, and a hash of the fold
-    /// boundaries its groups are closed at (`None` when steps are not grouped).
-    Block(Seq, Option<u32>, usize, Option<u64>),
+    /// The compact block: boundary, summary version, line cap, a hash of the fold boundaries its
+    /// groups are closed at (`None` when steps are not grouped), and how many results arrived
+    /// late for folded units.
+    Block(Seq, Option<u32>, usize, Option<u64>, usize),
 }
 
 /// Token costs of units under decisions, memoised: each piece is counted once per form.
@@ -176,6 +187,7 @@ pub(crate) struct Coster<'a> {
     pub(crate) group: bool,
     memo: &'a mut HashMap<Key, u64, FxBuild>,
     block: &'a mut Option<(Key, Option<layout::Block>)>,
+    slots: &'a mut layout::LineSlots,
     running: &'a mut Option<Running>,
     eager: &'a mut Option<Eager>,
 }
@@ -189,6 +201,8 @@ pub struct CostMemo {
     eager: Option<Eager>,
     /// The last compact block built, by its key (its text is a function of the key).
     block: Option<(Key, Option<layout::Block>)>,
+    /// The compact lines of settled units.
+    slots: layout::LineSlots,
 }
 
 impl CostMemo {
@@ -216,6 +230,7 @@ impl<'a> Coster<'a> {
             group: policy.group_steps,
             memo: &mut memo.map,
             block: &mut memo.block,
+            slots: &mut memo.slots,
             running: &mut memo.running,
             eager: &mut memo.eager,
         }
@@ -234,15 +249,19 @@ impl<'a> Coster<'a> {
     pub(crate) fn unit(&mut self, proj: &Projection, index: usize, state: &CompactionState) -> u64 {
         let unit = &proj.units[index];
         let UnitBody::Turn(turn) = &unit.body else {
-            return self.memo(Key::Unit(unit.seq, state.elided.contains(&unit.seq)), |c| {
-                let msg = layout::unit_msg(unit, state, c.steps, c.head_chars, c.tail_chars);
-                c.format.msg_tokens(&msg, c.meter)
-            });
+            return self.memo(
+                Key::Unit(unit.seq, state.elided.contains(&unit.seq), 0),
+                |c| {
+                    let msg = layout::unit_msg(unit, state, c.steps, c.head_chars, c.tail_chars);
+                    c.format.msg_tokens(&msg, c.meter)
+                },
+            );
         };
         // An assistant turn costs its head (the call message with empty results) plus each
         // result in its form: every format's cost is additive over result pieces.
+        let answered = turn.calls.iter().filter(|p| p.result.is_some()).count();
         let head = self.memo(
-            Key::Unit(unit.seq, state.thinned.contains(&unit.seq)),
+            Key::Unit(unit.seq, state.thinned.contains(&unit.seq), answered),
             |c| {
                 let msg = empty_results(layout::unit_msg(unit, state, c.steps, 0, 0));
                 c.format.msg_tokens(&msg, c.meter)
@@ -289,7 +308,12 @@ impl<'a> Coster<'a> {
         })
     }
 
-    fn block_key(&self, state: &CompactionState, summary: Option<&SummaryView>) -> Key {
+    fn block_key(
+        &self,
+        proj: &Projection,
+        state: &CompactionState,
+        summary: Option<&SummaryView>,
+    ) -> Key {
         let folds = self.group.then(|| {
             use std::hash::{Hash, Hasher};
             let mut h = Fx::default();
@@ -301,6 +325,7 @@ impl<'a> Coster<'a> {
             summary.map(|s| s.version),
             state.max_lines(self.max_lines),
             folds,
+            proj.late_before(proj.first_at(state.boundary)),
         )
     }
 
@@ -311,7 +336,7 @@ impl<'a> Coster<'a> {
         state: &CompactionState,
         summary: Option<&SummaryView>,
     ) -> Option<layout::Block> {
-        let key = self.block_key(state, summary);
+        let key = self.block_key(proj, state, summary);
         if let Some((k, block)) = self.block.as_ref() {
             if *k == key {
                 return block.clone();
@@ -319,7 +344,7 @@ impl<'a> Coster<'a> {
         }
         let max = state.max_lines(self.max_lines);
         let folds = self.group.then_some(&state.folds);
-        let block = layout::compact_block(proj, state, summary, self.steps, max, folds);
+        let block = layout::compact_block(proj, state, summary, self.steps, self.slots, max, folds);
         *self.block = Some((key, block.clone()));
         block
     }
@@ -331,7 +356,7 @@ impl<'a> Coster<'a> {
         state: &CompactionState,
         summary: Option<&SummaryView>,
     ) -> u64 {
-        let key = self.block_key(state, summary);
+        let key = self.block_key(proj, state, summary);
         self.memo(key, |c| match c.block_text(proj, state, summary) {
             None => 0,
             Some(block) => c.format.msg_tokens(
@@ -344,16 +369,14 @@ impl<'a> Coster<'a> {
         })
     }
 
-    /// Tokens of the results rendered in place under `state` (the `tool_results` tier).
+    /// Tokens of the results rendered in place under `state` (the `tool_results` tier). Kept
+    /// units hold no results, so only the tail is walked.
     pub(crate) fn results(&mut self, proj: &Projection, state: &CompactionState) -> u64 {
         let mut total = 0;
-        for (i, unit) in proj.units.iter().enumerate() {
-            let UnitBody::Turn(turn) = &unit.body else {
+        for i in proj.first_at(state.boundary)..proj.units.len() {
+            let UnitBody::Turn(turn) = &proj.units[i].body else {
                 continue;
             };
-            if unit.seq < state.boundary && !is_kept(proj, i) {
-                continue;
-            }
             for (c, paired) in turn.calls.iter().enumerate() {
                 total += self.result(proj, i, c, form_of(paired, state));
             }
@@ -362,28 +385,34 @@ impl<'a> Coster<'a> {
     }
 
     /// Tokens of all units and the compact block under `state` (without request overhead).
+    ///
+    /// The kept units before the boundary are few; the tail is summed from where the previous
+    /// call under the same state stopped, so a call between compaction points costs what the
+    /// new units add.
     pub(crate) fn total(
         &mut self,
         proj: &Projection,
         state: &CompactionState,
         summary: Option<&SummaryView>,
     ) -> u64 {
+        let tail = proj.first_at(state.boundary);
+        let kept: u64 = proj
+            .kept_before(tail)
+            .iter()
+            .map(|&i| self.unit(proj, i, state))
+            .sum();
         let fp = fingerprint(state);
         let (start, mut sum) = match *self.running {
-            Some(r) if r.state == fp && r.complete <= proj.units.len() => (r.complete, r.sum),
-            _ => (0, 0),
+            Some(r) if r.state == fp && (tail..=proj.units.len()).contains(&r.complete) => {
+                (r.complete, r.sum)
+            }
+            _ => (tail, 0),
         };
         let (mut complete, mut complete_sum, mut settled) = (start, sum, true);
         for i in start..proj.units.len() {
-            if proj.units[i].seq >= state.boundary || is_kept(proj, i) {
-                sum += self.unit(proj, i, state);
-            }
+            sum += self.unit(proj, i, state);
             // A unit with a pending call may still change; the running sum stops before it.
-            let pending = match &proj.units[i].body {
-                UnitBody::Turn(turn) => turn.calls.iter().any(|p| p.result.is_none()),
-                _ => false,
-            };
-            if settled && !pending && i + 1 < proj.units.len() {
+            if settled && !layout::pending(&proj.units[i]) && i + 1 < proj.units.len() {
                 complete = i + 1;
                 complete_sum = sum;
             } else {
@@ -395,7 +424,15 @@ impl<'a> Coster<'a> {
             complete,
             sum: complete_sum,
         });
-        sum + self.block(proj, state, summary)
+        kept + sum + self.block(proj, state, summary)
+    }
+
+    /// Records that the eager rules' progress holds for `state` too: a compaction point only
+    /// adds decisions, so what was settled before it stays settled.
+    pub(crate) fn carry_eager(&mut self, state: &CompactionState) {
+        if let Some(e) = self.eager.as_mut() {
+            e.state = fingerprint(state);
+        }
     }
 }
 
@@ -486,10 +523,8 @@ pub(crate) fn plan(
     let mut results = cap.map(|_| coster.results(proj, &st));
     let over_cap = |results: Option<u64>| results.zip(cap).is_some_and(|(r, c)| r > c);
     if now > goal || over_cap(results) {
-        'stub: for i in 0..protected {
-            if proj.units[i].seq < st.boundary && !is_kept(proj, i) {
-                continue;
-            }
+        // Kept units hold no results: the walk starts at the boundary.
+        'stub: for i in proj.first_at(st.boundary)..protected {
             if let UnitBody::Turn(turn) = &proj.units[i].body {
                 for paired in &turn.calls {
                     let Some(r) = &paired.result else { continue };
@@ -522,16 +557,12 @@ pub(crate) fn plan(
     // 3. Drop the text of old turns that made calls, oldest first: the calls, their arguments and
     //    their (stubbed) results stay, so what the agent did stays visible.
     if now > goal {
-        for i in 0..protected {
+        for i in proj.first_at(st.boundary)..protected {
             let unit = &proj.units[i];
             let UnitBody::Turn(turn) = &unit.body else {
                 continue;
             };
-            if turn.calls.is_empty()
-                || turn.content.is_none()
-                || (unit.seq < st.boundary && !is_kept(proj, i))
-                || st.thinned.contains(&unit.seq)
-            {
+            if turn.calls.is_empty() || turn.content.is_none() || st.thinned.contains(&unit.seq) {
                 continue;
             }
             let before_unit = coster.unit(proj, i, &st);
@@ -643,6 +674,11 @@ pub(crate) fn plan(
         st.folds = st.folds.split_off(&(to + 1));
         now = est(&st, coster);
     }
+    // Decisions about folded units decide nothing any more: the state keeps what the tail needs.
+    // (A result opens after its call, so a result seq before the boundary belongs to a folded
+    // turn; the task statement, kept in place, may be elided and stays.)
+    st.stubbed = st.stubbed.split_off(&st.boundary);
+    st.thinned = st.thinned.split_off(&st.boundary);
     st.points += 1;
     st.last_point = Some(PointRecord {
         at_seq: input.at_seq,
@@ -681,19 +717,19 @@ fn fold_until(
     if end <= start {
         return now;
     }
-    let at = |k: usize, st: &CompactionState| CompactionState {
-        boundary: proj.units[k].seq,
-        ..st.clone()
+    // Candidates differ only in the boundary: it is moved in place, never the sets cloned.
+    let mut at = |k: usize, st: &mut CompactionState, coster: &mut Coster<'_>| {
+        st.boundary = proj.units[k].seq;
+        est(st, coster)
     };
     let (mut lo, mut hi) = (start + 1, end);
-    let mut best = est(&at(hi, st), coster);
+    let mut best = at(hi, st, coster);
     if best > goal {
-        *st = at(hi, st);
         return best;
     }
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        let e = est(&at(mid, st), coster);
+        let e = at(mid, st, coster);
         if e <= goal {
             hi = mid;
             best = e;
@@ -701,18 +737,21 @@ fn fold_until(
             lo = mid + 1;
         }
     }
-    *st = at(hi, st);
     if hi == end {
+        st.boundary = proj.units[hi].seq;
         return best;
     }
-    est(st, coster)
+    at(hi, st, coster)
 }
 
 /// Stubs results whose identical call (tool name and arguments) was made again later and
 /// answered: the later output is the current one.
+///
+/// Only the units in place are walked: a folded result is rendered as its compact line whatever
+/// its form, so deciding about it would change nothing.
 fn supersede_repeats(proj: &Projection, policy: &Policy, st: &mut CompactionState) {
-    let mut seen: std::collections::HashSet<(&str, &str)> = std::collections::HashSet::new();
-    for unit in proj.units.iter().rev() {
+    let mut seen: std::collections::HashSet<(&str, &str), FxBuild> = Default::default();
+    for unit in proj.units[proj.first_at(st.boundary)..].iter().rev() {
         let UnitBody::Turn(turn) = &unit.body else {
             continue;
         };
@@ -728,12 +767,14 @@ fn supersede_repeats(proj: &Projection, policy: &Policy, st: &mut CompactionStat
 }
 
 /// Stubs every result its tool's retention rule has expired.
+///
+/// Counts and ages run from the newest unit, so only the units in place need walking: a folded
+/// result is rendered as its compact line whatever its form.
 fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState) {
-    let turns_total = proj.units.iter().filter(|u| u.is_turn()).count();
-    let mut per_tool_seen: HashMap<&str, u32> = HashMap::new();
+    let mut per_tool_seen: HashMap<&str, u32, FxBuild> = HashMap::default();
     let mut turns_after = 0usize;
     // Walk newest first so counts and ages are relative to the end.
-    for unit in proj.units.iter().rev() {
+    for unit in proj.units[proj.first_at(st.boundary)..].iter().rev() {
         let UnitBody::Turn(turn) = &unit.body else {
             continue;
         };
@@ -752,7 +793,6 @@ fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState)
         }
         turns_after += 1;
     }
-    debug_assert!(turns_after == turns_total);
 }
 
 /// Stubs, among results the model has already answered (a turn follows them), those over
@@ -798,14 +838,16 @@ pub(crate) fn expire_oversized(
             }
         }
     }
+    // Folded results are rendered as their compact lines whatever their form: only results in
+    // place are decided about.
     let mut changed = false;
     for seq in superseded {
-        if !st.elided.contains(&seq) && st.stubbed.insert(seq) {
+        if seq >= st.boundary && !st.elided.contains(&seq) && st.stubbed.insert(seq) {
             changed = true;
         }
     }
     // Only answered results (before the last turn) are eligible for the size rule.
-    for i in progress.from..last_turn {
+    for i in progress.from.max(proj.first_at(st.boundary))..last_turn {
         let UnitBody::Turn(turn) = &proj.units[i].body else {
             continue;
         };
@@ -823,9 +865,13 @@ pub(crate) fn expire_oversized(
             }
         }
     }
+    // A turn still waiting for a result is not settled: the next render looks at it again.
+    let settled = (progress.from..last_turn)
+        .find(|&i| layout::pending(&proj.units[i]))
+        .unwrap_or(last_turn);
     *coster.eager = Some(Eager {
         state: fingerprint(st),
-        from: last_turn,
+        from: settled,
         snapshot: newest,
     });
     changed

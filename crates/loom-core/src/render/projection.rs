@@ -96,6 +96,12 @@ pub struct Projection {
     pub unpaired: Vec<Seq>,
     /// Direct-message seqs left out because they target another agent or have expired.
     pub filtered: Vec<Seq>,
+    /// Indices of the units that stay in place even before the boundary (system prompts, pins
+    /// and the task statement), in order.
+    kept: Vec<usize>,
+    /// Units that received a result after a later unit had opened, in arrival order: what the
+    /// compact block says of a folded unit changes when one arrives.
+    late: Vec<usize>,
     calls: HashMap<String, (usize, usize)>,
 }
 
@@ -121,6 +127,7 @@ impl Projection {
     /// Adds the next event of the log.
     pub fn push(&mut self, event: &Event, audience: &Audience) {
         let seq = event.seq;
+        let index = self.units.len();
         let body = match &event.body {
             EventBody::System { content } => UnitBody::System(content.clone()),
             EventBody::Pin { label, content } => UnitBody::Pin {
@@ -129,7 +136,8 @@ impl Projection {
             },
             EventBody::User { content, name } => {
                 if self.first_user.is_none() {
-                    self.first_user = Some(self.units.len());
+                    self.first_user = Some(index);
+                    self.kept.push(index);
                 }
                 UnitBody::User {
                     content: content.clone(),
@@ -142,7 +150,6 @@ impl Projection {
                 tool_calls,
                 name,
             } => {
-                let index = self.units.len();
                 for (i, call) in tool_calls.iter().enumerate() {
                     self.calls.insert(call.id.clone(), (index, i));
                 }
@@ -179,6 +186,9 @@ impl Projection {
                             is_error: *is_error,
                             stats: stats.clone(),
                         });
+                        if let Some((u, _)) = slot.filter(|&(u, _)| u + 1 < self.units.len()) {
+                            self.late.push(u);
+                        }
                     }
                     _ => self.unpaired.push(seq),
                 }
@@ -225,7 +235,31 @@ impl Projection {
                 ))
             }
         };
+        if matches!(body, UnitBody::System(_) | UnitBody::Pin { .. }) {
+            self.kept.push(index);
+        }
         self.units.push(Unit { seq, body });
+    }
+
+    /// Whether unit `index` stays in place even before the boundary: a system prompt, a pin or
+    /// the task statement.
+    pub fn is_kept(&self, index: usize) -> bool {
+        self.kept.binary_search(&index).is_ok()
+    }
+
+    /// Indices of the units kept in place that lie before unit `end`.
+    pub fn kept_before(&self, end: usize) -> &[usize] {
+        &self.kept[..self.kept.partition_point(|&i| i < end)]
+    }
+
+    /// How many results arrived late (after a later unit opened) for units before unit `end`.
+    pub fn late_before(&self, end: usize) -> usize {
+        self.late.iter().filter(|&&u| u < end).count()
+    }
+
+    /// Index of the first unit opened at or after `seq` (`units.len()` when none is).
+    pub fn first_at(&self, seq: Seq) -> usize {
+        self.units.partition_point(|u| u.seq < seq)
     }
 
     /// Index of the first unit of the last `n` assistant turns (`units.len()` when `n` is 0).

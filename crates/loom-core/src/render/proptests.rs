@@ -219,7 +219,6 @@ proptest! {
         policy in policy(),
     ) {
         let events = build_log(&actions);
-        prop_assume!(!events.is_empty());
         let steps: StepIndex = HashMap::new();
         let audience = Audience { agent: Some(crate::event::AgentId::new("me").unwrap()), now_ms: 3_000 };
         let budget = policy.budget();
@@ -247,7 +246,22 @@ proptest! {
                     audience: &audience,
                     meter: &ApproxMeter,
                 };
-                match render(&input, &state, &mut memo) {
+                let warm = render(&input, &state, &mut memo);
+                // What the memo carries between calls is only a cache: a restarted engine with
+                // an empty memo and the stored state renders the same bytes and the same state.
+                // (Checked in one format per case, chosen by the log, to keep the long mode
+                // affordable.)
+                if Format::ALL[events.len() % Format::ALL.len()] == format {
+                    let cold = render(&input, &state, &mut CostMemo::new());
+                    match (&warm, &cold) {
+                        (Ok(w), Ok(c)) => {
+                            prop_assert_eq!(w.body(), c.body(), "{:?}: a cold memo renders other bytes", format);
+                            prop_assert_eq!(&w.state, &c.state, "{:?}: a cold memo decides otherwise", format);
+                        }
+                        _ => prop_assert_eq!(warm.is_ok(), cold.is_ok(), "{:?}: a cold memo fails otherwise", format),
+                    }
+                }
+                match warm {
                     Ok(r) => {
                         prop_assert!(r.receipt.estimate <= budget.hard_total,
                             "{format:?}: estimate {} over {}", r.receipt.estimate, budget.hard_total);

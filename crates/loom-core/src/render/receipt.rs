@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::layout::{is_kept, SummaryView};
+use super::layout::SummaryView;
 use super::plan::{CompactionState, PointRecord};
 use super::policy::{Budget, Tier};
 use super::projection::{Projection, UnitBody};
@@ -163,7 +163,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
                     .filter_map(|p| p.result.as_ref().map(|r| r.seq)),
             );
         }
-        let folded = unit.seq < state.boundary && !is_kept(proj, i);
+        let folded = unit.seq < state.boundary && !proj.is_kept(i);
         if folded {
             let list = if unit.seq <= summarized_to {
                 &mut summarized

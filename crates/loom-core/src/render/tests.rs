@@ -524,6 +524,7 @@ fn grouped_blocks_extend_each_other_across_compaction_points() {
         &last.state,
         None,
         &fx.steps,
+        &mut Default::default(),
         1_000,
         Some(&BTreeSet::new()),
     )
@@ -576,9 +577,17 @@ fn groups_keep_failures_on_their_own_line() {
     let proj = Projection::build(&log.events, &audience);
     let all = log.events.len() as Seq + 1;
     let block = |max: usize, folds: Option<&BTreeSet<Seq>>| {
-        layout::compact_block(&proj, &folded_to(all, &[]), None, &steps, max, folds)
-            .unwrap()
-            .text
+        layout::compact_block(
+            &proj,
+            &folded_to(all, &[]),
+            None,
+            &steps,
+            &mut Default::default(),
+            max,
+            folds,
+        )
+        .unwrap()
+        .text
     };
     let grouped = block(1_000, Some(&BTreeSet::new()));
     let lines: Vec<&str> = grouped.lines().skip(1).collect();
@@ -605,8 +614,16 @@ fn omitted_count_counts_steps_not_groups() {
     let open = BTreeSet::new();
     // Four lines (two group lines, the user line, one failure) into two: the oldest group
     // and the user line go; the group held five steps besides its failure.
-    let b =
-        layout::compact_block(&proj, &folded_to(all, &[]), None, &steps, 2, Some(&open)).unwrap();
+    let b = layout::compact_block(
+        &proj,
+        &folded_to(all, &[]),
+        None,
+        &steps,
+        &mut Default::default(),
+        2,
+        Some(&open),
+    )
+    .unwrap();
     let lines: Vec<&str> = b.text.lines().skip(1).collect();
     assert_eq!(
         lines,
@@ -619,8 +636,16 @@ fn omitted_count_counts_steps_not_groups() {
     // The receipt's omitted units: the five steps' turns and the user message, not the failure.
     assert_eq!(b.omitted, vec![3, 5, 9, 11, 13, 15]);
     // Cut to nothing but failures, every step but the failed one is counted.
-    let b =
-        layout::compact_block(&proj, &folded_to(all, &[]), None, &steps, 0, Some(&open)).unwrap();
+    let b = layout::compact_block(
+        &proj,
+        &folded_to(all, &[]),
+        None,
+        &steps,
+        &mut Default::default(),
+        0,
+        Some(&open),
+    )
+    .unwrap();
     assert!(b.text.contains("[step_003] ✗"), "{}", b.text);
     assert!(
         b.text.ends_with("(9 earlier steps and 1 earlier messages omitted above; all are recoverable from the log)"),
@@ -640,9 +665,17 @@ fn a_later_point_extends_the_groups_of_an_earlier_one() {
         matches!(&log.events[c3 as usize - 1].body, EventBody::Assistant { tool_calls, .. } if tool_calls[0].id == "c3")
     );
     let text = |state: &CompactionState| {
-        layout::compact_block(&proj, state, None, &steps, 1_000, Some(&state.folds))
-            .unwrap()
-            .text
+        layout::compact_block(
+            &proj,
+            state,
+            None,
+            &steps,
+            &mut Default::default(),
+            1_000,
+            Some(&state.folds),
+        )
+        .unwrap()
+        .text
     };
     let first = text(&folded_to(c3, &[]));
     let second = text(&folded_to(all, &[c3]));

@@ -75,15 +75,6 @@ fn snippet(text: &str, max: usize) -> String {
     s
 }
 
-/// Units the render keeps verbatim in every request (system prompt, pins, the task statement):
-/// a summary has nothing to add for them.
-fn is_kept(proj: &Projection, index: usize) -> bool {
-    matches!(
-        proj.units[index].body,
-        UnitBody::System(_) | UnitBody::Pin { .. }
-    ) || proj.first_user == Some(index)
-}
-
 fn message(seq: Seq, kind: EntryKind, text: &str, limits: &EntryLimits) -> Entry {
     let line = one_line(text);
     Entry {
@@ -131,7 +122,8 @@ pub(crate) fn unit_entries(
     steps: &StepIndex,
     limits: &EntryLimits,
 ) -> Vec<Entry> {
-    if is_kept(proj, index) {
+    // The render keeps these verbatim in every request: a summary has nothing to add for them.
+    if proj.is_kept(index) {
         return Vec::new();
     }
     let unit: &Unit = &proj.units[index];
