@@ -107,8 +107,9 @@ impl Engine {
     }
 }
 
-/// Renders every call in order; returns per-call nanoseconds for the calls at or after `from`.
-fn replay(engine: &Engine, from: usize) -> Vec<u64> {
+/// Renders every call in order; returns per-call nanoseconds for the calls at or after `from`,
+/// and whether a compaction point fired in each.
+fn replay(engine: &Engine, from: usize) -> Vec<(u64, bool)> {
     let mut proj = Projection::default();
     let mut state = CompactionState::default();
     let mut memo = CostMemo::new();
@@ -126,7 +127,7 @@ fn replay(engine: &Engine, from: usize) -> Vec<u64> {
             let nanos = start.elapsed().as_nanos() as u64;
             state = r.state;
             if i >= from {
-                times.push(nanos);
+                times.push((nanos, r.receipt.compaction.is_some()));
             }
             black_box(r.request);
         }
@@ -135,6 +136,9 @@ fn replay(engine: &Engine, from: usize) -> Vec<u64> {
 }
 
 fn percentiles(mut t: Vec<u64>) -> (f64, f64, f64) {
+    if t.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
     t.sort_unstable();
     let at = |p: f64| t[((p * t.len() as f64).ceil() as usize).clamp(1, t.len()) - 1] as f64 / 1e3;
     (at(0.5), at(0.99), t[t.len() - 1] as f64 / 1e3)
@@ -144,9 +148,19 @@ fn bench(c: &mut Criterion) {
     for turns in [100usize, 1_000] {
         let engine = Engine::new(turns);
         let from = engine.events.len() * 9 / 10;
-        let (p50, p99, max) = percentiles(replay(&engine, from));
+        let calls = replay(&engine, from);
+        let (p50, p99, max) = percentiles(calls.iter().map(|c| c.0).collect());
         println!(
             "render per call, last 10% of a {turns}-turn session: p50 {p50:.1} µs, p99 {p99:.1} µs, max {max:.1} µs"
+        );
+        let points: Vec<u64> = calls.iter().filter(|c| c.1).map(|c| c.0).collect();
+        let between: Vec<u64> = calls.iter().filter(|c| !c.1).map(|c| c.0).collect();
+        println!(
+            "  {} calls at compaction points: p50 {:.1} µs; {} calls between points: p50 {:.1} µs",
+            points.len(),
+            percentiles(points.clone()).0,
+            between.len(),
+            percentiles(between.clone()).0
         );
     }
     let engine = Engine::new(1_000);

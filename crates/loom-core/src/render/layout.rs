@@ -8,9 +8,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 
-use super::plan::CompactionState;
 use super::projection::{Paired, Projection, Unit, UnitBody};
 use super::request::{Msg, RenderedCall, ResultForm};
+use super::state::CompactionState;
 use crate::event::{MessageContent, Seq, ToolOutput};
 use crate::step::{Category, Step};
 
@@ -137,6 +137,30 @@ pub(crate) fn unit_msg(
     head_chars: usize,
     tail_chars: usize,
 ) -> Msg {
+    message(unit, state, head_chars, tail_chars, |p, form| {
+        result_content(p, form, steps, head_chars, tail_chars)
+    })
+}
+
+/// The message of a unit with every result's content empty: what a turn costs besides its
+/// results (each format's cost is additive over result pieces).
+pub(crate) fn head_msg(unit: &Unit, state: &CompactionState) -> Msg {
+    message(
+        unit,
+        state,
+        0,
+        0,
+        |_, _| MessageContent::Text(String::new()),
+    )
+}
+
+fn message(
+    unit: &Unit,
+    state: &CompactionState,
+    head_chars: usize,
+    tail_chars: usize,
+    content: impl Fn(&Paired, ResultForm) -> MessageContent,
+) -> Msg {
     match &unit.body {
         UnitBody::System(c) => Msg::System(c.clone()),
         UnitBody::Pin { label, content } => Msg::System(MessageContent::Text(match label {
@@ -176,7 +200,7 @@ pub(crate) fn unit_msg(
                     let form = form_of(p, state);
                     RenderedCall {
                         call: p.call.clone(),
-                        content: result_content(p, form, steps, head_chars, tail_chars),
+                        content: content(p, form),
                         is_error: p.result.as_ref().is_some_and(|r| r.is_error),
                         form,
                     }
@@ -184,6 +208,27 @@ pub(crate) fn unit_msg(
                 .collect(),
         },
     }
+}
+
+/// Identity of a unit rendered in place: its seq, its text's form and the forms of its results
+/// (equal keys render equal messages within a session).
+pub(crate) fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // Integers only: the fast hasher is enough.
+    let mut h = super::cost::Fx::default();
+    (
+        "unit",
+        unit.seq,
+        state.thinned.contains(&unit.seq),
+        state.elided.contains(&unit.seq),
+    )
+        .hash(&mut h);
+    if let UnitBody::Turn(turn) = &unit.body {
+        for p in &turn.calls {
+            form_of(p, state).hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 /// First `max` chars of the first non-empty line of `text`, with an ellipsis when cut.
@@ -238,6 +283,8 @@ pub(crate) struct LineSlot {
     /// What consecutive steps must share to form a group; `None` for a line that is not a
     /// derived step (a message, or a call ingest derived no step for).
     group: Option<(Category, Option<String>)>,
+    /// The line shown when the step or message stands alone (or fails inside a group).
+    line: Option<String>,
 }
 
 /// The line slots of the units a session has settled (no pending call), in unit order, kept
@@ -285,7 +332,8 @@ fn line_slots(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<
     if proj.is_kept(index) {
         return;
     }
-    match &proj.units[index].body {
+    let unit = &proj.units[index];
+    match &unit.body {
         UnitBody::System(_) | UnitBody::Pin { .. } => {}
         UnitBody::Turn(turn) if !turn.calls.is_empty() => {
             for (c, p) in turn.calls.iter().enumerate() {
@@ -295,6 +343,7 @@ fn line_slots(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<
                     call: Some(c),
                     failed: call_failed(p, step),
                     group: step.map(group_key),
+                    line: Some(step_line(p, step)),
                 });
             }
         }
@@ -303,18 +352,15 @@ fn line_slots(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<
             call: None,
             failed: false,
             group: None,
+            line: single_line(unit),
         }),
     }
 }
 
-/// The line of a message, or of one step shown alone.
-fn single_line(unit: &Unit, r: &LineSlot, steps: &StepIndex) -> Option<String> {
-    match (&unit.body, r.call) {
-        (UnitBody::Turn(turn), Some(c)) => turn
-            .calls
-            .get(c)
-            .map(|p| step_line(p, steps.get(&p.call.id))),
-        (UnitBody::Turn(turn), None) => {
+/// The line of a message (a turn without calls, a user message or a note).
+fn single_line(unit: &Unit) -> Option<String> {
+    match &unit.body {
+        UnitBody::Turn(turn) => {
             let text = turn
                 .content
                 .as_ref()
@@ -322,11 +368,9 @@ fn single_line(unit: &Unit, r: &LineSlot, steps: &StepIndex) -> Option<String> {
                 .unwrap_or_default();
             Some(format!("[assistant] {}", snippet(&text, 160)))
         }
-        (UnitBody::User { content, .. }, _) => {
-            Some(format!("[user] {}", snippet(&content.text(), 200)))
-        }
-        (UnitBody::Note(text), _) => Some(format!("[note] {}", snippet(text, 160))),
-        (UnitBody::System(_) | UnitBody::Pin { .. }, _) => None,
+        UnitBody::User { content, .. } => Some(format!("[user] {}", snippet(&content.text(), 200))),
+        UnitBody::Note(text) => Some(format!("[note] {}", snippet(text, 160))),
+        UnitBody::System(_) | UnitBody::Pin { .. } => None,
     }
 }
 
@@ -476,7 +520,7 @@ pub(crate) fn compact_block(
         let run = &refs[e];
         if run.len() == 1 {
             run.iter()
-                .filter_map(|r| single_line(&proj.units[r.unit], r, steps))
+                .filter_map(|r| r.line.clone())
                 .for_each(&mut push);
             continue;
         }
@@ -487,7 +531,7 @@ pub(crate) fn compact_block(
         }
         run.iter()
             .filter(|r| r.failed)
-            .filter_map(|r| single_line(&proj.units[r.unit], r, steps))
+            .filter_map(|r| r.line.clone())
             .for_each(&mut push);
     }
     // The count goes last: it changes whenever more lines are omitted, and text after the lines

@@ -8,6 +8,7 @@
 //! content ([`layout`]), and serialises it in a provider [`Format`].
 
 mod check;
+mod cost;
 mod format;
 mod layout;
 mod meter;
@@ -16,6 +17,7 @@ mod policy;
 mod projection;
 mod receipt;
 mod request;
+mod state;
 
 #[cfg(test)]
 mod proptests;
@@ -23,23 +25,24 @@ mod proptests;
 mod tests;
 
 pub use check::{check_anthropic, check_chat, check_request, check_responses, Violation};
+pub use cost::{CostMemo, Key as CostKey};
 pub use format::{Format, ANTHROPIC_TOOL_PROMPT};
 pub use layout::{StepIndex, SummaryView, COMPACT_HEADER};
 pub use meter::{
     leaf_tokens, message_tokens, tool_tokens, ApproxMeter, TokenMeter, INLINE_IMAGE_TOKENS,
     REPLY_PRIMING, TOKENS_PER_MESSAGE, TOKENS_PER_NAME,
 };
-pub use plan::Key as CostKey;
-pub use plan::{CompactionState, CostMemo, PointReason, PointRecord};
 pub use policy::{Budget, Policy, Retention, Tier};
 pub use projection::{Audience, Paired, Projection, ResultView, Turn, Unit, UnitBody};
 pub use receipt::{Injected, Receipt, SeqRange};
 pub use request::{Msg, RenderedCall, Request, ResultForm, ToolSpec};
+pub use state::{CompactionState, PointReason, PointRecord};
 
 use serde_json::Value;
 
 use crate::event::{Event, MessageContent, Seq};
-use plan::{Coster, PlanInput};
+use cost::Coster;
+use plan::PlanInput;
 
 /// Content a hook injected for this turn only (never written to the log).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,21 +200,9 @@ pub fn render_projection(
         });
     }
 
-    let stub_request = Request {
-        model: input.model.to_owned(),
-        tools: input.tools.to_vec(),
-        messages: Vec::new(),
-        stable_len: 0,
-        max_output_tokens: input.policy.response_reserve,
-    };
-    let tools_wire = format.tools(&stub_request);
-    let overhead = format.overhead_tokens(&tools_wire, input.meter);
-
     let mut coster = Coster::new(format, input.meter, input.steps, input.policy, memo);
-    let summary_of = |st: &CompactionState| {
-        st.summary
-            .and_then(|(v, _)| input.summaries.iter().find(|s| s.version == v))
-    };
+    let overhead = coster.overhead(input.tools);
+    let summary_of = |st: &CompactionState| plan::summary_in(input.summaries, st);
     let mut state = prev.clone();
     let mut fired = None;
     if plan::expire_oversized(proj, &mut state, input.policy, &budget, &mut coster) {
@@ -277,18 +268,16 @@ pub fn render_projection(
             tokens: record.tokens,
         });
     }
-    let omitted = coster
-        .block_text(proj, &state, summary)
-        .map(|b| b.omitted)
-        .unwrap_or_default();
+    let folded = coster.folded(proj, &state, summary);
+    let prefix_hash = coster.prefix_hash(&request, &pieces);
     let receipt = receipt::build(receipt::ReceiptInput {
-        omitted: &omitted,
+        folded: &folded,
+        prefix_hash,
         input,
         proj,
         state: &state,
         summary,
         budget,
-        request: &request,
         tiers,
         estimate: estimate + injected_tokens,
         injected,
@@ -321,20 +310,6 @@ fn identity(value: &impl std::hash::Hash) -> u64 {
     use std::hash::{DefaultHasher, Hasher};
     let mut h = DefaultHasher::new();
     value.hash(&mut h);
-    h.finish()
-}
-
-/// Identity of a unit rendered in place: its seq and the forms of its results.
-fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
-    use std::hash::{Hash, Hasher};
-    // Integers only: the fast hasher is enough.
-    let mut h = plan::Fx::default();
-    ("unit", unit.seq, state.thinned.contains(&unit.seq)).hash(&mut h);
-    if let UnitBody::Turn(turn) = &unit.body {
-        for p in &turn.calls {
-            layout::form_of(p, state).hash(&mut h);
-        }
-    }
     h.finish()
 }
 
@@ -379,8 +354,6 @@ fn layout_request(
     use std::collections::BTreeMap;
     let mut pieces = Vec::new();
     let policy = input.policy;
-    let head = policy.elide_head_chars as usize;
-    let tail = policy.elide_tail_chars as usize;
     let mut tiers: BTreeMap<Tier, u64> = BTreeMap::new();
     let mut messages = Vec::new();
     let tools_tokens = overhead.saturating_sub(input.format.priming_tokens());
@@ -396,11 +369,9 @@ fn layout_request(
         if proj.is_kept(i) {
             let tokens = coster.unit(proj, i, state);
             *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
-            pieces.push(Piece {
-                key: unit_key(unit, state),
-                tokens,
-            });
-            messages.push(layout::unit_msg(unit, state, input.steps, head, tail));
+            let (key, msg) = coster.msg(proj, i, state);
+            pieces.push(Piece { key, tokens });
+            messages.push(msg);
         }
     }
     if let Some(block) = coster.block_text(proj, state, summary) {
@@ -411,7 +382,7 @@ fn layout_request(
         });
         *tiers.entry(Tier::Summary).or_default() += tokens;
         messages.push(Msg::User {
-            content: MessageContent::Text(block.text),
+            content: MessageContent::Text(block.text.clone()),
             name: None,
         });
     }
@@ -428,11 +399,9 @@ fn layout_request(
     for (i, unit) in proj.units.iter().enumerate().skip(first_tail) {
         let tokens = coster.unit(proj, i, state);
         *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
-        pieces.push(Piece {
-            key: unit_key(unit, state),
-            tokens,
-        });
-        messages.push(layout::unit_msg(unit, state, input.steps, head, tail));
+        let (key, msg) = coster.msg(proj, i, state);
+        pieces.push(Piece { key, tokens });
+        messages.push(msg);
     }
     (
         Request {

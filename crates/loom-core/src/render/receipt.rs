@@ -7,13 +7,12 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::layout::SummaryView;
-use super::plan::{CompactionState, PointRecord};
 use super::policy::{Budget, Tier};
 use super::projection::{Projection, UnitBody};
-use super::request::{Request, ResultForm};
+use super::request::ResultForm;
+use super::state::{CompactionState, PointRecord};
 use super::{layout::form_of, RenderInput};
 use crate::event::Seq;
 
@@ -42,6 +41,19 @@ fn ranges(mut seqs: Vec<Seq>) -> Vec<SeqRange> {
         match out.last_mut() {
             Some(r) if r.to + 1 == s => r.to = s,
             _ => out.push(SeqRange { from: s, to: s }),
+        }
+    }
+    out
+}
+
+/// Sorts runs and joins those that overlap or touch.
+fn merge(mut runs: Vec<SeqRange>) -> Vec<SeqRange> {
+    runs.sort_unstable_by_key(|r| r.from);
+    let mut out: Vec<SeqRange> = Vec::with_capacity(runs.len());
+    for r in runs {
+        match out.last_mut() {
+            Some(last) if r.from <= last.to.saturating_add(1) => last.to = last.to.max(r.to),
+            _ => out.push(r),
         }
     }
     out
@@ -136,45 +148,74 @@ pub(crate) struct ReceiptInput<'a, 'i> {
     pub(crate) state: &'a CompactionState,
     pub(crate) summary: Option<&'a SummaryView>,
     pub(crate) budget: Budget,
-    pub(crate) request: &'a Request,
     pub(crate) tiers: BTreeMap<Tier, u64>,
     pub(crate) estimate: u64,
     pub(crate) injected: Vec<Injected>,
     pub(crate) fired: Option<PointRecord>,
     pub(crate) at_seq: Seq,
-    /// Seqs whose compact lines were omitted.
-    pub(crate) omitted: &'a [Seq],
+    /// What happened to the folded units (see [`folded`]).
+    pub(crate) folded: &'a Folded,
+    /// SHA-256 of the stable prefix's wire form.
+    pub(crate) prefix_hash: String,
 }
 
-pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
-    let (proj, state) = (r.proj, r.state);
-    let summarized_to = r.summary.map_or(0, |s| s.to_seq);
-    // Omitted seqs come in log order, so a binary search finds them.
-    let omitted = r.omitted;
-    let (mut verbatim, mut stubbed, mut elided, mut grouped, mut summarized, mut dropped) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let mut thinned = Vec::new();
-    for (i, unit) in proj.units.iter().enumerate() {
-        let mut seqs = vec![unit.seq];
+/// The fates of the folded units: a function of the compact block (its boundary, summary and
+/// omitted lines), so it is computed once per block, not once per call.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Folded {
+    grouped: Vec<SeqRange>,
+    summarized: Vec<SeqRange>,
+    dropped: Vec<SeqRange>,
+}
+
+/// The fates of the units before unit `tail` that are not kept in place.
+pub(crate) fn folded(
+    proj: &Projection,
+    tail: usize,
+    summary: Option<&SummaryView>,
+    omitted: &[Seq],
+) -> Folded {
+    let summarized_to = summary.map_or(0, |s| s.to_seq);
+    let (mut grouped, mut summarized, mut dropped) = (vec![], vec![], vec![]);
+    for (i, unit) in proj.units[..tail].iter().enumerate() {
+        if proj.is_kept(i) {
+            continue;
+        }
+        // Omitted seqs come in log order, so a binary search finds them.
+        let list = if unit.seq <= summarized_to {
+            &mut summarized
+        } else if omitted.binary_search(&unit.seq).is_ok() {
+            &mut dropped
+        } else {
+            &mut grouped
+        };
+        list.push(unit.seq);
         if let UnitBody::Turn(turn) = &unit.body {
-            seqs.extend(
+            list.extend(
                 turn.calls
                     .iter()
                     .filter_map(|p| p.result.as_ref().map(|r| r.seq)),
             );
         }
-        let folded = unit.seq < state.boundary && !proj.is_kept(i);
-        if folded {
-            let list = if unit.seq <= summarized_to {
-                &mut summarized
-            } else if omitted.binary_search(&unit.seq).is_ok() {
-                &mut dropped
-            } else {
-                &mut grouped
-            };
-            list.extend(seqs);
-            continue;
-        }
+    }
+    Folded {
+        grouped: ranges(grouped),
+        summarized: ranges(summarized),
+        dropped: ranges(dropped),
+    }
+}
+
+pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
+    let (proj, state) = (r.proj, r.state);
+    let (mut verbatim, mut stubbed, mut elided, mut thinned) = (vec![], vec![], vec![], vec![]);
+    let tail = proj.first_at(state.boundary);
+    let in_place = proj
+        .kept_before(tail)
+        .iter()
+        .copied()
+        .chain(tail..proj.units.len());
+    for i in in_place {
+        let unit = &proj.units[i];
         if state.thinned.contains(&unit.seq) {
             thinned.push(unit.seq);
         } else if state.elided.contains(&unit.seq) {
@@ -193,22 +234,18 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
             }
         }
     }
-    dropped.extend(proj.unpaired.iter().copied());
-    dropped.extend(proj.filtered.iter().copied());
-
-    let format = r.input.format;
-    let mut hasher = Sha256::new();
-    for tool in format.tools(r.request) {
-        hasher.update(tool.to_string().as_bytes());
-    }
-    for msg in &r.request.messages[..r.request.stable_len.min(r.request.messages.len())] {
-        for w in format.wire(msg) {
-            hasher.update(w.to_string().as_bytes());
-        }
-    }
+    let mut dropped = ranges(
+        proj.unpaired
+            .iter()
+            .chain(&proj.filtered)
+            .copied()
+            .collect(),
+    );
+    dropped.extend_from_slice(&r.folded.dropped);
+    let dropped = merge(dropped);
     Receipt {
         model: r.input.model.to_owned(),
-        format: format.as_str().to_owned(),
+        format: r.input.format.as_str().to_owned(),
         tokenizer: r.input.meter.name().to_owned(),
         policy_version: r.input.policy.version(),
         at_seq: r.at_seq,
@@ -219,11 +256,11 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         stubbed: ranges(stubbed),
         elided: ranges(elided),
         thinned: ranges(thinned),
-        grouped: ranges(grouped),
-        summarized: ranges(summarized),
-        dropped: ranges(dropped),
+        grouped: r.folded.grouped.clone(),
+        summarized: r.folded.summarized.clone(),
+        dropped,
         summary_version: r.summary.map(|s| s.version),
-        prefix_hash: hex::encode(hasher.finalize()),
+        prefix_hash: r.prefix_hash,
         compaction: r.fired,
         points: state.points,
         injected: r.injected,
