@@ -4,7 +4,7 @@
 //! [`render`] is a pure function of (log, policy, derived records, previous compaction state):
 //! the same inputs give byte-identical bodies. It projects the log into units that hold each call
 //! with its result ([`projection`]), decides at compaction points what is stubbed, folded or
-//! summarised ([`plan`]), lays the request out as stable prefix → verbatim tail → injected
+//! summarised ([`reducers`]), lays the request out as stable prefix → verbatim tail → injected
 //! content ([`layout`]), and serialises it in a provider [`Format`].
 
 mod check;
@@ -12,10 +12,10 @@ mod cost;
 mod format;
 mod layout;
 mod meter;
-mod plan;
 mod policy;
 mod projection;
 mod receipt;
+mod reducers;
 mod request;
 mod state;
 
@@ -42,7 +42,7 @@ use serde_json::Value;
 
 use crate::event::{Event, MessageContent, Seq};
 use cost::Coster;
-use plan::PlanInput;
+use reducers::PlanInput;
 
 /// Content a hook injected for this turn only (never written to the log).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,10 +202,10 @@ pub fn render_projection(
 
     let mut coster = Coster::new(format, input.meter, input.steps, input.policy, memo);
     let overhead = coster.overhead(input.tools);
-    let summary_of = |st: &CompactionState| plan::summary_in(input.summaries, st);
+    let summary_of = |st: &CompactionState| reducers::summary_in(input.summaries, st);
     let mut state = prev.clone();
     let mut fired = None;
-    if plan::expire_oversized(proj, &mut state, input.policy, &budget, &mut coster) {
+    if reducers::expire_oversized(proj, &mut state, input.policy, &budget, &mut coster) {
         state.points += 1;
         let before_oversized = overhead + coster.total(proj, prev, summary_of(prev));
         let after = overhead + coster.total(proj, &state, summary_of(&state));
@@ -242,7 +242,7 @@ pub fn render_projection(
             at_seq,
             reason,
         };
-        state = plan::plan(proj, &state, &plan_input, &mut coster);
+        state = reducers::plan(proj, &state, &plan_input, &mut coster);
         estimate = overhead + coster.total(proj, &state, summary_of(&state));
         fired = state.last_point.clone();
         coster.carry_eager(&state);

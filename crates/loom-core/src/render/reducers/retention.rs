@@ -1,0 +1,165 @@
+//! Tool-result retention: the per-tool rules (count, age, never evict), results superseded by a
+//! later run of the identical call, and the eager rules that apply on every render (results over
+//! the oversized share once answered, browser snapshots a newer one supersedes).
+//!
+//! An expired result renders as its step's observation plus `outcome_ref`: the call stays, the
+//! pairing stays.
+
+use std::collections::HashMap;
+
+use super::{Cx, Goal};
+use crate::event::Seq;
+use crate::render::cost::{fingerprint, Coster, Eager, FxBuild};
+use crate::render::layout;
+use crate::render::policy::{Budget, Policy, Retention};
+use crate::render::projection::{Projection, UnitBody};
+use crate::render::request::ResultForm;
+use crate::render::state::CompactionState;
+
+/// The retention reducer: results its tool's rule has expired, and results superseded by a later
+/// run of the identical call (same tool, same arguments), whose output is newer. Rules are rules:
+/// it applies whatever the goal.
+pub(super) fn reduce(
+    proj: &Projection,
+    _goal: &Goal<'_>,
+    mut st: CompactionState,
+    cx: &mut Cx<'_, '_>,
+) -> CompactionState {
+    apply_retention(proj, cx.policy, &mut st);
+    supersede_repeats(proj, cx.policy, &mut st);
+    cx.now = cx.estimate(proj, &st);
+    st
+}
+
+/// Stubs results whose identical call (tool name and arguments) was made again later and
+/// answered: the later output is the current one.
+///
+/// Only the units in place are walked: a folded result is rendered as its compact line whatever
+/// its form, so deciding about it would change nothing.
+fn supersede_repeats(proj: &Projection, policy: &Policy, st: &mut CompactionState) {
+    let mut seen: std::collections::HashSet<(&str, &str), FxBuild> = Default::default();
+    for unit in proj.units[proj.first_at(st.boundary)..].iter().rev() {
+        let UnitBody::Turn(turn) = &unit.body else {
+            continue;
+        };
+        for paired in turn.calls.iter().rev() {
+            let Some(r) = &paired.result else { continue };
+            let key = (paired.call.name.as_str(), paired.call.arguments.as_str());
+            let never = matches!(policy.retention_for(key.0), Retention::NeverEvict);
+            if !seen.insert(key) && !never {
+                st.stubbed.insert(r.seq);
+            }
+        }
+    }
+}
+
+/// Stubs every result its tool's retention rule has expired.
+///
+/// Counts and ages run from the newest unit, so only the units in place need walking: a folded
+/// result is rendered as its compact line whatever its form.
+fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState) {
+    let mut per_tool_seen: HashMap<&str, u32, FxBuild> = HashMap::default();
+    let mut turns_after = 0usize;
+    // Walk newest first so counts and ages are relative to the end.
+    for unit in proj.units[proj.first_at(st.boundary)..].iter().rev() {
+        let UnitBody::Turn(turn) = &unit.body else {
+            continue;
+        };
+        for paired in turn.calls.iter().rev() {
+            let Some(r) = &paired.result else { continue };
+            let seen = per_tool_seen.entry(paired.call.name.as_str()).or_default();
+            *seen += 1;
+            let expired = match policy.retention_for(&paired.call.name) {
+                Retention::Keep | Retention::NeverEvict => false,
+                Retention::Count { n } => *seen > n,
+                Retention::Age { turns } => turns_after >= turns as usize,
+            };
+            if expired {
+                st.stubbed.insert(r.seq);
+            }
+        }
+        turns_after += 1;
+    }
+}
+
+/// Stubs, among results the model has already answered (a turn follows them), those over
+/// `budget.oversized` tokens and the browser-state snapshots that a newer snapshot supersedes
+/// (every page action returns the whole page, so only the newest is current; the seeds offload
+/// pages always). Returns whether anything changed.
+pub(crate) fn expire_oversized(
+    proj: &Projection,
+    st: &mut CompactionState,
+    policy: &Policy,
+    budget: &Budget,
+    coster: &mut Coster<'_>,
+) -> bool {
+    let Some(last_turn) = proj.units.iter().rposition(|u| u.is_turn()) else {
+        return false;
+    };
+    // Continue from the last render when it left exactly this state; otherwise start over.
+    let progress = match *coster.eager {
+        Some(e) if e.state == fingerprint(st) && e.from <= last_turn => e,
+        _ => Eager::default(),
+    };
+    let snapshot = |call_id: &str| {
+        policy.supersede_snapshots
+            && coster.steps.get(call_id).is_some_and(|s| {
+                matches!(
+                    s.kind,
+                    crate::step::ToolKind::Navigate | crate::step::ToolKind::BrowserAction
+                )
+            })
+    };
+    let evictable = |name: &str| !matches!(policy.retention_for(name), Retention::NeverEvict);
+    let mut newest = progress.snapshot;
+    let mut superseded: Vec<Seq> = Vec::new();
+    for unit in &proj.units[progress.from..] {
+        let UnitBody::Turn(turn) = &unit.body else {
+            continue;
+        };
+        for paired in &turn.calls {
+            let Some(r) = &paired.result else { continue };
+            if snapshot(&paired.call.id) && newest.is_none_or(|n| n < r.seq) {
+                superseded.extend(newest);
+                newest = evictable(&paired.call.name).then_some(r.seq);
+            }
+        }
+    }
+    // Folded results are rendered as their compact lines whatever their form: only results in
+    // place are decided about.
+    let mut changed = false;
+    for seq in superseded {
+        if seq >= st.boundary && !st.elided.contains(&seq) && st.stubbed.insert(seq) {
+            changed = true;
+        }
+    }
+    // Only answered results (before the last turn) are eligible for the size rule.
+    for i in progress.from.max(proj.first_at(st.boundary))..last_turn {
+        let UnitBody::Turn(turn) = &proj.units[i].body else {
+            continue;
+        };
+        for (c, paired) in turn.calls.iter().enumerate() {
+            let Some(r) = &paired.result else { continue };
+            if st.stubbed.contains(&r.seq)
+                || st.elided.contains(&r.seq)
+                || !evictable(&paired.call.name)
+            {
+                continue;
+            }
+            if coster.result(proj, i, c, ResultForm::Verbatim) > budget.oversized {
+                st.stubbed.insert(r.seq);
+                changed = true;
+            }
+        }
+    }
+    // A turn still waiting for a result is not settled: the next render looks at it again.
+    let settled = (progress.from..last_turn)
+        .find(|&i| layout::pending(&proj.units[i]))
+        .unwrap_or(last_turn);
+    *coster.eager = Some(Eager {
+        state: fingerprint(st),
+        from: settled,
+        snapshot: newest,
+    });
+    changed
+}
