@@ -145,7 +145,7 @@ fn percentiles(mut t: Vec<u64>) -> (f64, f64, f64) {
 }
 
 fn bench(c: &mut Criterion) {
-    for turns in [100usize, 1_000] {
+    for turns in [100usize, 1_000, 10_000] {
         let engine = Engine::new(turns);
         let from = engine.events.len() * 9 / 10;
         let calls = replay(&engine, from);

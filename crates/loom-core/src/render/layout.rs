@@ -280,9 +280,10 @@ pub(crate) struct LineSlot {
     unit: usize,
     call: Option<usize>,
     failed: bool,
-    /// What consecutive steps must share to form a group; `None` for a line that is not a
-    /// derived step (a message, or a call ingest derived no step for).
-    group: Option<(Category, Option<String>)>,
+    /// What consecutive steps must share to form a group (an index into [`LineSlots`]' group
+    /// keys); `None` for a line that is not a derived step (a message, or a call ingest derived
+    /// no step for).
+    group: Option<u32>,
     /// The line shown when the step or message stands alone (or fails inside a group).
     line: Option<String>,
 }
@@ -294,6 +295,8 @@ pub(crate) struct LineSlots {
     slots: Vec<LineSlot>,
     /// Units before this index are covered.
     upto: usize,
+    /// The distinct group keys met so far: slots compare indices, not categories and names.
+    groups: Vec<(Category, Option<String>)>,
 }
 
 impl LineSlots {
@@ -307,7 +310,7 @@ impl LineSlots {
     ) -> std::borrow::Cow<'c, [LineSlot]> {
         let end = end.min(proj.units.len());
         while self.upto < end && !pending(&proj.units[self.upto]) {
-            line_slots(proj, self.upto, steps, &mut self.slots);
+            line_slots(proj, self.upto, steps, &mut self.groups, &mut self.slots);
             self.upto += 1;
         }
         let cached = self.slots.partition_point(|r| r.unit < end);
@@ -316,7 +319,7 @@ impl LineSlots {
         }
         let mut all = self.slots[..cached].to_vec();
         for i in self.upto..end {
-            line_slots(proj, i, steps, &mut all);
+            line_slots(proj, i, steps, &mut self.groups, &mut all);
         }
         std::borrow::Cow::Owned(all)
     }
@@ -328,7 +331,13 @@ pub(crate) fn pending(unit: &Unit) -> bool {
 }
 
 /// The line slots a unit contributes when folded (none for units kept in place).
-fn line_slots(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<LineSlot>) {
+fn line_slots(
+    proj: &Projection,
+    index: usize,
+    steps: &StepIndex,
+    groups: &mut Vec<(Category, Option<String>)>,
+    out: &mut Vec<LineSlot>,
+) {
     if proj.is_kept(index) {
         return;
     }
@@ -342,7 +351,7 @@ fn line_slots(proj: &Projection, index: usize, steps: &StepIndex, out: &mut Vec<
                     unit: index,
                     call: Some(c),
                     failed: call_failed(p, step),
-                    group: step.map(group_key),
+                    group: step.map(|s| intern(groups, group_key(s))),
                     line: Some(step_line(p, step)),
                 });
             }
@@ -372,6 +381,15 @@ fn single_line(unit: &Unit) -> Option<String> {
         UnitBody::Note(text) => Some(format!("[note] {}", snippet(text, 160))),
         UnitBody::System(_) | UnitBody::Pin { .. } => None,
     }
+}
+
+/// The index of `key` among the group keys met so far (there are a handful per session).
+fn intern(groups: &mut Vec<(Category, Option<String>)>, key: (Category, Option<String>)) -> u32 {
+    let at = groups.iter().position(|g| *g == key).unwrap_or_else(|| {
+        groups.push(key);
+        groups.len() - 1
+    });
+    u32::try_from(at).unwrap_or(u32::MAX)
 }
 
 /// What consecutive steps must share to form a group: the compactor's rule, their category, or

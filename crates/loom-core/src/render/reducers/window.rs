@@ -24,10 +24,9 @@ pub(super) fn reduce(
 /// Moves the boundary forward (never past unit `limit`, never folding the last unit) to the
 /// first unit at which the estimate is at most `goal`; returns the estimate.
 ///
-/// Folding more almost always shrinks the request, so the boundary is found by binary search:
-/// a logarithmic number of estimates per compaction point instead of one per folded unit. A
-/// unit's cost does not depend on the boundary, so the units are costed once and each candidate
-/// adds sums; only its compact block is built anew.
+/// A unit's cost does not depend on the boundary, so the units are costed once and each
+/// candidate adds sums; only its compact block is built anew, for as few candidates as the
+/// search can manage (see below).
 pub(super) fn fold_until(
     proj: &Projection,
     st: &mut CompactionState,
@@ -62,13 +61,38 @@ pub(super) fn fold_until(
         kept[j + 1] = kept[j] + stays;
     }
     // What does not move with the boundary: overhead and the kept units before `start`.
-    let base = now - suffix[0] - coster.block(proj, st, summary);
+    let block_now = coster.block(proj, st, summary);
+    let base = now - suffix[0] - block_now;
     let at = |k: usize, st: &mut CompactionState, coster: &mut Coster<'_>| {
         st.boundary = proj.units[k].seq;
         let j = k - start;
         base + kept[j] + suffix[j] + coster.block(proj, st, summary)
     };
+    // The units' share is exact and falls as k grows; the block, which each candidate would
+    // have to build and count, mostly grows a little. So the first candidate whose units fit
+    // beside the block as it stands is where the search starts, walking up a few candidates
+    // while the grown block does not fit — a couple of block builds per point instead of a
+    // binary search's dozen. Should the block grow faster than folding frees, the search falls
+    // back to bisecting the rest.
+    let units_fit = |k: usize| base + kept[k - start] + suffix[k - start] + block_now <= goal;
     let (mut lo, mut hi) = (start + 1, end);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if units_fit(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let mut k = lo;
+    for _ in 0..4 {
+        let e = at(k, st, coster);
+        if e <= goal || k == end {
+            return e;
+        }
+        k += 1;
+    }
+    (lo, hi) = (k, end);
     let mut best = at(hi, st, coster);
     if best > goal {
         return best;
