@@ -54,6 +54,16 @@ fn log(calls: &[(&str, usize)]) -> Vec<Event> {
     events
 }
 
+fn project(events: &[Event]) -> Projection {
+    Projection::build(
+        events,
+        &Audience {
+            agent: None,
+            now_ms: 0,
+        },
+    )
+}
+
 /// Runs one reducer from `state` with the estimate it would be handed in the pipeline.
 fn run(
     reducer: Reducer,
@@ -62,20 +72,26 @@ fn run(
     goal: u64,
     state: CompactionState,
 ) -> (CompactionState, u64) {
-    let proj = Projection::build(
-        events,
-        &Audience {
-            agent: None,
-            now_ms: 0,
-        },
-    );
+    run_with(reducer, events, policy, &[], goal, state)
+}
+
+/// [`run`], with the session's summaries.
+fn run_with(
+    reducer: Reducer,
+    events: &[Event],
+    policy: &Policy,
+    summaries: &[SummaryView],
+    goal: u64,
+    state: CompactionState,
+) -> (CompactionState, u64) {
+    let proj = project(events);
     let steps: StepIndex = HashMap::new();
     let mut memo = CostMemo::new();
     let mut coster = Coster::new(Format::OpenaiChat, &ApproxMeter, &steps, policy, &mut memo);
     let budget = policy.budget();
     let mut cx = Cx {
         policy,
-        summaries: &[],
+        summaries,
         overhead: 0,
         coster: &mut coster,
         protected: proj.recent_turns_start(policy.protect_recent_turns),
@@ -185,13 +201,7 @@ fn the_window_folds_whole_units_and_keeps_system_task_and_protected_turns() {
         ..Policy::default()
     };
     let (st, _) = run(window::reduce, &events, &policy, 0, Default::default());
-    let proj = Projection::build(
-        &events,
-        &Audience {
-            agent: None,
-            now_ms: 0,
-        },
-    );
+    let proj = project(&events);
     // The boundary opens a unit: no unit is cut in half, and no result is parted from its call.
     let at = proj.first_at(st.boundary);
     assert_eq!(proj.units[at].seq, st.boundary);
@@ -208,13 +218,7 @@ fn the_summary_replaces_what_it_covers_only_outside_the_protected_turns() {
         protect_recent_turns: 1,
         ..Policy::default()
     };
-    let proj = Projection::build(
-        &events,
-        &Audience {
-            agent: None,
-            now_ms: 0,
-        },
-    );
+    let proj = project(&events);
     let protected_seq = proj.units[proj.recent_turns_start(1)].seq;
     let summaries = [
         SummaryView {
@@ -228,23 +232,14 @@ fn the_summary_replaces_what_it_covers_only_outside_the_protected_turns() {
             content: "reaches into the protected turn".into(),
         },
     ];
-    let steps: StepIndex = HashMap::new();
-    let mut memo = CostMemo::new();
-    let mut coster = Coster::new(Format::OpenaiChat, &ApproxMeter, &steps, &policy, &mut memo);
-    let budget = policy.budget();
-    let mut cx = Cx {
-        policy: &policy,
-        summaries: &summaries,
-        overhead: 0,
-        coster: &mut coster,
-        protected: proj.recent_turns_start(1),
-        now: u64::MAX,
-    };
-    let goal = Goal {
-        tokens: 0,
-        budget: &budget,
-    };
-    let st = summary::reduce(&proj, &goal, CompactionState::default(), &mut cx);
+    let (st, _) = run_with(
+        summary::reduce,
+        &events,
+        &policy,
+        &summaries,
+        0,
+        Default::default(),
+    );
     assert_eq!(st.summary, Some((1, 4)));
     assert_eq!(st.boundary, 5);
 }
