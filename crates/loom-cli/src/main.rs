@@ -43,6 +43,8 @@ enum Command {
     ExportSteps(cmd::export_steps::Args),
     /// Print the exact request body for a session's next model call.
     Render(cmd::render::Args),
+    /// Record the token usage the provider reported for a model call `render` recorded.
+    Usage(cmd::usage::Args),
     /// Say what happened to one event in each model call.
     Explain(cmd::explain::Args),
     /// Replay agent traces through Loom and its baselines; report tokens, cost, cache and recall.
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::ExportSteps(args) => cmd::export_steps::run(&ctx, args),
         Command::Replay(args) => cmd::replay::run(&ctx, args),
         Command::Render(args) => cmd::render::run(&ctx, args),
+        Command::Usage(args) => cmd::usage::run(&ctx, args),
         Command::Explain(args) => cmd::explain::run(&ctx, args),
         Command::Tokens(args) => cmd::tokens::run(&ctx, args),
     };

@@ -49,6 +49,16 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A model call that is not recorded: its session does not exist, or has no call with this id.
+    #[error("session `{session}`, model call {call}: not found: {reason}")]
+    ModelCallNotFound {
+        /// The session named.
+        session: SessionId,
+        /// The call id named.
+        call: u64,
+        /// Why it is not there.
+        reason: String,
+    },
     /// No blob with this reference or alias.
     #[error("blob `{0}` not found")]
     BlobNotFound(String),
@@ -118,6 +128,7 @@ impl StoreError {
                 | Self::InvalidEvent { .. }
                 | Self::CallState { .. }
                 | Self::InvalidRecord { .. }
+                | Self::ModelCallNotFound { .. }
                 | Self::BlobNotFound(_)
                 | Self::UnsafeReference { .. }
         )

@@ -20,7 +20,7 @@ pub use memory::MemoryStore;
 pub use offload::{OffloadReport, Offloader, Resolution};
 pub use records::{
     CallStatus, ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary,
-    ToolCallRecord,
+    ToolCallRecord, Usage,
 };
 pub use sqlite::SqliteStore;
 pub use workspace::Workspace;
@@ -89,6 +89,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Every receipt of the session, in the order they were recorded.
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>>;
+
+    /// Records what the provider reported model call `call` of the session used; returns the
+    /// call as stored.
+    ///
+    /// A call holds one usage for good. Reporting the same figures again is accepted and changes
+    /// nothing (the stored usage, with its first `reported_ms`, is returned), so a caller may
+    /// retry after a lost reply; different figures are refused with
+    /// [`StoreError::InvalidRecord`]. An unknown session or call id is
+    /// [`StoreError::ModelCallNotFound`]; cached input tokens above the input tokens are
+    /// [`StoreError::InvalidRecord`].
+    fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall>;
 
     /// Inserts or replaces steps (keyed by session and step id).
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()>;

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use loom_core::{Event, Ledger, NewEvent, Seq, SessionId, SessionInfo};
 
 use crate::records::{
-    ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord,
+    ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
 use crate::{validate, Result, Store, StoreError};
 
@@ -180,6 +180,7 @@ impl Store for MemoryStore {
         let stored = ModelCall {
             id: data.model_calls.len() as u64 + 1,
             call: call.clone(),
+            usage: None,
         };
         data.model_calls.push(stored.clone());
         Ok(stored)
@@ -188,6 +189,24 @@ impl Store for MemoryStore {
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
         let mut map = self.lock();
         Ok(existing(&mut map, session)?.model_calls.clone())
+    }
+
+    fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
+        let mut map = self.lock();
+        let data = map
+            .get_mut(session)
+            .ok_or_else(|| validate::unknown_model_call(session, call, None))?;
+        let recorded = data.model_calls.len() as u64;
+        // Ids are 1-based and contiguous, so call `n` sits at index `n - 1`.
+        let stored = call
+            .checked_sub(1)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| data.model_calls.get_mut(i))
+            .ok_or_else(|| validate::unknown_model_call(session, call, Some(recorded)))?;
+        if validate::usage(session, call, stored.usage.as_ref(), usage)? {
+            stored.usage = Some(*usage);
+        }
+        Ok(stored.clone())
     }
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {

@@ -1,4 +1,5 @@
-//! Records derived from the log: summaries, model-call receipts, tool-call states, steps.
+//! Records derived from the log: summaries, model-call receipts and the provider's usage, tool-call
+//! states, steps.
 
 use loom_core::{AgentId, Seq, SessionId};
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,47 @@ pub struct ModelCall {
     /// What was stored.
     #[serde(flatten)]
     pub call: NewModelCall,
+    /// What the provider said the call used, once the caller reports it (see
+    /// [`Store::report_usage`](crate::Store::report_usage)). Receipts written before usage was
+    /// recorded have none, so it defaults to `None` and is left out of the JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// The token usage a provider reported for one model call.
+///
+/// The receipt holds Loom's estimate of what it sent; this is the provider's own count, reported
+/// by the caller after the call returns, so that estimates can be checked against what was
+/// billed. Two reports for the same call are the same report when their token figures match;
+/// `reported_ms` only records when the first one arrived, so a retried report is not a conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input (prompt) tokens, cached ones included.
+    pub input_tokens: u64,
+    /// How many of the input tokens the provider served from its prompt cache (never more than
+    /// `input_tokens`), when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    /// Output (completion) tokens, when reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// When the usage was reported, UTC milliseconds.
+    pub reported_ms: i64,
+}
+
+impl Usage {
+    /// Whether `other` reports the same token figures (the time of the report aside).
+    pub fn same_figures(&self, other: &Usage) -> bool {
+        (
+            self.input_tokens,
+            self.cached_input_tokens,
+            self.output_tokens,
+        ) == (
+            other.input_tokens,
+            other.cached_input_tokens,
+            other.output_tokens,
+        )
+    }
 }
 
 /// Where a tool call stands, as stored.

@@ -2,7 +2,7 @@
 
 use loom_core::{BlobRef, CallState, Ledger, NewEvent, Seq, SessionId};
 
-use crate::records::{CallStatus, NewModelCall, NewSummary, StepRecord, ToolCallRecord};
+use crate::records::{CallStatus, NewModelCall, NewSummary, StepRecord, ToolCallRecord, Usage};
 use crate::{BlobAlias, Result, StoreError};
 
 /// Runs `events` (to be stored from seq `first`) through `ledger`, which is updated.
@@ -93,6 +93,77 @@ pub(crate) fn model_call(call: &NewModelCall, latest: Seq) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The error for a model call the store does not hold: `recorded` is how many calls the session
+/// has, or `None` when the session itself does not exist.
+pub(crate) fn unknown_model_call(
+    session: &SessionId,
+    call: u64,
+    recorded: Option<u64>,
+) -> StoreError {
+    let reason = match recorded {
+        None => "the session does not exist".to_owned(),
+        Some(0) => "the session has no model calls".to_owned(),
+        Some(1) => "the session's only model call is 1".to_owned(),
+        Some(n) => format!("the session's model calls are 1 to {n}"),
+    };
+    StoreError::ModelCallNotFound {
+        session: session.clone(),
+        call,
+        reason,
+    }
+}
+
+/// Checks a usage report for model call `call`, which holds `stored`, and says whether it is to
+/// be written: `false` means it repeats the stored report (a retry), which changes nothing.
+///
+/// A call's usage is written once: a report whose figures differ from the stored ones is refused
+/// rather than replacing them, since two different counts for one call means one of them is
+/// about another call.
+pub(crate) fn usage(
+    session: &SessionId,
+    call: u64,
+    stored: Option<&Usage>,
+    new: &Usage,
+) -> Result<bool> {
+    if let Some(cached) = new.cached_input_tokens {
+        if cached > new.input_tokens {
+            return Err(StoreError::InvalidRecord {
+                session: session.clone(),
+                record: format!("usage of model call {call}"),
+                reason: format!(
+                    "cached_input_tokens {cached} exceeds input_tokens {}; cached tokens are \
+                     part of the input",
+                    new.input_tokens
+                ),
+            });
+        }
+    }
+    match stored {
+        None => Ok(true),
+        Some(old) if old.same_figures(new) => Ok(false),
+        Some(old) => Err(StoreError::InvalidRecord {
+            session: session.clone(),
+            record: format!("model call {call}"),
+            reason: format!(
+                "already has a usage ({}); refusing to replace it with ({})",
+                figures(old),
+                figures(new)
+            ),
+        }),
+    }
+}
+
+/// A usage's token figures, every field named so that a conflict shows which one differs.
+fn figures(usage: &Usage) -> String {
+    let opt = |v: Option<u64>| v.map_or_else(|| "not reported".to_owned(), |n| n.to_string());
+    format!(
+        "input_tokens {}, cached_input_tokens {}, output_tokens {}",
+        usage.input_tokens,
+        opt(usage.cached_input_tokens),
+        opt(usage.output_tokens)
+    )
 }
 
 pub(crate) fn step(session: &SessionId, step: &StepRecord, ledger: &Ledger) -> Result<()> {

@@ -2,12 +2,14 @@
 //!
 //! Reads the receipts recorded by `loom render`; a session with none is explained by rendering
 //! each of its calls (every assistant event) under the given policy, without recording anything.
+//! A recorded call whose usage was reported (`loom usage`) shows the provider's input tokens next
+//! to the receipt's estimate, so that the estimate can be checked against what was billed.
 
 use std::io::Write;
 
 use loom_core::render::{CompactionState, CostMemo, Receipt};
 use loom_core::EventBody;
-use loom_store::Store;
+use loom_store::{Store, Usage};
 
 use super::render::{load, RenderArgs};
 use super::Context;
@@ -23,9 +25,19 @@ pub(crate) struct Args {
     event: u64,
     #[command(flatten)]
     render: RenderArgs,
-    /// Print JSON: a list of `{call, at_seq, fate}`.
+    /// Print JSON: a list of `{call, at_seq, fate}`, with `estimate` and `usage` for the calls
+    /// whose usage was reported.
     #[arg(long)]
     json: bool,
+}
+
+/// One model call's line.
+struct Row {
+    call: String,
+    at_seq: u64,
+    fate: String,
+    /// The receipt's estimate of the request's tokens and the provider's usage, when reported.
+    reported: Option<(u64, Usage)>,
 }
 
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
@@ -42,7 +54,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             ))
         })?;
     let recorded = loaded.ws.store.model_calls(&loaded.session)?;
-    let mut rows: Vec<(String, u64, String)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     if recorded.is_empty() {
         let mut state = CompactionState::default();
         let mut memo = CostMemo::new();
@@ -56,24 +68,41 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 .render(i, &args.render.model, args.render.format, &state, &mut memo)
                 .map_err(bad_input)?;
             state = r.state.clone();
-            rows.push((
-                format!("call {call} (simulated)"),
-                r.receipt.at_seq,
-                fate(&r.receipt, n),
-            ));
+            rows.push(Row {
+                call: format!("call {call} (simulated)"),
+                at_seq: r.receipt.at_seq,
+                fate: fate(&r.receipt, n),
+                reported: None,
+            });
         }
     } else {
         for mc in &recorded {
             let receipt: Receipt = serde_json::from_value(mc.call.receipt["receipt"].clone())
                 .map_err(|e| anyhow::anyhow!("model call {}: unreadable receipt: {e}", mc.id))?;
-            rows.push((format!("call {}", mc.id), mc.call.at_seq, fate(&receipt, n)));
+            rows.push(Row {
+                call: format!("call {}", mc.id),
+                at_seq: mc.call.at_seq,
+                fate: fate(&receipt, n),
+                reported: mc.usage.map(|usage| (receipt.estimate, usage)),
+            });
         }
     }
     let mut out = std::io::stdout().lock();
     if args.json {
         let list: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(call, at, fate)| serde_json::json!({"call": call, "at_seq": at, "fate": fate}))
+            .map(|row| match &row.reported {
+                None => {
+                    serde_json::json!({"call": row.call, "at_seq": row.at_seq, "fate": row.fate})
+                }
+                Some((estimate, usage)) => serde_json::json!({
+                    "call": row.call,
+                    "at_seq": row.at_seq,
+                    "fate": row.fate,
+                    "estimate": estimate,
+                    "usage": usage,
+                }),
+            })
             .collect();
         writeln!(out, "{}", serde_json::Value::Array(list))?;
         return Ok(());
@@ -84,8 +113,25 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         event.body.kind().as_str(),
         loaded.session
     )?;
-    for (call, at, fate) in rows {
-        writeln!(out, "  {call:<22} log up to seq {at:<6} {fate}")?;
+    for Row {
+        call,
+        at_seq,
+        fate,
+        reported,
+    } in &rows
+    {
+        write!(out, "  {call:<22} log up to seq {at_seq:<6} {fate}")?;
+        if let Some((estimate, usage)) = reported {
+            write!(
+                out,
+                "; estimated {estimate} input tokens, provider reported {}",
+                usage.input_tokens
+            )?;
+            if let Some(cached) = usage.cached_input_tokens {
+                write!(out, " ({cached} cached)")?;
+            }
+        }
+        writeln!(out)?;
     }
     Ok(())
 }

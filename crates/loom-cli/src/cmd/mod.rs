@@ -12,6 +12,7 @@ pub(crate) mod replay;
 pub(crate) mod sessions;
 pub(crate) mod steps;
 pub(crate) mod tokens;
+pub(crate) mod usage;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,9 @@
 //!
 //! Steps are derived (and outputs offloaded) on first use; the compaction state is read from the
 //! session's last receipt and the new receipt, with the new state, is recorded as a model call, so
-//! consecutive renders stay append-only between compaction points.
+//! consecutive renders stay append-only between compaction points. The new call's id is printed
+//! on stderr (`model call N`), so that the caller can report the provider's usage for it with
+//! `loom usage`; stdout holds the body alone.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -185,8 +187,10 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         .map_err(bad_input)?;
     let at_seq = render::last_seq(&loaded.events);
     // A second render of an unchanged log records nothing new.
-    if last_seq != Some(at_seq) {
-        loaded.ws.store.record_model_call(&NewModelCall {
+    let recorded = if last_seq == Some(at_seq) {
+        None
+    } else {
+        let call = loaded.ws.store.record_model_call(&NewModelCall {
             session: loaded.session.clone(),
             at_seq,
             created_ms: loaded.audience.now_ms,
@@ -195,11 +199,15 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 "state": rendered.state,
             }),
         })?;
-    }
+        Some(call.id)
+    };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", rendered.body())?;
+    let mut err = std::io::stderr().lock();
+    if let Some(id) = recorded {
+        writeln!(err, "model call {id}")?;
+    }
     if args.receipt {
-        let mut err = std::io::stderr().lock();
         writeln!(err, "{}", serde_json::to_string_pretty(&rendered.receipt)?)?;
     }
     Ok(())

@@ -8,6 +8,7 @@ mod large;
 mod log;
 mod replay;
 mod steps;
+mod usage;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -21,7 +21,7 @@ use rusqlite::{
 };
 
 use crate::records::{
-    ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord,
+    ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
 use crate::{validate, BlobAlias, Result, Store, StoreError};
 use rows::{
@@ -220,6 +220,22 @@ fn session_info(row: &Cols<'_, '_>) -> Result<SessionInfo> {
 }
 
 const SESSION_COLUMNS: &str = "SELECT id, agent, parent, created_ms, last_seq FROM sessions";
+
+const MODEL_CALL_COLUMNS: &str = "SELECT id, at_seq, created_ms, receipt, usage FROM model_calls";
+
+/// A `model_calls` row selected with [`MODEL_CALL_COLUMNS`].
+fn model_call(row: &Cols<'_, '_>, session: &SessionId) -> Result<ModelCall> {
+    Ok(ModelCall {
+        id: row.get(0)?,
+        call: NewModelCall {
+            session: session.clone(),
+            at_seq: row.seq(1)?,
+            created_ms: row.get(2)?,
+            receipt: row.json(3)?,
+        },
+        usage: row.opt_json(4)?,
+    })
+}
 
 impl Store for SqliteStore {
     fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
@@ -425,6 +441,7 @@ impl Store for SqliteStore {
             Ok(ModelCall {
                 id,
                 call: call.clone(),
+                usage: None,
             })
         })
     }
@@ -434,22 +451,46 @@ impl Store for SqliteStore {
             let SessionRow { pk, .. } = require_session(tx, session)?;
             query_all(
                 tx,
-                "SELECT id, at_seq, created_ms, receipt FROM model_calls
-                 WHERE session = ?1 ORDER BY id",
+                &format!("{MODEL_CALL_COLUMNS} WHERE session = ?1 ORDER BY id"),
                 [pk],
                 ("model_calls", "listing model calls"),
-                |row| {
-                    Ok(ModelCall {
-                        id: row.get(0)?,
-                        call: NewModelCall {
-                            session: session.clone(),
-                            at_seq: row.seq(1)?,
-                            created_ms: row.get(2)?,
-                            receipt: row.json(3)?,
-                        },
-                    })
-                },
+                |row| model_call(row, session),
             )
+        })
+    }
+
+    fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
+        self.write(|tx| {
+            let SessionRow { pk, .. } = find_session(tx, session)?
+                .ok_or_else(|| validate::unknown_model_call(session, call, None))?;
+            // An id past SQLite's integer range cannot be stored, so clamping it finds nothing.
+            let found = query_all(
+                tx,
+                &format!("{MODEL_CALL_COLUMNS} WHERE session = ?1 AND id = ?2"),
+                params![pk, seq_bound(call)],
+                ("model_calls", "reading a model call"),
+                |row| model_call(row, session),
+            )?;
+            let Some(mut stored) = found.into_iter().next() else {
+                let recorded: u64 = tx
+                    .query_row(
+                        "SELECT COUNT(*) FROM model_calls WHERE session = ?1",
+                        [pk],
+                        |row| row.get(0),
+                    )
+                    .map_err(backend("counting model calls"))?;
+                return Err(validate::unknown_model_call(session, call, Some(recorded)));
+            };
+            if validate::usage(session, call, stored.usage.as_ref(), usage)? {
+                let text = to_json(usage, "model_calls")?;
+                tx.prepare_cached(
+                    "UPDATE model_calls SET usage = ?3 WHERE session = ?1 AND id = ?2",
+                )
+                .and_then(|mut stmt| stmt.execute(params![pk, seq_bound(call), text]))
+                .map_err(backend("recording a model call's usage"))?;
+                stored.usage = Some(*usage);
+            }
+            Ok(stored)
         })
     }
 

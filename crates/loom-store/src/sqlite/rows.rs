@@ -73,6 +73,12 @@ impl Cols<'_, '_> {
         from_json(&text, self.table)
     }
 
+    /// A nullable JSON column: `None` for SQL NULL.
+    pub(super) fn opt_json<T: serde::de::DeserializeOwned>(&self, idx: usize) -> Result<Option<T>> {
+        let text: Option<String> = self.get(idx)?;
+        text.map(|text| from_json(&text, self.table)).transpose()
+    }
+
     pub(super) fn session_id(&self, idx: usize) -> Result<SessionId> {
         SessionId::new(self.get::<String>(idx)?).map_err(|e| corrupt(self.table, e))
     }

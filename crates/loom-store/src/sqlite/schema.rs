@@ -19,10 +19,11 @@ struct Migration {
 }
 
 /// Every migration, oldest first. Append only: a released step is never edited.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "the log and its derived records",
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "the log and its derived records",
+        sql: r#"
         -- One row per session. `last_seq` is the log's length, kept here so that appends
         -- and listings never count events.
         CREATE TABLE sessions (
@@ -96,7 +97,17 @@ const MIGRATIONS: &[Migration] = &[Migration {
             PRIMARY KEY (session, alias)
         ) WITHOUT ROWID;
     "#,
-}];
+    },
+    Migration {
+        version: 2,
+        name: "the provider's usage of a model call",
+        sql: r#"
+        -- A `Usage` as JSON, set once when the caller reports what the provider counted; NULL
+        -- until then, and for every receipt recorded before this column existed.
+        ALTER TABLE model_calls ADD COLUMN usage TEXT;
+    "#,
+    },
+];
 
 /// The newest schema version this build knows.
 pub(crate) fn latest_version() -> i64 {
@@ -161,5 +172,48 @@ mod tests {
         migrate(&mut conn).unwrap();
         migrate(&mut conn).unwrap();
         assert_eq!(user_version(&conn).unwrap(), latest_version());
+    }
+
+    /// A database as a version-1 build left it: migration 1 only, holding one receipt.
+    fn version_1_database(path: &std::path::Path) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(MIGRATIONS[0].sql).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute_batch(
+            r#"
+            INSERT INTO sessions (pk, id, agent, created_ms) VALUES (1, 's', 'agent', 1);
+            INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
+                VALUES (1, 1, 0, 2, '{"estimate": 120}');
+            "#,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_version_1_database_is_upgraded_and_keeps_its_receipts() {
+        use crate::{SqliteStore, Store, Usage};
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        version_1_database(&path);
+        let id = loom_core::SessionId::new("s").unwrap();
+        let usage = Usage {
+            input_tokens: 130,
+            cached_input_tokens: Some(64),
+            output_tokens: None,
+            reported_ms: 3,
+        };
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            let calls = store.model_calls(&id).unwrap();
+            assert_eq!(calls.len(), 1);
+            assert_eq!(calls[0].call.receipt, serde_json::json!({"estimate": 120}));
+            assert_eq!(calls[0].usage, None, "a receipt from before usage has none");
+            store.report_usage(&id, 1, &usage).unwrap();
+        }
+        let conn = Connection::open(&path).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), latest_version());
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.model_calls(&id).unwrap()[0].usage, Some(usage));
     }
 }

@@ -1,9 +1,10 @@
-//! Scenarios on the records derived from the log: summaries, receipts, steps, aliases, listings,
-//! and persistence of all of it.
+//! Scenarios on the records derived from the log: summaries, receipts and their reported usage,
+//! steps, aliases, listings, and persistence of all of it.
 
 use loom_core::{AgentId, BlobRef, Seq, SessionId};
 use loom_store::{
     BlobAlias, CallStatus, NewModelCall, NewSession, NewSummary, StepRecord, Store, StoreError,
+    Usage,
 };
 use serde_json::json;
 
@@ -27,6 +28,24 @@ fn receipt(session: &SessionId, at_seq: Seq, n: u64) -> NewModelCall {
         created_ms: 1_700_000_000_200,
         receipt: json!({"n": n, "estimated": 1234.5, "verbatim": [1, 2, 3], "policy": {"k": "v"}}),
     }
+}
+
+fn usage(input: u64, cached: Option<u64>, output: Option<u64>, reported_ms: i64) -> Usage {
+    Usage {
+        input_tokens: input,
+        cached_input_tokens: cached,
+        output_tokens: output,
+        reported_ms,
+    }
+}
+
+/// A session `s` with two recorded receipts, ids 1 and 2.
+fn with_two_calls(store: &impl Store) -> SessionId {
+    let id = with_session(store, "s");
+    store.append(&id, &[user("a")]).unwrap();
+    store.record_model_call(&receipt(&id, 0, 1)).unwrap();
+    store.record_model_call(&receipt(&id, 1, 2)).unwrap();
+    id
 }
 
 fn step(id: &str, call_id: &str, result_seq: Seq) -> StepRecord {
@@ -106,6 +125,156 @@ pub(crate) fn model_calls_are_numbered<H: StoreHarness>(h: &mut H) {
         store.record_model_call(&receipt(&other, 0, 3)).unwrap().id,
         1
     );
+}
+
+pub(crate) fn usage_is_reported_and_read_back<H: StoreHarness>(h: &mut H) {
+    let id = with_two_calls(h.store());
+    let full = usage(1_300, Some(1_024), Some(57), 1_700_000_000_300);
+    let reported = h.store().report_usage(&id, 2, &full).unwrap();
+    assert_eq!(reported.id, 2);
+    assert_eq!(
+        reported.call,
+        receipt(&id, 1, 2),
+        "the receipt is untouched"
+    );
+    assert_eq!(reported.usage, Some(full));
+    let bare = usage(900, None, None, 1_700_000_000_400);
+    h.store().report_usage(&id, 1, &bare).unwrap();
+    let usages = |store: &H::Store| -> Vec<Option<Usage>> {
+        store
+            .model_calls(&id)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.usage)
+            .collect()
+    };
+    assert_eq!(usages(h.store()), [Some(bare), Some(full)]);
+    // A cached count equal to the input (everything from the cache) is allowed.
+    let other = with_session(h.store(), "t");
+    h.store().record_model_call(&receipt(&other, 0, 3)).unwrap();
+    let all_cached = usage(500, Some(500), Some(0), 1);
+    h.store().report_usage(&other, 1, &all_cached).unwrap();
+    h.reopen();
+    assert_eq!(usages(h.store()), [Some(bare), Some(full)]);
+    assert_eq!(
+        h.store().model_calls(&other).unwrap()[0].usage,
+        Some(all_cached),
+        "usage is per session"
+    );
+    // A call recorded after a reported one starts without usage.
+    let third = h.store().record_model_call(&receipt(&id, 1, 3)).unwrap();
+    assert_eq!((third.id, third.usage), (3, None));
+}
+
+pub(crate) fn usage_retry_is_idempotent<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_two_calls(store);
+    let first = usage(1_300, Some(1_024), Some(57), 1_700_000_000_300);
+    let stored = store.report_usage(&id, 1, &first).unwrap();
+    let before = store.model_calls(&id).unwrap();
+    // The same figures reported again, later: a retry after a lost reply, not a conflict.
+    let retry = Usage {
+        reported_ms: first.reported_ms + 5_000,
+        ..first
+    };
+    assert_eq!(store.report_usage(&id, 1, &first).unwrap(), stored);
+    assert_eq!(
+        store.report_usage(&id, 1, &retry).unwrap(),
+        stored,
+        "a retry returns the call as first reported"
+    );
+    assert_eq!(
+        store.model_calls(&id).unwrap(),
+        before,
+        "a retry changes nothing"
+    );
+}
+
+pub(crate) fn conflicting_usage_is_refused<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_two_calls(store);
+    let first = usage(1_300, Some(1_024), Some(57), 1_700_000_000_300);
+    store.report_usage(&id, 2, &first).unwrap();
+    let before = store.model_calls(&id).unwrap();
+    let conflicts = [
+        (usage(1_301, Some(1_024), Some(57), 1), "other input"),
+        (usage(1_300, Some(1_000), Some(57), 1), "other cached"),
+        (usage(1_300, None, Some(57), 1), "cached left out"),
+        (usage(1_300, Some(1_024), None, 1), "output left out"),
+        (usage(1_300, Some(1_024), Some(58), 1), "other output"),
+    ];
+    for (second, why) in conflicts {
+        let err = store.report_usage(&id, 2, &second).unwrap_err();
+        assert!(invalid_record(&err, "model call 2"), "{why}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("session `s`") && text.contains("already has a usage"),
+            "{why}: {text}"
+        );
+        assert_eq!(store.model_calls(&id).unwrap(), before, "{why}: changed");
+    }
+}
+
+pub(crate) fn usage_for_an_unknown_call_is_refused<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_two_calls(store);
+    let empty = with_session(store, "empty");
+    let any = usage(10, None, None, 1);
+    let cases = [
+        (&id, 0, "the session's model calls are 1 to 2"),
+        (&id, 3, "the session's model calls are 1 to 2"),
+        (&id, u64::MAX, "the session's model calls are 1 to 2"),
+        (&empty, 1, "the session has no model calls"),
+        (&sid("ghost"), 1, "the session does not exist"),
+    ];
+    for (session, call, reason) in cases {
+        let err = store.report_usage(session, call, &any).unwrap_err();
+        assert!(err.is_bad_input(), "{err}");
+        match &err {
+            StoreError::ModelCallNotFound {
+                session: s,
+                call: c,
+                reason: r,
+            } => assert_eq!((s, *c, r.as_str()), (session, call, reason)),
+            other => panic!("call {call} of {session}: expected ModelCallNotFound, got {other:?}"),
+        }
+        assert_eq!(
+            err.to_string(),
+            format!("session `{session}`, model call {call}: not found: {reason}")
+        );
+    }
+    assert!(
+        store
+            .model_calls(&id)
+            .unwrap()
+            .iter()
+            .all(|c| c.usage.is_none()),
+        "nothing was reported"
+    );
+    assert!(store.session(&sid("ghost")).unwrap().is_none());
+}
+
+pub(crate) fn cached_over_input_is_refused<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_two_calls(store);
+    let err = store
+        .report_usage(&id, 1, &usage(800, Some(801), Some(5), 1))
+        .unwrap_err();
+    assert!(invalid_record(&err, "usage of model call 1"), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("cached_input_tokens 801 exceeds input_tokens 800"),
+        "{text}"
+    );
+    assert_eq!(store.model_calls(&id).unwrap()[0].usage, None);
+    // Refused on a call that already has a usage too, before any conflict is considered.
+    store
+        .report_usage(&id, 2, &usage(800, Some(800), None, 1))
+        .unwrap();
+    let err = store
+        .report_usage(&id, 2, &usage(800, Some(900), None, 1))
+        .unwrap_err();
+    assert!(invalid_record(&err, "usage of model call 2"), "{err}");
 }
 
 pub(crate) fn steps_are_keyed_and_checked<H: StoreHarness>(h: &mut H) {
@@ -266,6 +435,9 @@ pub(crate) fn everything_survives_reopen<H: StoreHarness>(h: &mut H) {
         store.expire_tool_call(&id, "c2").unwrap();
         store.put_summary(&summary(&id, 1, 3, "sum")).unwrap();
         store.record_model_call(&receipt(&id, 4, 1)).unwrap();
+        store
+            .report_usage(&id, 1, &usage(1_000, Some(600), Some(40), 9))
+            .unwrap();
         store.put_steps(&id, &[step("step_001", "c1", 3)]).unwrap();
         store.put_alias(&id, &alias, &blob(7)).unwrap();
         with_session(store, "empty");
