@@ -84,7 +84,7 @@ fn stats(
             s.over_budget += u64::from(sent.over_budget);
             s.orphans += u64::from(sent.orphan);
             s.evidence_hits += u64::from(sent.evidence_hits);
-            let uncached = (sent.tokens - sent.cached) as f64;
+            let uncached = sent.tokens.saturating_sub(sent.cached) as f64;
             cost += uncached + FORMULA_CACHED * sent.cached as f64;
             cost_registry += uncached + registry_cached * sent.cached as f64;
         }

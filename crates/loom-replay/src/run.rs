@@ -170,7 +170,11 @@ fn sent(
         );
         let shared = common_prefix(&was, &is);
         if shared > 0 {
-            out.cached += meter.count(&is[..shared]).saturating_sub(1);
+            // The wire text (JSON, escapes and keys included) can count more tokens than the
+            // message's piece, which meters its string values: the cached part of a message is
+            // never more than the message.
+            let prefix = meter.count(&is[..shared]).saturating_sub(1);
+            out.cached += prefix.min(now[common].piece.tokens);
         }
     }
     out
@@ -607,4 +611,36 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loom_core::render::ApproxMeter;
+    use loom_core::MessageContent;
+
+    fn user(text: &str) -> Msg {
+        Msg::User {
+            content: MessageContent::Text(text.to_owned()),
+            name: None,
+        }
+    }
+
+    #[test]
+    fn a_message_never_counts_more_cached_tokens_than_it_has() {
+        // The message grew at its end, so its wire text shares a long prefix with the previous
+        // one; its piece says 5 tokens, fewer than that prefix's wire text counts.
+        let (was, is) = (user(&"word ".repeat(200)), user(&"word ".repeat(201)));
+        let prev = [Sending {
+            piece: Piece { key: 1, tokens: 5 },
+            msg: &was,
+        }];
+        let now = [Sending {
+            piece: Piece { key: 2, tokens: 5 },
+            msg: &is,
+        }];
+        let sent = sent(&now, Some(&prev), 3, 100, Format::OpenaiChat, &ApproxMeter);
+        assert_eq!(sent.tokens, 8);
+        assert_eq!(sent.cached, 5);
+    }
 }

@@ -68,7 +68,9 @@ pub struct Injected {
     pub tokens: u64,
 }
 
-/// The `model_calls` record of one render.
+/// The `model_calls` record of one render. What the provider reports afterwards (its actual
+/// usage) is stored beside it, on the store's model call, since a receipt is fixed at render
+/// time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Receipt {
     /// Model the request was rendered for.
@@ -113,8 +115,6 @@ pub struct Receipt {
     pub points: u32,
     /// Injected content per hook.
     pub injected: Vec<Injected>,
-    /// Input tokens the provider reported, when the caller passes them back.
-    pub actual_input_tokens: Option<u64>,
 }
 
 impl Receipt {
@@ -264,6 +264,5 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         compaction: r.fired,
         points: state.points,
         injected: r.injected,
-        actual_input_tokens: None,
     }
 }
