@@ -12,12 +12,12 @@ use super::format::Format;
 use super::layout::{self, form_of, StepIndex, SummaryView};
 use super::meter::TokenMeter;
 use super::policy::Policy;
-use super::projection::{Projection, UnitBody};
+use super::projection::{Paired, Projection, UnitBody};
 use super::receipt::{self, Folded};
 use super::request::{Msg, Request, ResultForm, ToolSpec};
 use super::state::CompactionState;
 use super::Piece;
-use crate::event::{MessageContent, Seq};
+use crate::event::{MessageContent, Seq, ToolOutput};
 
 /// A small, fast hasher for the memo's integer keys (SipHash's DoS resistance buys nothing for
 /// keys the pipeline makes itself, and the memo is hit several thousand times per render).
@@ -231,16 +231,7 @@ impl<'a> Coster<'a> {
         );
         let mut total = head;
         for (i, paired) in turn.calls.iter().enumerate() {
-            let form = form_of(paired, state);
-            total += self.memo(Key::Result(unit.seq, i, form), |c| {
-                let full =
-                    layout::result_content(paired, form, c.steps, c.head_chars, c.tail_chars);
-                let with = one_call(paired, full, form);
-                let without = one_call(paired, MessageContent::Text(String::new()), form);
-                c.format
-                    .msg_tokens(&with, c.meter)
-                    .saturating_sub(c.format.msg_tokens(&without, c.meter))
-            });
+            total += self.result(proj, index, i, form_of(paired, state));
         }
         total
     }
@@ -293,13 +284,37 @@ impl<'a> Coster<'a> {
             return 0;
         };
         self.memo(Key::Result(unit.seq, call, form), |c| {
-            let full = layout::result_content(paired, form, c.steps, c.head_chars, c.tail_chars);
-            let with = one_call(paired, full, form);
-            let without = one_call(paired, MessageContent::Text(String::new()), form);
-            c.format
-                .msg_tokens(&with, c.meter)
-                .saturating_sub(c.format.msg_tokens(&without, c.meter))
+            c.result_piece(paired, form)
         })
+    }
+
+    /// What one result adds to its turn's cost: in the JSON formats its content is one string
+    /// value, so that value is metered alone (a verbatim text output straight from the log,
+    /// without copying it); the ReAct prompt, where the observation is part of one text, meters
+    /// the turn with and without it.
+    fn result_piece(&self, paired: &Paired, form: ResultForm) -> u64 {
+        let verbatim_text = match (form, &paired.result) {
+            (ResultForm::Verbatim, Some(r)) => match &r.output {
+                ToolOutput::Text(s) => Some(s.as_str()),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(tokens) =
+            verbatim_text.and_then(|s| self.format.result_text_tokens(s, self.meter))
+        {
+            return tokens;
+        }
+        let full =
+            layout::result_content(paired, form, self.steps, self.head_chars, self.tail_chars);
+        if let Some(tokens) = self.format.result_tokens(&full, self.meter) {
+            return tokens;
+        }
+        let with = one_call(paired, full, form);
+        let without = one_call(paired, MessageContent::Text(String::new()), form);
+        self.format
+            .msg_tokens(&with, self.meter)
+            .saturating_sub(self.format.msg_tokens(&without, self.meter))
     }
 
     fn block_key(

@@ -42,8 +42,7 @@ pub const INLINE_IMAGE_TOKENS: u64 = 765;
 /// Tokens of every string leaf of `value` (an inline image counts [`INLINE_IMAGE_TOKENS`]).
 pub fn leaf_tokens(value: &Value, meter: &dyn TokenMeter) -> u64 {
     match value {
-        Value::String(s) if s.starts_with("data:image/") => INLINE_IMAGE_TOKENS,
-        Value::String(s) => meter.count(s),
+        Value::String(s) => string_tokens(s, meter),
         Value::Array(items) => items.iter().map(|v| leaf_tokens(v, meter)).sum(),
         // Anthropic's inline image source: `{"type": "base64", "media_type", "data"}`.
         Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("base64") => {
@@ -51,6 +50,15 @@ pub fn leaf_tokens(value: &Value, meter: &dyn TokenMeter) -> u64 {
         }
         Value::Object(map) => map.values().map(|v| leaf_tokens(v, meter)).sum(),
         Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    }
+}
+
+/// Tokens of one string value (an inline image counts [`INLINE_IMAGE_TOKENS`]).
+pub(crate) fn string_tokens(s: &str, meter: &dyn TokenMeter) -> u64 {
+    if s.starts_with("data:image/") {
+        INLINE_IMAGE_TOKENS
+    } else {
+        meter.count(s)
     }
 }
 

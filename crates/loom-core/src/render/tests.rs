@@ -239,6 +239,15 @@ fn estimate_matches_metering_the_body() {
         assert_eq!(r.tokens(), r.receipt.estimate);
         assert_eq!(r.pieces.len(), r.request.messages.len());
     }
+    // Results are metered on their own (their content value alone); every piece must still
+    // equal its whole message metered in its wire form, in every format.
+    for format in Format::ALL {
+        for r in replay(&fx, &log, format) {
+            for (piece, msg) in r.pieces.iter().zip(&r.request.messages) {
+                assert_eq!(piece.tokens, format.msg_tokens(msg, &ApproxMeter), "{format:?}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@ mod responses;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::meter::{message_tokens, tool_tokens, TokenMeter, REPLY_PRIMING};
+use super::meter::{message_tokens, string_tokens, tool_tokens, TokenMeter, REPLY_PRIMING};
 use super::request::{Msg, Request};
 use crate::event::{ContentPart, MessageContent};
 
@@ -87,6 +87,29 @@ impl Format {
                 .iter()
                 .map(|w| message_tokens(w, meter))
                 .sum(),
+        }
+    }
+
+    /// Tokens a tool result's content adds to its message: in every JSON format the content is
+    /// one string value of the result's wire message (`text_only`), so it adds that value's
+    /// tokens and nothing else. `None` for the ReAct prompt, where the observation is part of
+    /// one text and cannot be metered apart from it.
+    pub(crate) fn result_tokens(
+        self,
+        content: &MessageContent,
+        meter: &dyn TokenMeter,
+    ) -> Option<u64> {
+        match content {
+            MessageContent::Text(s) => self.result_text_tokens(s, meter),
+            MessageContent::Parts(_) => self.result_text_tokens(&text_only(content), meter),
+        }
+    }
+
+    /// [`Format::result_tokens`] of a text content.
+    pub(crate) fn result_text_tokens(self, text: &str, meter: &dyn TokenMeter) -> Option<u64> {
+        match self {
+            Self::React => None,
+            _ => Some(string_tokens(text, meter).saturating_sub(string_tokens("", meter))),
         }
     }
 
