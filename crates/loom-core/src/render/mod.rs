@@ -121,15 +121,16 @@ pub enum RenderError {
     /// Even with everything reducible reduced, the request does not fit.
     #[error(
         "request needs {needed} tokens but the hard budget is {hard_total}: the irreducible floor \
-         (system prompt, tools, pins, task statement and latest turn) is {floor} tokens; \
-         {over} tokens over"
+         (system prompt, tools, pins, task statement, latest turn and injected content) is \
+         {floor} tokens; {over} tokens over"
     )]
     OverBudget {
         /// Tokens the smallest rendering needs.
         needed: u64,
         /// Window minus response reserve.
         hard_total: u64,
-        /// System prompt + tools + pins + task statement + latest turn, as small as they get.
+        /// System prompt + tools + pins + task statement + latest turn, as small as they get,
+        /// plus the turn's injected content.
         floor: u64,
         /// `needed - hard_total`.
         over: u64,
@@ -224,7 +225,10 @@ pub fn render_projection(
         .tier_caps
         .get(&Tier::ToolResults)
         .is_some_and(|cap| coster.results(proj, &state) > *cap);
-    let trigger = if estimate > budget.hard_total {
+    // What the messages may take: the hard total less what this turn's hooks injected (at most
+    // the injection reserve, which the watermarks already leave free).
+    let room = budget.hard_total.saturating_sub(injected_tokens);
+    let trigger = if estimate > room {
         Some(PointReason::HardTotal)
     } else if estimate > budget.high && !state.ineffective() {
         Some(PointReason::HighWatermark)
@@ -239,6 +243,7 @@ pub fn render_projection(
             budget: &budget,
             overhead,
             summaries: input.summaries,
+            room,
             at_seq,
             reason,
         };
@@ -247,8 +252,9 @@ pub fn render_projection(
         fired = state.last_point.clone();
         coster.carry_eager(&state);
     }
-    if estimate + injected_tokens > budget.hard_total {
-        let floor = floor_tokens(proj, &mut coster, &state, summary_of(&state), overhead);
+    if estimate > room {
+        let floor =
+            injected_tokens + floor_tokens(proj, &mut coster, &state, summary_of(&state), overhead);
         let needed = estimate + injected_tokens;
         return Err(RenderError::OverBudget {
             needed,

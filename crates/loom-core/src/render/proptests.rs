@@ -2,6 +2,10 @@
 //! by its provider's rules and fits its budget — or the pipeline says, with a typed error, that
 //! the irreducible floor itself does not fit.
 //!
+//! The random world holds what a live engine renders from: steps derived at ingest for some
+//! results (others have none, as when ingest lags), summaries of growing prefixes that appear as
+//! the log grows, tool definitions, and content injected by hooks for each turn.
+//!
 //! `LOOM_PROPTEST_CASES` sets the number of cases (the long mode runs 1,000,000:
 //! `LOOM_PROPTEST_CASES=1000000 cargo test --release -p loom-core render::proptests`).
 
@@ -10,22 +14,33 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::event::{EventBody, ToolCall, ToolOutput};
+use crate::event::{ContentPart, EventBody, MessageContent, ToolCall, ToolOutput};
 use crate::ledger::Ledger;
+use crate::reduce::{ReduceConfig, ResultInput, StepContext};
 use crate::stats::ContentStats;
 
 #[derive(Debug, Clone)]
 enum Action {
-    User(usize),
+    User {
+        words: usize,
+        /// Whether the message carries an image part.
+        image: bool,
+    },
     Assistant {
         text: Option<usize>,
         calls: usize,
+        reasoning: bool,
     },
     Results {
         order: Vec<usize>,
         skip_last: bool,
         error: bool,
         words: usize,
+        /// Whether ingest derived steps for these results.
+        stepped: bool,
+        /// The shape of the output: words, a JSON object, numbered lines, offloaded to a blob, or
+        /// text with an image.
+        shape: u8,
     },
     Direct {
         to_me: bool,
@@ -33,19 +48,41 @@ enum Action {
     },
     Pin(usize),
     System(usize),
+    Spawn(usize),
+    AgentResult {
+        words: usize,
+        success: bool,
+    },
 }
 
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
-        2 => (0usize..80).prop_map(Action::User),
-        4 => (proptest::option::of(0usize..60), 0usize..4)
-            .prop_map(|(text, calls)| Action::Assistant { text, calls }),
-        4 => (proptest::collection::vec(0usize..4, 0..4), any::<bool>(), any::<bool>(), 0usize..900)
-            .prop_map(|(order, skip_last, error, words)| Action::Results { order, skip_last, error, words }),
+        2 => (0usize..80, proptest::bool::weighted(0.1))
+            .prop_map(|(words, image)| Action::User { words, image }),
+        4 => (proptest::option::of(0usize..60), 0usize..4, proptest::bool::weighted(0.2))
+            .prop_map(|(text, calls, reasoning)| Action::Assistant { text, calls, reasoning }),
+        4 => (
+            proptest::collection::vec(0usize..4, 0..4),
+            any::<bool>(),
+            any::<bool>(),
+            0usize..900,
+            proptest::bool::weighted(0.8),
+            0u8..5,
+        )
+            .prop_map(|(order, skip_last, error, words, stepped, shape)| Action::Results {
+                order,
+                skip_last,
+                error,
+                words,
+                stepped,
+                shape,
+            }),
         1 => (any::<bool>(), proptest::option::of(0u64..5))
             .prop_map(|(to_me, ttl)| Action::Direct { to_me, ttl }),
         1 => (0usize..40).prop_map(Action::Pin),
         1 => (0usize..40).prop_map(Action::System),
+        1 => (0usize..40).prop_map(Action::Spawn),
+        1 => (0usize..200, any::<bool>()).prop_map(|(words, success)| Action::AgentResult { words, success }),
     ]
 }
 
@@ -70,6 +107,13 @@ fn policy() -> impl Strategy<Value = Policy> {
         any::<bool>(),
         0u32..30,
         (0u32..400, 0u32..400),
+        (
+            0u64..300,
+            0.05f64..=1.0,
+            any::<bool>(),
+            proptest::option::of(0.05f64..=1.0),
+            any::<bool>(),
+        ),
     )
         .prop_map(
             |(
@@ -83,12 +127,19 @@ fn policy() -> impl Strategy<Value = Policy> {
                 fold,
                 lines,
                 (h, t),
+                (injection, oversized, supersede, cap, group),
             )| {
                 let mut retention = std::collections::BTreeMap::new();
                 retention.insert("bash".to_owned(), bash);
+                let tier_caps = cap.map(|c| (Tier::ToolResults, c)).into_iter().collect();
                 Policy {
-                    context_window: window + reserve + 1,
+                    context_window: window + reserve + injection + 1,
                     response_reserve: reserve,
+                    injection_reserve: injection,
+                    oversized_share: oversized,
+                    supersede_snapshots: supersede,
+                    tier_caps,
+                    group_steps: group,
                     high_watermark: high,
                     low_watermark: (high * low_share).max(0.01),
                     default_retention,
@@ -104,24 +155,165 @@ fn policy() -> impl Strategy<Value = Policy> {
         )
 }
 
-/// Builds a valid log from the actions (the ledger refuses what a store would refuse).
-fn build_log(actions: &[Action]) -> Vec<Event> {
+/// Tool definitions, summaries and per-turn injections: the rest of what a render reads.
+#[derive(Debug, Clone)]
+struct World {
+    /// Words of each tool's description.
+    tools: Vec<usize>,
+    /// Summaries as (share of the log covered, in 256ths; words), older first.
+    summaries: Vec<(u8, usize)>,
+    /// Words of each injection, the same for every turn.
+    injections: Vec<usize>,
+}
+
+fn world() -> impl Strategy<Value = World> {
+    (
+        proptest::collection::vec(0usize..30, 0..3),
+        proptest::collection::vec((any::<u8>(), 1usize..120), 0..3),
+        proptest::collection::vec(1usize..40, 0..3),
+    )
+        .prop_map(|(tools, summaries, injections)| World {
+            tools,
+            summaries,
+            injections,
+        })
+}
+
+fn words(n: usize, tag: &str) -> String {
+    (0..n).map(|i| format!("{tag}{i} ")).collect()
+}
+
+impl World {
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| ToolSpec {
+                name: format!("tool_{i}"),
+                description: words(n, "d"),
+                parameters: serde_json::json!({
+                    "type": "object",
+                    "properties": {"n": {"type": "integer"}},
+                }),
+            })
+            .collect()
+    }
+
+    /// The summaries a store holds once the log reaches `last`: each covers a prefix that ends
+    /// before it, and a newer version covers more, as the summary worker makes them.
+    fn summaries(&self, events: &[Event], last: Seq) -> Vec<SummaryView> {
+        let mut shares: Vec<(u8, usize)> = self.summaries.clone();
+        shares.sort_unstable();
+        let total = events.len() as u64;
+        shares
+            .iter()
+            .enumerate()
+            .map(|(i, &(share, n))| SummaryView {
+                version: i as u32 + 1,
+                to_seq: (total * u64::from(share) / 256).max(1),
+                content: words(n, "S"),
+            })
+            .filter(|s| s.to_seq < last)
+            .collect()
+    }
+
+    fn injections(&self) -> Vec<Injection> {
+        self.injections
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Injection {
+                hook: format!("hook_{i}"),
+                content: words(n, "k"),
+            })
+            .collect()
+    }
+}
+
+/// A one-pixel PNG as a `data:` URL.
+const PIXEL: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/// The text of a result in one of its shapes.
+fn output(shape: u8, n: usize) -> String {
+    match shape {
+        1 => serde_json::json!({"status": "ok", "items": words(n, "j").split(' ').collect::<Vec<_>>()})
+            .to_string(),
+        2 => (0..n).map(|i| format!("{i}: line r{i}\n")).collect(),
+        _ => words(n, "r"),
+    }
+}
+
+/// How a result's text is stored: inline, offloaded (by its content address), or as parts with
+/// an image.
+fn stored(shape: u8, text: String) -> ToolOutput {
+    match shape {
+        3 => {
+            use sha2::{Digest, Sha256};
+            let hex = hex::encode(Sha256::digest(text.as_bytes()));
+            ToolOutput::Blob(crate::event::BlobRef::from_hex(&hex).expect("a sha256 digest"))
+        }
+        4 => ToolOutput::Parts(vec![
+            ContentPart::Text { text },
+            ContentPart::Image {
+                url: PIXEL.to_owned(),
+                detail: None,
+            },
+        ]),
+        _ => ToolOutput::Text(text),
+    }
+}
+
+/// Steps derived at ingest, with the seq of the result each was derived from.
+type Ingested = Vec<(Seq, String, crate::step::Step)>;
+
+/// The steps a store holds once the log reaches `last`.
+fn steps_until(ingested: &Ingested, last: Seq) -> StepIndex {
+    ingested
+        .iter()
+        .filter(|(seq, _, _)| *seq <= last)
+        .map(|(_, id, step)| (id.clone(), step.clone()))
+        .collect()
+}
+
+/// Builds a valid log from the actions (the ledger refuses what a store would refuse), with the
+/// steps ingest derived for the results whose action says so.
+fn build_log(actions: &[Action]) -> (Vec<Event>, Ingested) {
     let mut events: Vec<Event> = Vec::new();
+    let mut steps = Ingested::new();
+    let reduce = ReduceConfig::default();
+    let mut calls: HashMap<String, (ToolCall, Seq)> = HashMap::new();
     let mut ledger = Ledger::new();
     let mut pending: Vec<(String, String)> = Vec::new();
     let mut next_call = 0usize;
-    let words = |n: usize, tag: &str| -> String { (0..n).map(|i| format!("{tag}{i} ")).collect() };
+    let mut spawned = 0usize;
+    let mut texts: HashMap<String, String> = HashMap::new();
     for a in actions {
+        let mut stepped = false;
         let body = match a {
-            Action::User(n) => vec![EventBody::User {
-                content: words(*n + 1, "u").into(),
+            Action::User { words: n, image } => vec![EventBody::User {
+                content: if *image {
+                    MessageContent::Parts(vec![
+                        ContentPart::Text {
+                            text: words(*n + 1, "u"),
+                        },
+                        ContentPart::Image {
+                            url: PIXEL.to_owned(),
+                            detail: Some("low".into()),
+                        },
+                    ])
+                } else {
+                    words(*n + 1, "u").into()
+                },
                 name: None,
             }],
-            Action::Assistant { text, calls } => {
+            Action::Assistant {
+                text,
+                calls,
+                reasoning,
+            } => {
                 let tool_calls: Vec<ToolCall> = (0..*calls)
                     .map(|_| {
                         next_call += 1;
-                        let name = if next_call % 2 == 0 { "bash" } else { "read" };
+                        let name = ["read", "bash", "browser_action"][next_call % 3];
                         ToolCall {
                             id: format!("call_{next_call}"),
                             name: name.to_owned(),
@@ -132,7 +324,7 @@ fn build_log(actions: &[Action]) -> Vec<Event> {
                 pending.extend(tool_calls.iter().map(|c| (c.id.clone(), c.name.clone())));
                 vec![EventBody::Assistant {
                     content: text.map(|n| words(n, "a").into()),
-                    reasoning: None,
+                    reasoning: reasoning.then(|| words(12, "think")),
                     tool_calls,
                     name: None,
                 }]
@@ -142,7 +334,10 @@ fn build_log(actions: &[Action]) -> Vec<Event> {
                 skip_last,
                 error,
                 words: n,
+                stepped: with_steps,
+                shape,
             } => {
+                stepped = *with_steps;
                 let mut out = Vec::new();
                 let mut take: Vec<usize> = order
                     .iter()
@@ -161,12 +356,13 @@ fn build_log(actions: &[Action]) -> Vec<Event> {
                     chosen.push(pending.remove(i));
                 }
                 for (id, name) in chosen {
-                    let text = words(*n, "r");
+                    let text = output(*shape, *n);
+                    texts.insert(id.clone(), text.clone());
                     out.push(EventBody::ToolResult {
                         call_id: id,
                         tool_name: name,
                         stats: ContentStats::of(text.as_bytes()),
-                        content: ToolOutput::Text(text),
+                        content: stored(*shape, text),
                         is_error: *error,
                     });
                 }
@@ -188,19 +384,140 @@ fn build_log(actions: &[Action]) -> Vec<Event> {
             Action::System(n) => vec![EventBody::System {
                 content: words(*n + 1, "s").into(),
             }],
+            Action::Spawn(n) => {
+                spawned += 1;
+                vec![EventBody::Spawn {
+                    child: crate::event::SessionId::new(format!("child-{spawned}"))
+                        .expect("a valid id"),
+                    agent: crate::event::AgentId::new(format!("helper-{spawned}"))
+                        .expect("a valid id"),
+                    goal: words(*n + 1, "g"),
+                    extract: None,
+                }]
+            }
+            Action::AgentResult { words: n, success } if spawned > 0 => {
+                vec![EventBody::AgentResult {
+                    child: crate::event::SessionId::new(format!("child-{spawned}"))
+                        .expect("a valid id"),
+                    agent: crate::event::AgentId::new(format!("helper-{spawned}"))
+                        .expect("a valid id"),
+                    result: words(*n + 1, "res"),
+                    success: *success,
+                }]
+            }
+            Action::AgentResult { .. } => Vec::new(),
         };
         for b in body {
             let seq = events.len() as Seq + 1;
-            if ledger.apply(seq, &b).is_ok() {
-                events.push(Event {
-                    seq,
-                    ts_ms: seq as i64 * 1_000,
-                    body: b,
-                });
+            if ledger.apply(seq, &b).is_err() {
+                continue;
+            }
+            if let EventBody::Assistant { tool_calls, .. } = &b {
+                for c in tool_calls {
+                    calls.insert(c.id.clone(), (c.clone(), seq));
+                }
+            }
+            if let (
+                true,
+                EventBody::ToolResult {
+                    call_id,
+                    tool_name,
+                    is_error,
+                    stats,
+                    ..
+                },
+            ) = (stepped, &b)
+            {
+                let text = texts.get(call_id).map_or("", String::as_str);
+                let call = calls.get(call_id);
+                let reduction = reduce.reduce(
+                    &ResultInput {
+                        call: call.map(|(c, _)| c),
+                        call_id,
+                        tool_name,
+                        content: text.as_bytes(),
+                        is_error: *is_error,
+                        stats,
+                    },
+                    &StepContext {
+                        number: steps.len() as u32 + 1,
+                        call_seq: call.map_or(0, |(_, s)| *s),
+                        result_seq: seq,
+                        timestamp_ms: seq as i64 * 1_000,
+                    },
+                );
+                steps.push((seq, call_id.clone(), reduction.step));
+            }
+            events.push(Event {
+                seq,
+                ts_ms: seq as i64 * 1_000,
+                body: b,
+            });
+        }
+    }
+    (events, steps)
+}
+
+/// Every seq of the log up to the call is in exactly one list of the receipt.
+fn accounts_every_seq_once(receipt: &Receipt) -> Result<(), String> {
+    let mut count = vec![0u32; receipt.at_seq as usize + 1];
+    let lists = [
+        ("verbatim", &receipt.verbatim),
+        ("stubbed", &receipt.stubbed),
+        ("elided", &receipt.elided),
+        ("thinned", &receipt.thinned),
+        ("grouped", &receipt.grouped),
+        ("summarized", &receipt.summarized),
+        ("dropped", &receipt.dropped),
+    ];
+    for (name, list) in lists {
+        for r in list {
+            if r.from < 1 || r.from > r.to || r.to > receipt.at_seq {
+                return Err(format!(
+                    "{name} range {}..{} outside 1..{}",
+                    r.from, r.to, receipt.at_seq
+                ));
+            }
+            for seq in r.from..=r.to {
+                count[seq as usize] += 1;
             }
         }
     }
-    events
+    match count.iter().enumerate().skip(1).find(|(_, n)| **n != 1) {
+        Some((seq, n)) => Err(format!("seq {seq} is in {n} lists of the receipt")),
+        None => Ok(()),
+    }
+}
+
+/// Whether a result arrived in `events[from..to]` for a call made before `from`: such a late
+/// result changes what the earlier request said of its call (verbatim or in the compact block),
+/// so the request may change there without a compaction point.
+fn late_result(events: &[Event], from: usize, to: usize) -> bool {
+    let called: std::collections::HashSet<&str> = events[..from]
+        .iter()
+        .flat_map(|e| match &e.body {
+            EventBody::Assistant { tool_calls, .. } => {
+                tool_calls.iter().map(|c| c.id.as_str()).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    events[from..to].iter().any(|e| {
+        matches!(&e.body, EventBody::ToolResult { call_id, .. } if called.contains(call_id.as_str()))
+    })
+}
+
+/// Between compaction points a request only grows at its end: the previous one's messages (less
+/// the turn's injected content, which always comes last) start this one's, with the same model
+/// and tools.
+fn extends(prev: &Rendered, now: &Rendered, injected: usize) -> bool {
+    let (a, b) = (&prev.request, &now.request);
+    let kept = a.messages.len().saturating_sub(injected);
+    a.model == b.model
+        && a.tools == b.tools
+        && b.messages.len() >= a.messages.len()
+        && a.messages[..kept] == b.messages[..kept]
+        && prev.pieces[..kept] == now.pieces[..kept]
 }
 
 fn cases() -> u32 {
@@ -217,10 +534,16 @@ proptest! {
     fn every_request_is_valid_and_fits(
         actions in proptest::collection::vec(action(), 1..40),
         policy in policy(),
+        world in world(),
+        (addressed, now_ms) in (proptest::bool::weighted(0.8), 0i64..20_000),
     ) {
-        let events = build_log(&actions);
-        let steps: StepIndex = HashMap::new();
-        let audience = Audience { agent: Some(crate::event::AgentId::new("me").unwrap()), now_ms: 3_000 };
+        let (events, ingested) = build_log(&actions);
+        let tools = world.tools();
+        let injections = world.injections();
+        // Direct messages are for "me": rendered for that agent, or for no agent in particular;
+        // they expire by their TTL against the turn's clock.
+        let agent = addressed.then(|| crate::event::AgentId::new("me").expect("a valid id"));
+        let audience = Audience { agent, now_ms };
         let budget = policy.budget();
         for format in Format::ALL {
             let mut state = CompactionState::default();
@@ -232,17 +555,21 @@ proptest! {
                 .map(|(i, _)| i)
                 .collect();
             cuts.push(events.len());
+            let mut prev: Option<(Rendered, usize)> = None;
             for cut in cuts {
                 if cut == 0 { continue; }
+                let last = events[cut - 1].seq;
+                let summaries = world.summaries(&events, last);
+                let steps = steps_until(&ingested, last);
                 let input = RenderInput {
                     events: &events[..cut],
                     steps: &steps,
-                    summaries: &[],
+                    summaries: &summaries,
                     policy: &policy,
                     format,
                     model: "m",
-                    tools: &[],
-                    injections: &[],
+                    tools: &tools,
+                    injections: &injections,
                     audience: &audience,
                     meter: &ApproxMeter,
                 };
@@ -268,11 +595,30 @@ proptest! {
                         if let Err(v) = check_request(format, &r.body()) {
                             prop_assert!(false, "{format:?}: {v}\n{}", r.body());
                         }
-                        state = r.state;
+                        if let Err(why) = accounts_every_seq_once(&r.receipt) {
+                            prop_assert!(false, "{format:?}: {why}");
+                        }
+                        if let (Some((p, from)), None) = (&prev, &r.receipt.compaction) {
+                            if late_result(&events, *from, cut) {
+                                state = r.state.clone();
+                                prev = Some((r, cut));
+                                continue;
+                            }
+                            prop_assert!(extends(p, &r, injections.len()),
+                                "{format:?}: the request at seq {} does not extend the one at seq {} \
+                                 without a compaction point\nbefore: {:#?}\nafter: {:#?}",
+                                r.receipt.at_seq, p.receipt.at_seq, p.request.messages, r.request.messages);
+                        }
+                        state = r.state.clone();
+                        prev = Some((r, cut));
                     }
                     Err(RenderError::OverBudget { floor, hard_total, needed, .. }) => {
                         prop_assert!(floor > hard_total,
                             "{format:?}: over budget ({needed} needed) although the floor {floor} fits {hard_total}");
+                        break;
+                    }
+                    Err(RenderError::InjectionOverflow { tokens, reserve, .. }) => {
+                        prop_assert!(tokens > reserve, "{format:?}: injection overflow of {tokens} within {reserve}");
                         break;
                     }
                     Err(RenderError::NothingToRender { .. }) => {

@@ -94,6 +94,8 @@ pub(crate) struct PlanInput<'p> {
     pub(crate) budget: &'p Budget,
     pub(crate) overhead: u64,
     pub(crate) summaries: &'p [SummaryView],
+    /// What the messages may take: the hard total less the turn's injected content.
+    pub(crate) room: u64,
     pub(crate) at_seq: Seq,
     pub(crate) reason: PointReason,
 }
@@ -130,7 +132,7 @@ pub(crate) fn plan(
     let ineffective = cx.now > low.tokens;
 
     let hard = Goal {
-        tokens: input.budget.hard_total,
+        tokens: input.room,
         budget: input.budget,
     };
     for reducer in LAST_RESORTS {

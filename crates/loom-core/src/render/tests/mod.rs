@@ -343,6 +343,42 @@ fn injection_overflow_names_the_hook() {
     );
 }
 
+/// A compaction point's last resorts used to cut down to the hard total alone, so a turn whose
+/// messages fit but whose injected content did not failed as over budget although reducing the
+/// newest result would have made room (found by the validity proptest once it injected content).
+#[test]
+fn a_point_leaves_room_for_the_turns_injected_content() {
+    let mut log = Log::new();
+    log.system("sys");
+    log.user("read the page");
+    log.step("big", &words(400, "w"));
+    let injections = [Injection {
+        hook: "kb".into(),
+        content: words(30, "k"),
+    }];
+    let plain = Fixture::new(100_000);
+    let alone = render(
+        &plain.input(&log.events, Format::OpenaiChat),
+        &CompactionState::default(),
+        &mut CostMemo::new(),
+    )
+    .unwrap()
+    .receipt
+    .estimate;
+    // The messages alone fit the hard total; with the injection they do not.
+    let mut fx = Fixture::new(alone + 5 + 100);
+    fx.policy.injection_reserve = 60;
+    let mut input = fx.input(&log.events, Format::OpenaiChat);
+    input.injections = &injections;
+    let r = render(&input, &CompactionState::default(), &mut CostMemo::new()).unwrap();
+    assert!(r.receipt.estimate <= r.receipt.budget.hard_total);
+    assert_eq!(r.receipt.injected.len(), 1);
+    assert_ne!(
+        r.receipt.verbatim.last(),
+        Some(&SeqRange { from: 4, to: 4 })
+    );
+}
+
 #[test]
 fn pending_call_gets_an_explicit_missing_result() {
     let fx = Fixture::new(10_000);
