@@ -7,6 +7,7 @@
 use crate::step::ToolKind;
 
 use super::args::Args;
+use super::outline;
 use super::text::{self, human_size, plural, Line};
 use super::{Input, Outcome};
 
@@ -120,8 +121,28 @@ pub(crate) fn read_outcome(input: &Input<'_>, spec: ReadSpec<'_>) -> Outcome {
         details.push(format!("{elided} chars elided by the agent"));
     }
     line.lit(" (").lit(&details.join(", ")).lit(")");
+    defines(&mut line, &outline::definitions(body));
     out.observation = line.finish();
     out
+}
+
+/// Appends `; defines a, b, c +N more` with as many names as fit whole.
+fn defines(line: &mut Line, names: &[&str]) {
+    // Room kept for the count of the names that do not fit.
+    const MORE: usize = " +999 more".len();
+    let mut shown = 0;
+    for (i, name) in names.iter().enumerate() {
+        let sep = if i == 0 { "; defines " } else { ", " };
+        let last = i + 1 == names.len();
+        let need = sep.len() + name.chars().count() + if last { 0 } else { MORE };
+        if need > line.room() || !line.opt(sep, name) {
+            break;
+        }
+        shown += 1;
+    }
+    if shown > 0 && shown < names.len() {
+        line.opt(" ", &format!("+{} more", names.len() - shown));
+    }
 }
 
 /// Why a read failed, when it did: the error line of a short output or of a failed command.

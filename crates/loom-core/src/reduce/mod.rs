@@ -18,6 +18,7 @@ mod files;
 mod find;
 mod generic;
 mod kind;
+mod outline;
 mod secrets;
 mod shell;
 mod template;

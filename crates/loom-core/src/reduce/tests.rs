@@ -125,7 +125,7 @@ fn shell_reads_a_file_range_with_nl_and_sed() {
         4,
         true,
         Some("outputs/file_004.txt"),
-        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python)",
+        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python); defines __array_wrap__, __array_ufunc__",
     );
     assert_eq!(step.kind, ToolKind::ReadFile);
     assert_eq!(step.minimal_args["path"], "astropy/units/quantity.py");
@@ -244,7 +244,7 @@ fn swe_agent_viewer_editor_and_search_tools() {
         None,
         "Found 1 path matching 'missing_colon.py': /SWE-agent__test-repo/tests/missing_colon.py",
     );
-    let open = check(SWE, traj, 2, true, None, "Opened /SWE-agent__test-repo/tests/missing_colon.py (10 lines total, showing 1-10, Python)");
+    let open = check(SWE, traj, 2, true, None, "Opened /SWE-agent__test-repo/tests/missing_colon.py (10 lines total, showing 1-10, Python); defines division");
     assert_eq!(open.kind, ToolKind::ReadFile);
     check(
         SWE,
@@ -677,7 +677,7 @@ fn compact_templates_render_real_steps() {
         4,
         true,
         Some("outputs/file_004.txt"),
-        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python)",
+        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python); defines __array_wrap__, __array_ufunc__",
     );
     assert_eq!(
         t.compact(&read).summary,
