@@ -132,6 +132,8 @@ fn policy() -> impl Strategy<Value = Policy> {
                 let mut retention = std::collections::BTreeMap::new();
                 retention.insert("bash".to_owned(), bash);
                 let tier_caps = cap.map(|c| (Tier::ToolResults, c)).into_iter().collect();
+                // Every field is drawn (no `..Policy::default()`), so a new policy field does not
+                // compile here until the property test draws it too.
                 Policy {
                     context_window: window + reserve + injection + 1,
                     response_reserve: reserve,
@@ -149,7 +151,6 @@ fn policy() -> impl Strategy<Value = Policy> {
                     max_compact_lines: lines,
                     elide_head_chars: h,
                     elide_tail_chars: t,
-                    ..Policy::default()
                 }
             },
         )
