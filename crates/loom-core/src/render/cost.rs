@@ -124,10 +124,14 @@ pub(crate) struct Coster<'a> {
     pub(crate) eager: &'a mut Option<Eager>,
 }
 
-/// A memo of token costs that outlives one render (keyed by piece; valid for one session, format,
-/// meter and step index).
+/// A memo of token costs that outlives one render (keyed by piece; valid for one session and its
+/// growing step index). It remembers the format, meter and policy it was filled under and starts
+/// over when a render uses others, so a caller that switches model or policy mid-session cannot
+/// be handed costs or forms of the old ones.
 #[derive(Debug, Default, Clone)]
 pub struct CostMemo {
+    /// Format, meter name and policy version the entries were made under.
+    scope: Option<(Format, String, String)>,
     map: HashMap<Key, u64, FxBuild>,
     running: Option<Running>,
     eager: Option<Eager>,
@@ -167,6 +171,21 @@ impl CostMemo {
     /// An empty memo.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Readies the memo for a render in `format` with `meter` under the policy of
+    /// `policy_version`: empties it when it was filled under other ones.
+    pub(crate) fn enter(&mut self, format: Format, meter: &str, policy_version: &str) {
+        let same = self
+            .scope
+            .as_ref()
+            .is_some_and(|(f, m, p)| *f == format && m == meter && p == policy_version);
+        if !same {
+            *self = Self {
+                scope: Some((format, meter.to_owned(), policy_version.to_owned())),
+                ..Self::default()
+            };
+        }
     }
 }
 

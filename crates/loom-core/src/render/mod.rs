@@ -201,6 +201,8 @@ pub fn render_projection(
         });
     }
 
+    let policy_version = input.policy.version();
+    memo.enter(format, input.meter.name(), &policy_version);
     let mut coster = Coster::new(format, input.meter, input.steps, input.policy, memo);
     let overhead = coster.overhead(input.tools);
     let summary_of = |st: &CompactionState| reducers::summary_in(input.summaries, st);
@@ -279,6 +281,7 @@ pub fn render_projection(
     let receipt = receipt::build(receipt::ReceiptInput {
         folded: &folded,
         prefix_hash,
+        policy_version,
         input,
         proj,
         state: &state,

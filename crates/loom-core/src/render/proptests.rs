@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 use super::*;
 use crate::event::{ContentPart, EventBody, MessageContent, ToolCall, ToolOutput};
@@ -528,6 +529,168 @@ fn cases() -> u32 {
         .unwrap_or(64)
 }
 
+/// What one case renders: the log and everything else a render reads, and the policies in force
+/// (the second from call `switch` on, when the policy changes mid-session).
+struct Case<'c> {
+    events: &'c [Event],
+    ingested: &'c Ingested,
+    world: &'c World,
+    audience: &'c Audience,
+    policy: &'c Policy,
+    switch: Option<(usize, &'c Policy)>,
+}
+
+impl Case<'_> {
+    fn policy_at(&self, call: usize) -> &Policy {
+        match self.switch {
+            Some((at, second)) if call >= at => second,
+            _ => self.policy,
+        }
+    }
+}
+
+/// Renders every call of the case in every format, as a live engine would (state and memo kept
+/// across calls), and checks each request.
+fn check_session(case: &Case<'_>) -> Result<(), TestCaseError> {
+    let events = case.events;
+    let tools = case.world.tools();
+    let injections = case.world.injections();
+    for format in Format::ALL {
+        let mut state = CompactionState::default();
+        let mut memo = CostMemo::new();
+        let mut cuts: Vec<usize> = events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| matches!(e.body, EventBody::Assistant { .. }))
+            .map(|(i, _)| i)
+            .collect();
+        cuts.push(events.len());
+        let mut prev: Option<(Rendered, usize)> = None;
+        for (call, cut) in cuts.into_iter().enumerate() {
+            if cut == 0 {
+                continue;
+            }
+            let policy = case.policy_at(call);
+            let budget = policy.budget();
+            let last = events[cut - 1].seq;
+            let summaries = case.world.summaries(events, last);
+            let steps = steps_until(case.ingested, last);
+            let input = RenderInput {
+                events: &events[..cut],
+                steps: &steps,
+                summaries: &summaries,
+                policy,
+                format,
+                model: "m",
+                tools: &tools,
+                injections: &injections,
+                audience: case.audience,
+                meter: &ApproxMeter,
+            };
+            let warm = render(&input, &state, &mut memo);
+            // What the memo carries between calls is only a cache: a restarted engine with an
+            // empty memo and the stored state renders the same bytes and the same state.
+            // (Checked in one format per case, chosen by the log, to keep the long mode
+            // affordable.)
+            if Format::ALL[events.len() % Format::ALL.len()] == format {
+                let cold = render(&input, &state, &mut CostMemo::new());
+                match (&warm, &cold) {
+                    (Ok(w), Ok(c)) => {
+                        prop_assert_eq!(
+                            w.body(),
+                            c.body(),
+                            "{:?}: a cold memo renders other bytes",
+                            format
+                        );
+                        prop_assert_eq!(
+                            &w.state,
+                            &c.state,
+                            "{:?}: a cold memo decides otherwise",
+                            format
+                        );
+                    }
+                    _ => prop_assert_eq!(
+                        warm.is_ok(),
+                        cold.is_ok(),
+                        "{:?}: a cold memo fails otherwise",
+                        format
+                    ),
+                }
+            }
+            match warm {
+                Ok(r) => {
+                    prop_assert!(
+                        r.receipt.estimate <= budget.hard_total,
+                        "{format:?}: estimate {} over {}",
+                        r.receipt.estimate,
+                        budget.hard_total
+                    );
+                    if let Err(v) = check_request(format, &r.body()) {
+                        prop_assert!(false, "{format:?}: {v}\n{}", r.body());
+                    }
+                    if let Err(why) = accounts_every_seq_once(&r.receipt) {
+                        prop_assert!(false, "{format:?}: {why}");
+                    }
+                    // A late result, or a policy changed since the previous call, may change the
+                    // request without a compaction point; otherwise it only grows at its end.
+                    let same_policy = call == 0 || case.policy_at(call - 1) == policy;
+                    if let (Some((p, from)), None, true) =
+                        (&prev, &r.receipt.compaction, same_policy)
+                    {
+                        if !late_result(events, *from, cut) {
+                            prop_assert!(
+                                extends(p, &r, injections.len()),
+                                "{format:?}: the request at seq {} does not extend the one at seq {} \
+                                 without a compaction point\nbefore: {:#?}\nafter: {:#?}",
+                                r.receipt.at_seq,
+                                p.receipt.at_seq,
+                                p.request.messages,
+                                r.request.messages
+                            );
+                        }
+                    }
+                    state = r.state.clone();
+                    prev = Some((r, cut));
+                }
+                Err(RenderError::OverBudget {
+                    floor,
+                    hard_total,
+                    needed,
+                    ..
+                }) => {
+                    prop_assert!(
+                        floor > hard_total,
+                        "{format:?}: over budget ({needed} needed) although the floor {floor} fits {hard_total}"
+                    );
+                    break;
+                }
+                Err(RenderError::InjectionOverflow {
+                    tokens, reserve, ..
+                }) => {
+                    prop_assert!(
+                        tokens > reserve,
+                        "{format:?}: injection overflow of {tokens} within {reserve}"
+                    );
+                    break;
+                }
+                Err(RenderError::NothingToRender { .. }) => {
+                    let proj = Projection::build(&events[..cut], case.audience);
+                    prop_assert!(proj.units.is_empty());
+                }
+                Err(e) => prop_assert!(false, "{format:?}: unexpected error {e}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Direct messages are for "me": rendered for that agent, or for no agent in particular; they
+/// expire by their TTL against the turn's clock.
+fn audience(addressed: bool, now_ms: i64) -> Audience {
+    let agent = addressed.then(|| crate::event::AgentId::new("me").expect("a valid id"));
+    Audience { agent, now_ms }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
@@ -539,96 +702,24 @@ proptest! {
         (addressed, now_ms) in (proptest::bool::weighted(0.8), 0i64..20_000),
     ) {
         let (events, ingested) = build_log(&actions);
-        let tools = world.tools();
-        let injections = world.injections();
-        // Direct messages are for "me": rendered for that agent, or for no agent in particular;
-        // they expire by their TTL against the turn's clock.
-        let agent = addressed.then(|| crate::event::AgentId::new("me").expect("a valid id"));
-        let audience = Audience { agent, now_ms };
-        let budget = policy.budget();
-        for format in Format::ALL {
-            let mut state = CompactionState::default();
-            let mut memo = CostMemo::new();
-            let mut cuts: Vec<usize> = events
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| matches!(e.body, EventBody::Assistant { .. }))
-                .map(|(i, _)| i)
-                .collect();
-            cuts.push(events.len());
-            let mut prev: Option<(Rendered, usize)> = None;
-            for cut in cuts {
-                if cut == 0 { continue; }
-                let last = events[cut - 1].seq;
-                let summaries = world.summaries(&events, last);
-                let steps = steps_until(&ingested, last);
-                let input = RenderInput {
-                    events: &events[..cut],
-                    steps: &steps,
-                    summaries: &summaries,
-                    policy: &policy,
-                    format,
-                    model: "m",
-                    tools: &tools,
-                    injections: &injections,
-                    audience: &audience,
-                    meter: &ApproxMeter,
-                };
-                let warm = render(&input, &state, &mut memo);
-                // What the memo carries between calls is only a cache: a restarted engine with
-                // an empty memo and the stored state renders the same bytes and the same state.
-                // (Checked in one format per case, chosen by the log, to keep the long mode
-                // affordable.)
-                if Format::ALL[events.len() % Format::ALL.len()] == format {
-                    let cold = render(&input, &state, &mut CostMemo::new());
-                    match (&warm, &cold) {
-                        (Ok(w), Ok(c)) => {
-                            prop_assert_eq!(w.body(), c.body(), "{:?}: a cold memo renders other bytes", format);
-                            prop_assert_eq!(&w.state, &c.state, "{:?}: a cold memo decides otherwise", format);
-                        }
-                        _ => prop_assert_eq!(warm.is_ok(), cold.is_ok(), "{:?}: a cold memo fails otherwise", format),
-                    }
-                }
-                match warm {
-                    Ok(r) => {
-                        prop_assert!(r.receipt.estimate <= budget.hard_total,
-                            "{format:?}: estimate {} over {}", r.receipt.estimate, budget.hard_total);
-                        if let Err(v) = check_request(format, &r.body()) {
-                            prop_assert!(false, "{format:?}: {v}\n{}", r.body());
-                        }
-                        if let Err(why) = accounts_every_seq_once(&r.receipt) {
-                            prop_assert!(false, "{format:?}: {why}");
-                        }
-                        if let (Some((p, from)), None) = (&prev, &r.receipt.compaction) {
-                            if late_result(&events, *from, cut) {
-                                state = r.state.clone();
-                                prev = Some((r, cut));
-                                continue;
-                            }
-                            prop_assert!(extends(p, &r, injections.len()),
-                                "{format:?}: the request at seq {} does not extend the one at seq {} \
-                                 without a compaction point\nbefore: {:#?}\nafter: {:#?}",
-                                r.receipt.at_seq, p.receipt.at_seq, p.request.messages, r.request.messages);
-                        }
-                        state = r.state.clone();
-                        prev = Some((r, cut));
-                    }
-                    Err(RenderError::OverBudget { floor, hard_total, needed, .. }) => {
-                        prop_assert!(floor > hard_total,
-                            "{format:?}: over budget ({needed} needed) although the floor {floor} fits {hard_total}");
-                        break;
-                    }
-                    Err(RenderError::InjectionOverflow { tokens, reserve, .. }) => {
-                        prop_assert!(tokens > reserve, "{format:?}: injection overflow of {tokens} within {reserve}");
-                        break;
-                    }
-                    Err(RenderError::NothingToRender { .. }) => {
-                        let proj = Projection::build(&events[..cut], &audience);
-                        prop_assert!(proj.units.is_empty());
-                    }
-                    Err(e) => prop_assert!(false, "{format:?}: unexpected error {e}"),
-                }
-            }
-        }
+        let audience = audience(addressed, now_ms);
+        check_session(&Case { events: &events, ingested: &ingested, world: &world, audience: &audience, policy: &policy, switch: None })?;
+    }
+
+    /// The policy changes between two calls (another model's window, other retention rules):
+    /// the state stored under the old policy must still lead to valid requests that fit the new
+    /// one.
+    #[test]
+    fn a_policy_changed_mid_session_still_gives_valid_requests_that_fit(
+        actions in proptest::collection::vec(action(), 1..40),
+        policy in policy(),
+        (switch, second) in (0usize..20, policy()),
+        world in world(),
+        (addressed, now_ms) in (proptest::bool::weighted(0.8), 0i64..20_000),
+    ) {
+        let (events, ingested) = build_log(&actions);
+        let audience = audience(addressed, now_ms);
+        let switch = Some((switch, &second));
+        check_session(&Case { events: &events, ingested: &ingested, world: &world, audience: &audience, policy: &policy, switch })?;
     }
 }

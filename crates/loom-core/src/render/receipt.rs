@@ -157,6 +157,8 @@ pub(crate) struct ReceiptInput<'a, 'i> {
     pub(crate) folded: &'a Folded,
     /// SHA-256 of the stable prefix's wire form.
     pub(crate) prefix_hash: String,
+    /// The policy's version.
+    pub(crate) policy_version: String,
 }
 
 /// The fates of the folded units: a function of the compact block (its boundary, summary and
@@ -247,7 +249,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         model: r.input.model.to_owned(),
         format: r.input.format.as_str().to_owned(),
         tokenizer: r.input.meter.name().to_owned(),
-        policy_version: r.input.policy.version(),
+        policy_version: r.policy_version,
         at_seq: r.at_seq,
         budget: r.budget,
         estimate: r.estimate,

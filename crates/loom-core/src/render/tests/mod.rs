@@ -379,6 +379,32 @@ fn a_point_leaves_room_for_the_turns_injected_content() {
     );
 }
 
+/// The cost memo used to be keyed by piece alone, so a render under a new policy (here, other
+/// elision lengths) reused the old policy's elided text (found by the policy-change proptest).
+#[test]
+fn a_memo_filled_under_another_policy_is_not_reused() {
+    let mut log = Log::new();
+    log.system("sys");
+    log.user("read the page");
+    log.step("big", &words(5_000, "w"));
+    let mut fx = Fixture::new(1_500);
+    let mut memo = CostMemo::new();
+    let first = render(
+        &fx.input(&log.events, Format::OpenaiChat),
+        &CompactionState::default(),
+        &mut memo,
+    )
+    .unwrap();
+    fx.policy.elide_head_chars = 300;
+    fx.policy.elide_tail_chars = 100;
+    let input = fx.input(&log.events, Format::OpenaiChat);
+    let warm = render(&input, &first.state, &mut memo).unwrap();
+    let cold = render(&input, &first.state, &mut CostMemo::new()).unwrap();
+    assert_eq!(warm.body(), cold.body());
+    assert_eq!(warm.receipt.estimate, cold.receipt.estimate);
+    assert_ne!(first.body(), warm.body());
+}
+
 #[test]
 fn pending_call_gets_an_explicit_missing_result() {
     let fx = Fixture::new(10_000);
