@@ -19,8 +19,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use loom_core::render::{CompactionState, Format, Injection, Policy, TokenMeter};
 use loom_core::{
-    AgentId, ContentStats, EventBody, MessageContent, NewEvent, ReduceConfig, ResultInput,
-    SessionId, StepContext, ToolCall, ToolOutput,
+    AgentId, ContentStats, Event, EventBody, Ingest, MessageContent, NewEvent, ReduceConfig,
+    SessionId, ToolCall, ToolOutput,
 };
 use loom_runtime::task::{action, ContextConfig, EventBus, MemorySource, TaskItem};
 use loom_runtime::{
@@ -107,48 +107,23 @@ fn events_of(messages: &[Value]) -> Vec<NewEvent> {
 
 fn steps_of(events: &[NewEvent]) -> Vec<StepRecord> {
     let reduce = ReduceConfig::default();
-    let mut calls: HashMap<String, (ToolCall, u64)> = HashMap::new();
+    let mut ingest = Ingest::new();
     let mut out = Vec::new();
     for (i, e) in events.iter().enumerate() {
-        let seq = i as u64 + 1;
-        match &e.body {
-            EventBody::Assistant { tool_calls, .. } => {
-                for c in tool_calls {
-                    calls.insert(c.id.clone(), (c.clone(), seq));
-                }
-            }
-            EventBody::ToolResult {
-                call_id,
-                tool_name,
-                content: ToolOutput::Text(text),
-                is_error,
-                stats,
-            } => {
-                let call = calls.get(call_id);
-                let r = reduce.reduce(
-                    &ResultInput {
-                        call: call.map(|(c, _)| c),
-                        call_id,
-                        tool_name,
-                        content: text.as_bytes(),
-                        is_error: *is_error,
-                        stats,
-                    },
-                    &StepContext {
-                        number: out.len() as u32 + 1,
-                        call_seq: call.map_or(0, |(_, s)| *s),
-                        result_seq: seq,
-                        timestamp_ms: e.ts_ms,
-                    },
-                );
-                out.push(StepRecord {
-                    id: r.step.id.clone(),
-                    call_id: call_id.clone(),
-                    result_seq: seq,
-                    body: serde_json::to_value(&r.step).unwrap(),
-                });
-            }
-            _ => {}
+        let event = Event {
+            seq: i as u64 + 1,
+            ts_ms: e.ts_ms,
+            body: e.body.clone(),
+        };
+        if let (Some(r), EventBody::ToolResult { call_id, .. }) =
+            (ingest.push(&reduce, &event, None), &event.body)
+        {
+            out.push(StepRecord {
+                id: r.step.id.clone(),
+                call_id: call_id.clone(),
+                result_seq: event.seq,
+                body: serde_json::to_value(&r.step).unwrap(),
+            });
         }
     }
     out

@@ -17,6 +17,7 @@ mod envelope;
 mod files;
 mod find;
 mod generic;
+mod ingest;
 mod kind;
 mod outline;
 mod secrets;
@@ -34,6 +35,7 @@ use crate::stats::{ContentStats, ContentType};
 use crate::step::{Step, ToolKind};
 
 pub use config::{ReduceConfig, Thresholds};
+pub use ingest::Ingest;
 pub use kind::ToolKinds;
 pub use template::Templates;
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use loom_core::render::{ApproxMeter, Audience, Format, Policy, StepIndex, ToolSpec};
 use loom_core::{
-    AgentId, ContentStats, Event, EventBody, NewEvent, ReduceConfig, ResultInput, SessionId,
-    StepContext, ToolCall, ToolOutput,
+    AgentId, ContentStats, Event, EventBody, Ingest, NewEvent, ReduceConfig, SessionId, ToolCall,
+    ToolOutput,
 };
 use loom_runtime::RenderSetup;
 use loom_store::{MemoryStore, NewSession, StepRecord, Store};
@@ -106,47 +106,18 @@ impl Log {
     /// Steps for every result, reduced by the ingest reducers.
     pub(crate) fn steps(&self) -> Vec<StepRecord> {
         let reduce = ReduceConfig::default();
+        let mut ingest = Ingest::new();
         let mut out = Vec::new();
-        let mut call_seq = HashMap::new();
         for e in self.log() {
-            match &e.body {
-                EventBody::Assistant { tool_calls, .. } => {
-                    for c in tool_calls {
-                        call_seq.insert(c.id.clone(), e.seq);
-                    }
-                }
-                EventBody::ToolResult {
-                    call_id,
-                    tool_name,
-                    content: ToolOutput::Text(text),
-                    is_error,
-                    stats,
-                } => {
-                    let number = out.len() as u32 + 1;
-                    let r = reduce.reduce(
-                        &ResultInput {
-                            call: self.calls.get(call_id),
-                            call_id,
-                            tool_name,
-                            content: text.as_bytes(),
-                            is_error: *is_error,
-                            stats,
-                        },
-                        &StepContext {
-                            number,
-                            call_seq: call_seq[call_id],
-                            result_seq: e.seq,
-                            timestamp_ms: e.ts_ms,
-                        },
-                    );
-                    out.push(StepRecord {
-                        id: r.step.id.clone(),
-                        call_id: call_id.clone(),
-                        result_seq: e.seq,
-                        body: serde_json::to_value(&r.step).unwrap(),
-                    });
-                }
-                _ => {}
+            if let (Some(r), EventBody::ToolResult { call_id, .. }) =
+                (ingest.push(&reduce, &e, None), &e.body)
+            {
+                out.push(StepRecord {
+                    id: r.step.id.clone(),
+                    call_id: call_id.clone(),
+                    result_seq: e.seq,
+                    body: serde_json::to_value(&r.step).unwrap(),
+                });
             }
         }
         out

@@ -14,7 +14,7 @@ use loom_core::render::{
     check_request, render, render_projection, Audience, CompactionState, CostMemo, Format, Msg,
     PointRecord, Policy, Projection, Receipt, RenderInput, Rendered, SeqRange, StepIndex,
 };
-use loom_core::{EventBody, ReduceConfig, ResultInput, Seq, StepContext, ToolCall, ToolOutput};
+use loom_core::{EventBody, Ingest, ReduceConfig, Seq};
 use loom_tokens::{count_request, ImageRule, Tokenizer, WireFormat};
 use serde_json::Value;
 
@@ -76,77 +76,47 @@ pub(crate) fn replay(
     let reduce = ReduceConfig::default();
     let events = &session.events;
     let mut steps: StepIndex = HashMap::new();
-    let mut calls: HashMap<String, (ToolCall, Seq)> = HashMap::new();
+    let mut ingest = Ingest::new();
     let mut proj = Projection::default();
     let mut state = CompactionState::default();
     let mut memo = CostMemo::new();
     let mut lines = Vec::new();
     let mut last: Option<(Rendered, CompactionState)> = None;
-    let mut step_no = 0u32;
 
     for (j, event) in events.iter().enumerate() {
-        if let EventBody::Assistant { tool_calls, .. } = &event.body {
-            if j > 0 {
-                let input = RenderInput {
-                    events: &events[..j],
-                    steps: &steps,
-                    summaries: &[],
-                    policy: &policy,
-                    format,
-                    model: model_for(format),
-                    tools: &session.tools,
-                    injections: &[],
-                    audience: &audience,
-                    meter,
-                };
-                let r = render_projection(&input, &proj, &state, &mut memo)
-                    .with_context(|| format!("{} {format:?}: call at message {j}", session.id))?;
-                check_call(&r, last.as_ref().map(|(p, _)| p), budget, meter)
-                    .with_context(|| format!("{} {format:?}: call at message {j}", session.id))?;
-                lines.push(CallLine {
-                    at_seq: r.receipt.at_seq,
-                    estimate: r.receipt.estimate,
-                    messages: r.request.messages.len(),
-                    point: r.receipt.compaction.clone(),
-                    points: r.receipt.points,
-                });
-                let before = std::mem::replace(&mut state, r.state.clone());
-                last = Some((r, before));
-            }
-            for c in tool_calls {
-                calls.insert(c.id.clone(), (c.clone(), event.seq));
-            }
+        if j > 0 && matches!(event.body, EventBody::Assistant { .. }) {
+            let input = RenderInput {
+                events: &events[..j],
+                steps: &steps,
+                summaries: &[],
+                policy: &policy,
+                format,
+                model: model_for(format),
+                tools: &session.tools,
+                injections: &[],
+                audience: &audience,
+                meter,
+            };
+            let r = render_projection(&input, &proj, &state, &mut memo)
+                .with_context(|| format!("{} {format:?}: call at message {j}", session.id))?;
+            check_call(&r, last.as_ref().map(|(p, _)| p), budget, meter)
+                .with_context(|| format!("{} {format:?}: call at message {j}", session.id))?;
+            lines.push(CallLine {
+                at_seq: r.receipt.at_seq,
+                estimate: r.receipt.estimate,
+                messages: r.request.messages.len(),
+                point: r.receipt.compaction.clone(),
+                points: r.receipt.points,
+            });
+            let before = std::mem::replace(&mut state, r.state.clone());
+            last = Some((r, before));
         }
         // Ingest, as a live agent's log grows: the projection and the step of each result.
         proj.push(event, &audience);
-        if let EventBody::ToolResult {
-            call_id,
-            tool_name,
-            content,
-            is_error,
-            stats,
-        } = &event.body
-        {
-            let ToolOutput::Text(text) = content else {
-                bail!("{}: seq {} is not inline text", session.id, event.seq);
-            };
-            step_no += 1;
-            let reduction = reduce.reduce(
-                &ResultInput {
-                    call: calls.get(call_id).map(|(c, _)| c),
-                    call_id,
-                    tool_name,
-                    content: text.as_bytes(),
-                    is_error: *is_error,
-                    stats,
-                },
-                &StepContext {
-                    number: step_no,
-                    call_seq: calls.get(call_id).map_or(0, |(_, seq)| *seq),
-                    result_seq: event.seq,
-                    timestamp_ms: event.ts_ms,
-                },
-            );
+        let reduction = ingest.push(&reduce, event, None);
+        if let EventBody::ToolResult { call_id, .. } = &event.body {
+            let reduction = reduction
+                .ok_or_else(|| anyhow!("{}: seq {} is not inline text", session.id, event.seq))?;
             steps.insert(call_id.clone(), reduction.step);
         }
     }
