@@ -17,7 +17,7 @@ use proptest::test_runner::TestCaseError;
 use super::*;
 use crate::event::{ContentPart, EventBody, MessageContent, ToolCall, ToolOutput};
 use crate::ledger::Ledger;
-use crate::reduce::{ReduceConfig, ResultInput, StepContext};
+use crate::reduce::{Ingest, ReduceConfig};
 use crate::stats::ContentStats;
 
 #[derive(Debug, Clone)]
@@ -282,7 +282,7 @@ fn build_log(actions: &[Action]) -> (Vec<Event>, Ingested) {
     let mut events: Vec<Event> = Vec::new();
     let mut steps = Ingested::new();
     let reduce = ReduceConfig::default();
-    let mut calls: HashMap<String, (ToolCall, Seq)> = HashMap::new();
+    let mut ingest = Ingest::new();
     let mut ledger = Ledger::new();
     let mut pending: Vec<(String, String)> = Vec::new();
     let mut next_call = 0usize;
@@ -414,47 +414,21 @@ fn build_log(actions: &[Action]) -> (Vec<Event>, Ingested) {
             if ledger.apply(seq, &b).is_err() {
                 continue;
             }
-            if let EventBody::Assistant { tool_calls, .. } = &b {
-                for c in tool_calls {
-                    calls.insert(c.id.clone(), (c.clone(), seq));
-                }
-            }
-            if let (
-                true,
-                EventBody::ToolResult {
-                    call_id,
-                    tool_name,
-                    is_error,
-                    stats,
-                    ..
-                },
-            ) = (stepped, &b)
-            {
-                let text = texts.get(call_id).map_or("", String::as_str);
-                let call = calls.get(call_id);
-                let reduction = reduce.reduce(
-                    &ResultInput {
-                        call: call.map(|(c, _)| c),
-                        call_id,
-                        tool_name,
-                        content: text.as_bytes(),
-                        is_error: *is_error,
-                        stats,
-                    },
-                    &StepContext {
-                        number: steps.len() as u32 + 1,
-                        call_seq: call.map_or(0, |(_, s)| *s),
-                        result_seq: seq,
-                        timestamp_ms: seq as i64 * 1_000,
-                    },
-                );
-                steps.push((seq, call_id.clone(), reduction.step));
-            }
-            events.push(Event {
+            let event = Event {
                 seq,
                 ts_ms: seq as i64 * 1_000,
                 body: b,
-            });
+            };
+            let original = match &event.body {
+                EventBody::ToolResult { call_id, .. } => texts.get(call_id).map(String::as_bytes),
+                _ => None,
+            };
+            if let (Some(reduction), true, EventBody::ToolResult { call_id, .. }) =
+                (ingest.push(&reduce, &event, original), stepped, &event.body)
+            {
+                steps.push((seq, call_id.clone(), reduction.step));
+            }
+            events.push(event);
         }
     }
     (events, steps)
