@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use loom_core::render::{
     self, Audience, CompactionState, CostMemo, Format, Policy, Receipt, RenderInput, Rendered,
-    StepIndex, SummaryView, TokenMeter,
+    StepIndex, SummaryView, TokenMeter, ToolSpec,
 };
 use loom_core::{Event, SessionId};
 use loom_replay::EncodingMeter;
@@ -37,6 +37,10 @@ pub(crate) struct RenderArgs {
     /// Policy file (TOML).
     #[arg(long)]
     pub(crate) policy: Option<PathBuf>,
+    /// Tool definitions offered to the model (JSON: a list in OpenAI, Responses or Anthropic
+    /// form, or a request body with a `tools` list); they are sent and budgeted with the request.
+    #[arg(long)]
+    pub(crate) tools: Option<PathBuf>,
 }
 
 /// Arguments of `loom render`.
@@ -59,6 +63,7 @@ pub(crate) struct Loaded {
     pub(crate) steps: StepIndex,
     pub(crate) summaries: Vec<SummaryView>,
     pub(crate) policy: Policy,
+    pub(crate) tools: Vec<ToolSpec>,
     pub(crate) meter: EncodingMeter,
     pub(crate) audience: Audience,
 }
@@ -103,6 +108,10 @@ pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::R
             content: s.summary.content,
         })
         .collect();
+    let tools = match &args.tools {
+        Some(path) => read_tools(path)?,
+        None => Vec::new(),
+    };
     let now_ms = events.last().map_or(info.created_ms, |e| e.ts_ms);
     Ok(Loaded {
         ws,
@@ -111,12 +120,23 @@ pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::R
         steps,
         summaries,
         policy,
+        tools,
         meter: EncodingMeter(encoding),
         audience: Audience {
             agent: Some(info.agent),
             now_ms,
         },
     })
+}
+
+/// Reads a tool-definition file; a bad one is bad input naming the file, the entry and the field.
+fn read_tools(path: &std::path::Path) -> anyhow::Result<Vec<ToolSpec>> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad_input(anyhow::anyhow!("tools file {shown}: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| bad_input(anyhow::anyhow!("tools file {shown}: not JSON: {e}")))?;
+    ToolSpec::parse_list(&value).map_err(|e| bad_input(anyhow::anyhow!("tools file {shown}: {e}")))
 }
 
 impl Loaded {
@@ -137,7 +157,7 @@ impl Loaded {
             policy: &self.policy,
             format,
             model,
-            tools: &[],
+            tools: &self.tools,
             injections: &[],
             audience: &self.audience,
             meter,

@@ -6,6 +6,7 @@ mod import;
 mod import_errors;
 mod large;
 mod log;
+mod render;
 mod replay;
 mod steps;
 mod usage;
