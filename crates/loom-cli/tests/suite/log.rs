@@ -2,16 +2,9 @@
 
 use super::Loom;
 
-fn imported() -> Loom {
-    let loom = Loom::new();
-    let f = loom.file("chat.json", super::chat_with_output("line one\nline two\n"));
-    loom.import(&[&f]);
-    loom
-}
-
 #[test]
 fn log_prints_one_line_per_event() {
-    let loom = imported();
+    let loom = Loom::with_chat();
     let out = loom.run(["log", "chat"]).ok().stdout();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4, "{out}");
@@ -30,7 +23,7 @@ fn log_prints_one_line_per_event() {
 
 #[test]
 fn log_json_is_the_documented_event_form_and_honours_the_range() {
-    let loom = imported();
+    let loom = Loom::with_chat();
     let all = loom.run(["log", "chat", "--json"]).ok().json();
     let events: Vec<loom_core::Event> = serde_json::from_value(all.clone()).unwrap();
     assert_eq!(
@@ -48,7 +41,7 @@ fn log_json_is_the_documented_event_form_and_honours_the_range() {
 
 #[test]
 fn unknown_sessions_and_bad_ranges_are_bad_input() {
-    let loom = imported();
+    let loom = Loom::with_chat();
     let run = loom.run(["log", "nope"]);
     assert_eq!(run.code, 2);
     assert!(

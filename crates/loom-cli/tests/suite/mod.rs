@@ -97,6 +97,14 @@ impl Loom {
         self.run(["sessions", "--json"]).ok().json()
     }
 
+    /// A fresh database holding the session `chat` ([`chat_with_output`] with two lines).
+    pub(crate) fn with_chat() -> Self {
+        let loom = Self::new();
+        let f = loom.file("chat.json", chat_with_output("line one\nline two\n"));
+        loom.import(&[&f]);
+        loom
+    }
+
     /// Imports `paths`; panics unless it succeeds.
     pub(crate) fn import(&self, paths: &[&Path]) -> serde_json::Value {
         let mut args: Vec<&std::ffi::OsStr> = vec!["import".as_ref(), "--json".as_ref()];

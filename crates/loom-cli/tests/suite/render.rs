@@ -10,16 +10,9 @@ const TOOLS: &str = r#"[
    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
 ]"#;
 
-fn imported() -> Loom {
-    let loom = Loom::new();
-    let f = loom.file("chat.json", super::chat_with_output("line one\nline two\n"));
-    loom.import(&[&f]);
-    loom
-}
-
 #[test]
 fn tools_are_sent_in_every_format_and_counted() {
-    let loom = imported();
+    let loom = Loom::with_chat();
     let tools = loom.file("tools.json", TOOLS);
     let tools = tools.to_str().unwrap();
     let names = |list: &serde_json::Value, name: &dyn Fn(&serde_json::Value) -> &str| {
@@ -89,7 +82,7 @@ fn tools_are_sent_in_every_format_and_counted() {
 
 #[test]
 fn a_bad_tools_file_names_the_entry_and_field() {
-    let loom = imported();
+    let loom = Loom::with_chat();
     let cases = [
         (
             r#"[{"name": "ok"}, {"type": "function", "function": {"description": "no name"}}]"#,

@@ -5,9 +5,7 @@ use super::Loom;
 
 /// A small imported session `chat` with one model call recorded by `loom render`.
 fn rendered() -> (Loom, serde_json::Value) {
-    let loom = Loom::new();
-    let f = loom.file("chat.json", super::chat_with_output("line one\nline two\n"));
-    loom.import(&[&f]);
+    let loom = Loom::with_chat();
     let run = loom.run(["render", "chat"]).ok();
     assert_eq!(
         run.stderr.lines().collect::<Vec<_>>(),
