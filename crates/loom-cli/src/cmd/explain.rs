@@ -133,6 +133,24 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         }
         writeln!(out)?;
     }
+    // Whatever its fate, the event itself is in the log, and an offloaded output in the blob
+    // store: say how to get it back.
+    let step = match &event.body {
+        EventBody::ToolResult { call_id, .. } => loaded.steps.get(call_id),
+        _ => None,
+    };
+    match step.and_then(|s| s.outcome_ref.as_deref()) {
+        Some(alias) => writeln!(
+            out,
+            "  original output: loom recall {alias} --session {}",
+            loaded.session
+        )?,
+        None => writeln!(
+            out,
+            "  original: loom log {} --from {n} --to {n}",
+            loaded.session
+        )?,
+    }
     Ok(())
 }
 

@@ -106,3 +106,28 @@ fn a_bad_tools_file_names_the_entry_and_field() {
     assert_eq!(missing.code, 2, "{}", missing.stderr);
     assert!(missing.stderr.contains("nope.json"), "{}", missing.stderr);
 }
+
+#[test]
+fn explain_says_how_to_get_the_original_back() {
+    let loom = Loom::with_chat();
+    let out = loom.run(["explain", "chat", "--event", "3"]).ok().stdout();
+    assert!(
+        out.ends_with("  original: loom log chat --from 3 --to 3\n"),
+        "{out}"
+    );
+    // An offloaded output is recovered by its reference.
+    let big: String = (0..400)
+        .map(|i| format!("line {i} of the output\n"))
+        .collect();
+    let f = loom.file("big.json", super::chat_with_output(&big));
+    loom.run(["import", "--session", "big", f.to_str().unwrap()])
+        .ok();
+    let out = loom.run(["explain", "big", "--event", "3"]).ok().stdout();
+    let line = out.lines().last().unwrap();
+    let alias = line
+        .strip_prefix("  original output: loom recall ")
+        .and_then(|rest| rest.strip_suffix(" --session big"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let recalled = loom.run(["recall", alias, "--session", "big"]).ok();
+    assert_eq!(recalled.stdout(), big);
+}
