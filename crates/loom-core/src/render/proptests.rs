@@ -434,37 +434,6 @@ fn build_log(actions: &[Action]) -> (Vec<Event>, Ingested) {
     (events, steps)
 }
 
-/// Every seq of the log up to the call is in exactly one list of the receipt.
-fn accounts_every_seq_once(receipt: &Receipt) -> Result<(), String> {
-    let mut count = vec![0u32; receipt.at_seq as usize + 1];
-    let lists = [
-        ("verbatim", &receipt.verbatim),
-        ("stubbed", &receipt.stubbed),
-        ("elided", &receipt.elided),
-        ("thinned", &receipt.thinned),
-        ("grouped", &receipt.grouped),
-        ("summarized", &receipt.summarized),
-        ("dropped", &receipt.dropped),
-    ];
-    for (name, list) in lists {
-        for r in list {
-            if r.from < 1 || r.from > r.to || r.to > receipt.at_seq {
-                return Err(format!(
-                    "{name} range {}..{} outside 1..{}",
-                    r.from, r.to, receipt.at_seq
-                ));
-            }
-            for seq in r.from..=r.to {
-                count[seq as usize] += 1;
-            }
-        }
-    }
-    match count.iter().enumerate().skip(1).find(|(_, n)| **n != 1) {
-        Some((seq, n)) => Err(format!("seq {seq} is in {n} lists of the receipt")),
-        None => Ok(()),
-    }
-}
-
 /// Whether a result arrived in `events[from..to]` for a call made before `from`: such a late
 /// result changes what the earlier request said of its call (verbatim or in the compact block),
 /// so the request may change there without a compaction point.
@@ -602,8 +571,11 @@ fn check_session(case: &Case<'_>) -> Result<(), TestCaseError> {
                     if let Err(v) = check_request(format, &r.body()) {
                         prop_assert!(false, "{format:?}: {v}\n{}", r.body());
                     }
-                    if let Err(why) = accounts_every_seq_once(&r.receipt) {
-                        prop_assert!(false, "{format:?}: {why}");
+                    if let Some((seq, n)) = r.receipt.unaccounted() {
+                        prop_assert!(
+                            false,
+                            "{format:?}: seq {seq} is in {n} lists of the receipt"
+                        );
                     }
                     // A late result, or a policy changed since the previous call, may change the
                     // request without a compaction point; otherwise it only grows at its end.

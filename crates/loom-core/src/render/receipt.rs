@@ -118,18 +118,42 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// The receipt's lists of seqs by fate, with their names, in the order they are shown.
+    pub fn lists(&self) -> [(&'static str, &[SeqRange]); 7] {
+        [
+            ("verbatim", &self.verbatim),
+            ("stubbed", &self.stubbed),
+            ("elided", &self.elided),
+            ("thinned", &self.thinned),
+            ("grouped", &self.grouped),
+            ("summarized", &self.summarized),
+            ("dropped", &self.dropped),
+        ]
+    }
+
+    /// Checks that every seq of the log up to `at_seq` is in exactly one list; returns the
+    /// first that is not, with how many lists hold it (a range outside the log counts as the
+    /// seq `at_seq + 1` held once).
+    pub fn unaccounted(&self) -> Option<(Seq, usize)> {
+        let mut count = vec![0usize; usize::try_from(self.at_seq).unwrap_or(0) + 2];
+        for (_, list) in self.lists() {
+            for r in list {
+                if r.from < 1 || r.from > r.to || r.to > self.at_seq {
+                    return Some((self.at_seq + 1, 1));
+                }
+                for seq in r.from..=r.to {
+                    count[seq as usize] += 1;
+                }
+            }
+        }
+        (1..=self.at_seq)
+            .map(|seq| (seq, count[seq as usize]))
+            .find(|(_, n)| *n != 1)
+    }
+
     /// What happened to `seq` in this render.
     pub fn fate(&self, seq: Seq) -> &'static str {
-        let lists: [(&[SeqRange], &'static str); 7] = [
-            (&self.verbatim, "verbatim"),
-            (&self.stubbed, "stubbed"),
-            (&self.thinned, "thinned"),
-            (&self.elided, "elided"),
-            (&self.grouped, "grouped"),
-            (&self.summarized, "summarized"),
-            (&self.dropped, "dropped"),
-        ];
-        for (list, name) in lists {
+        for (name, list) in self.lists() {
             if list.iter().any(|r| r.contains(seq)) {
                 return name;
             }

@@ -531,3 +531,25 @@ fn an_oversized_task_statement_is_elided_as_a_last_resort() {
     );
     assert_eq!(r.receipt.fate(2), "elided");
 }
+
+#[test]
+fn unaccounted_finds_a_seq_in_no_list_or_in_two() {
+    let fx = Fixture::new(100_000);
+    let log = long_log(2, 5);
+    let r = render(
+        &fx.input(&log.events, Format::OpenaiChat),
+        &CompactionState::default(),
+        &mut CostMemo::new(),
+    )
+    .unwrap();
+    assert_eq!(r.receipt.unaccounted(), None);
+    let mut twice = r.receipt.clone();
+    twice.dropped.push(SeqRange { from: 3, to: 3 });
+    assert_eq!(twice.unaccounted(), Some((3, 2)));
+    let mut missing = r.receipt.clone();
+    missing.verbatim = vec![SeqRange { from: 1, to: 4 }];
+    assert_eq!(missing.unaccounted(), Some((5, 0)));
+    let mut outside = r.receipt;
+    outside.stubbed.push(SeqRange { from: 9, to: 99 });
+    assert_eq!(outside.unaccounted(), Some((outside.at_seq + 1, 1)));
+}

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
 use loom_core::render::{
     check_request, render, render_projection, Audience, CompactionState, CostMemo, Format, Msg,
-    PointRecord, Policy, Projection, Receipt, RenderInput, Rendered, SeqRange, StepIndex,
+    PointRecord, Policy, Projection, Receipt, RenderInput, Rendered, StepIndex,
 };
 use loom_core::{EventBody, Ingest, ReduceConfig, Seq};
 use loom_tokens::{count_request, ImageRule, Tokenizer, WireFormat};
@@ -205,40 +205,15 @@ fn check_call(r: &Rendered, prev: Option<&Rendered>, budget: u64, meter: &Tokeni
     Ok(())
 }
 
-/// The receipt's lists, by name, in the order they are shown.
-pub(crate) fn classes(receipt: &Receipt) -> [(&'static str, &[SeqRange]); 7] {
-    [
-        ("verbatim", &receipt.verbatim),
-        ("stubbed", &receipt.stubbed),
-        ("elided", &receipt.elided),
-        ("thinned", &receipt.thinned),
-        ("grouped", &receipt.grouped),
-        ("summarized", &receipt.summarized),
-        ("dropped", &receipt.dropped),
-    ]
-}
-
 /// Every seq of the log up to `at_seq` is in exactly one list of the receipt.
 fn check_accounting(receipt: &Receipt) -> Result<()> {
-    let mut count = vec![0u32; receipt.at_seq as usize + 1];
-    for (name, list) in classes(receipt) {
-        for r in list {
-            ensure!(
-                r.from >= 1 && r.from <= r.to && r.to <= receipt.at_seq,
-                "{name} range {}..{} outside the log 1..{}",
-                r.from,
-                r.to,
-                receipt.at_seq
-            );
-            for seq in r.from..=r.to {
-                count[seq as usize] += 1;
-            }
-        }
+    match receipt.unaccounted() {
+        Some((seq, n)) => bail!(
+            "seq {seq} is in {n} lists of the receipt (log 1..{})",
+            receipt.at_seq
+        ),
+        None => Ok(()),
     }
-    for (seq, n) in count.iter().enumerate().skip(1) {
-        ensure!(*n == 1, "seq {seq} is in {n} lists of the receipt");
-    }
-    Ok(())
 }
 
 fn has_marker(block: &Value) -> bool {

@@ -13,7 +13,7 @@ use anyhow::{ensure, Result};
 use loom_core::render::{Format, SeqRange, COMPACT_HEADER};
 use serde_json::Value;
 
-use super::replay::{classes, Replay};
+use super::replay::Replay;
 
 const LINE_CHARS: usize = 200;
 const HEAD_LINES: usize = 16;
@@ -160,7 +160,7 @@ pub(crate) fn snapshot(id: &str, format: Format, budget: u64, replay: &Replay) -
         "\n## receipt of the final call (seqs 1..{})\n",
         receipt.at_seq
     );
-    for (name, list) in classes(receipt) {
+    for (name, list) in receipt.lists() {
         let _ = writeln!(out, "{name:<11} {}", ranges(list));
     }
     let _ = writeln!(
