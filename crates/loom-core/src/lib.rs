@@ -27,8 +27,8 @@ pub use event::{
 };
 pub use ledger::{CallState, Ledger};
 pub use reduce::{
-    step_id, Ingest, ReduceConfig, Reduction, ResultInput, StepContext, Templates, Thresholds,
-    ToolKinds,
+    step_id, Arrived, Ingest, ReduceConfig, Reduction, ResultInput, StepContext, Templates,
+    Thresholds, ToolKinds,
 };
 pub use stats::{ContentStats, ContentType, StatsBuilder};
 pub use step::{Category, CompactStep, Step, ToolKind};

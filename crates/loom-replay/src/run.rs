@@ -9,9 +9,7 @@ use loom_core::render::{
     self, Audience, CompactionState, CostMemo, Format, Msg, Piece, Policy, Projection, RenderError,
     RenderInput, Rendered, StepIndex, TokenMeter,
 };
-use loom_core::{
-    BlobRef, Event, EventBody, ReduceConfig, ResultInput, Seq, StepContext, ToolCall, ToolOutput,
-};
+use loom_core::{BlobRef, Event, EventBody, Ingest, ReduceConfig, Seq, ToolOutput};
 use loom_import::ParsedSession;
 use loom_store::BlobStore;
 use serde::Serialize;
@@ -299,7 +297,7 @@ impl<'a> Replayer<'a> {
             now_ms: events.last().map_or(0, |e| e.ts_ms),
         };
         let mut steps: StepIndex = HashMap::new();
-        let mut calls: HashMap<String, (ToolCall, Seq)> = HashMap::new();
+        let mut ingest = Ingest::new();
         let mut aliases: HashMap<String, BlobRef> = HashMap::new();
         let mut verified: HashSet<Seq> = HashSet::new();
         let mut seen = Seen::default();
@@ -313,7 +311,6 @@ impl<'a> Replayer<'a> {
         let mut proj = Projection::default();
         let mut out = Vec::new();
         let mut error = None;
-        let mut step_no = 0u32;
 
         for (j, event) in events.iter().enumerate() {
             if let EventBody::Assistant {
@@ -374,23 +371,22 @@ impl<'a> Replayer<'a> {
                         Err(e) => error = Some(format!("call {j}: {e}")),
                     }
                 }
-                for c in tool_calls {
-                    calls.insert(c.id.clone(), (c.clone(), event.seq));
-                }
             }
             // Ingest: what a live agent's log would hold after this event.
             proj.push(event, &audience);
-            match &event.body {
-                EventBody::System { content } | EventBody::User { content, .. } => {
+            match (&event.body, ingest.next(event)) {
+                (EventBody::System { content } | EventBody::User { content, .. }, _) => {
                     seen.dialogue(&content.text());
                 }
-                EventBody::ToolResult {
-                    call_id,
-                    tool_name,
-                    content,
-                    is_error,
-                    stats,
-                } => {
+                (
+                    EventBody::ToolResult {
+                        call_id,
+                        content,
+                        stats,
+                        ..
+                    },
+                    Some(arrived),
+                ) => {
                     let bytes: Vec<u8> = match content {
                         ToolOutput::Text(s) => s.clone().into_bytes(),
                         ToolOutput::Parts(parts) => loom_core::MessageContent::Parts(parts.clone())
@@ -405,23 +401,7 @@ impl<'a> Replayer<'a> {
                         }
                     };
                     seen.tool(&String::from_utf8_lossy(&bytes));
-                    step_no += 1;
-                    let reduction = self.opts.reduce.reduce(
-                        &ResultInput {
-                            call: calls.get(call_id).map(|(c, _)| c),
-                            call_id,
-                            tool_name,
-                            content: &bytes,
-                            is_error: *is_error,
-                            stats,
-                        },
-                        &StepContext {
-                            number: step_no,
-                            call_seq: calls.get(call_id).map_or(0, |(_, seq)| *seq),
-                            result_seq: event.seq,
-                            timestamp_ms: event.ts_ms,
-                        },
-                    );
+                    let reduction = arrived.reduce(&self.opts.reduce, &bytes, stats);
                     if let Some(alias) = &reduction.offload {
                         let info = self.blobs.put(&bytes).map_err(|source| ReplayError::Blob {
                             trace: id.clone(),

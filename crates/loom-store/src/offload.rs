@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use loom_core::{
-    BlobRef, ContentPart, ContentStats, EventBody, ReduceConfig, ResultInput, SessionId, Step,
-    StepContext, ToolCall, ToolOutput,
+    BlobRef, ContentPart, ContentStats, EventBody, Ingest, ReduceConfig, SessionId, Step,
+    ToolOutput,
 };
 
 use crate::{parse_blob_ref, BlobAlias, BlobStore, Result, StepRecord, Store, StoreError};
@@ -77,60 +77,35 @@ impl<'a> Offloader<'a> {
                 .collect()
         };
         let last = self.store.latest_seq(session)?;
-        let mut calls: BTreeMap<String, (ToolCall, u64)> = BTreeMap::new();
+        let mut ingest = Ingest::new();
         let mut report = OffloadReport::default();
         let mut records = Vec::new();
-        let mut number: u32 = 0;
         let mut from = 1;
         while from <= last {
             let to = from.saturating_add(PAGE - 1).min(last);
             for event in self.store.read(session, from..=to)? {
-                match event.body {
-                    EventBody::Assistant { tool_calls, .. } => {
-                        for call in tool_calls {
-                            calls.insert(call.id.clone(), (call, event.seq));
-                        }
-                    }
-                    EventBody::ToolResult {
-                        call_id,
-                        tool_name,
-                        content,
-                        is_error,
-                        ..
-                    } => {
-                        number = number.saturating_add(1);
-                        report.results += 1;
-                        let call = calls.remove(&call_id);
-                        if known.contains(&call_id) {
-                            continue;
-                        }
-                        let bytes = self.original(&content)?;
-                        let stats = ContentStats::of(&bytes);
-                        let input = ResultInput {
-                            call: call.as_ref().map(|(c, _)| c),
-                            call_id: &call_id,
-                            tool_name: &tool_name,
-                            content: &bytes,
-                            is_error,
-                            stats: &stats,
-                        };
-                        let ctx = StepContext {
-                            number,
-                            call_seq: call.as_ref().map_or(0, |(_, seq)| *seq),
-                            result_seq: event.seq,
-                            timestamp_ms: event.ts_ms,
-                        };
-                        let reduction = self.config.reduce(&input, &ctx);
-                        if let Some(alias) = &reduction.offload {
-                            self.offload(session, alias, &content, &bytes, &stats)?;
-                            report.offloaded += 1;
-                            report.offloaded_bytes += stats.bytes;
-                        }
-                        records.push(record(session, &reduction.step)?);
-                        report.derived += 1;
-                    }
-                    _ => {}
+                // Every result counts for the numbering, derived before or not.
+                let Some(arrived) = ingest.next(&event) else {
+                    continue;
+                };
+                report.results += 1;
+                let EventBody::ToolResult { content, .. } = &event.body else {
+                    continue;
+                };
+                if known.contains(arrived.call_id()) {
+                    continue;
                 }
+                // Stats of the original bytes, which an offloaded event only refers to.
+                let bytes = self.original(content)?;
+                let stats = ContentStats::of(&bytes);
+                let reduction = arrived.reduce(self.config, &bytes, &stats);
+                if let Some(alias) = &reduction.offload {
+                    self.offload(session, alias, content, &bytes, &stats)?;
+                    report.offloaded += 1;
+                    report.offloaded_bytes += stats.bytes;
+                }
+                records.push(record(session, &reduction.step)?);
+                report.derived += 1;
             }
             from = to.saturating_add(1);
         }
@@ -255,7 +230,7 @@ fn record(session: &SessionId, step: &Step) -> Result<StepRecord> {
 mod tests {
     use super::*;
     use crate::{MemoryBlobStore, MemoryStore, NewSession};
-    use loom_core::{AgentId, NewEvent};
+    use loom_core::{AgentId, NewEvent, ToolCall};
 
     fn session_with(results: &[(&str, &str, &[u8])]) -> (MemoryStore, MemoryBlobStore, SessionId) {
         let store = MemoryStore::new();

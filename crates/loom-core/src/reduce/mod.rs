@@ -35,7 +35,7 @@ use crate::stats::{ContentStats, ContentType};
 use crate::step::{Step, ToolKind};
 
 pub use config::{ReduceConfig, Thresholds};
-pub use ingest::Ingest;
+pub use ingest::{Arrived, Ingest};
 pub use kind::ToolKinds;
 pub use template::Templates;
 
