@@ -208,13 +208,7 @@ fn file_type(path: Option<&str>, input: &Input<'_>) -> &'static str {
 fn numbered_window(body: &str) -> Option<(u64, u64)> {
     let mut first = None;
     let mut last = None;
-    for l in text::lines(body) {
-        let t = l.trim_start();
-        let digits = t.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 || !matches!(t[digits..].chars().next(), Some(':' | '\t' | '→')) {
-            continue;
-        }
-        let n: u64 = t[..digits].parse().ok()?;
+    for (n, _) in text::lines(body).filter_map(text::line_number) {
         first.get_or_insert(n);
         last = Some(n);
     }

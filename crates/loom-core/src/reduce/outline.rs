@@ -53,26 +53,14 @@ const MODIFIERS: &[&str] = &[
 pub(crate) fn definitions(code: &str) -> Vec<&str> {
     let mut names: Vec<&str> = Vec::new();
     for line in code.lines().take(MAX_LINES) {
-        if let Some(name) = definition(strip_line_number(line)) {
+        let code = super::text::line_number(line).map_or(line, |(_, code)| code);
+        if let Some(name) = definition(code) {
             if !names.contains(&name) {
                 names.push(name);
             }
         }
     }
     names
-}
-
-/// A listing's line without its number (`  12\tcode`, `12:code`, `12→code`, `12 code`).
-fn strip_line_number(line: &str) -> &str {
-    let t = line.trim_start();
-    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 {
-        return line;
-    }
-    match t[digits..].chars().next() {
-        Some(c @ (':' | '\t' | '→' | ' ' | '|')) => &t[digits + c.len_utf8()..],
-        _ => line,
-    }
 }
 
 /// The name a line defines, if it starts a definition.

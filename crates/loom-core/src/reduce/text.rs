@@ -105,6 +105,18 @@ impl Line {
     }
 }
 
+/// A numbered listing's line split into its number and its text (`  12\tcode`, `12:code`,
+/// `12→code`, as `cat -n`, `nl`, grep and the agents' file viewers print them).
+pub(crate) fn line_number(line: &str) -> Option<(u64, &str)> {
+    let t = line.trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    let sep = t[digits..].chars().next()?;
+    if digits == 0 || !matches!(sep, ':' | '\t' | '→') {
+        return None;
+    }
+    Some((t[..digits].parse().ok()?, &t[digits + sep.len_utf8()..]))
+}
+
 /// Masks, folds whitespace and cuts `s` to at most `max` characters (ellipsis included).
 pub(crate) fn piece(s: &str, max: usize) -> String {
     // Look at a bounded window, ending on a space so that no token (maybe a secret) is split.

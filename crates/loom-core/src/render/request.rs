@@ -31,10 +31,10 @@ impl ToolSpec {
     /// Errors name the entry (`tools[2].function.name`) and what was wrong with it.
     pub fn parse_list(value: &serde_json::Value) -> Result<Vec<Self>, crate::error::LogError> {
         use crate::error::LogError;
-        let (list, prefix) = match value {
-            serde_json::Value::Array(list) => (list, "tools"),
+        let list = match value {
+            serde_json::Value::Array(list) => list,
             serde_json::Value::Object(body) => match body.get("tools") {
-                Some(serde_json::Value::Array(list)) => (list, "tools"),
+                Some(serde_json::Value::Array(list)) => list,
                 _ => {
                     return Err(LogError::invalid(
                         "tools",
@@ -53,7 +53,7 @@ impl ToolSpec {
         list.iter()
             .enumerate()
             .map(|(i, entry)| {
-                let at = format!("{prefix}[{i}]");
+                let at = format!("tools[{i}]");
                 let tool = Self::parse_one(entry, &at)?;
                 if !names.insert(tool.name.clone()) {
                     return Err(LogError::invalid(
