@@ -1,0 +1,1 @@
+//! The providers' wire formats (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages).

@@ -1,0 +1,1 @@
+//! `loom serve`.
