@@ -78,6 +78,47 @@ pub enum StoreError {
         /// Why it is refused.
         reason: String,
     },
+    /// A tenant name that breaks the naming rule (see [`TenantId`](crate::TenantId)).
+    #[error("tenant name `{}` is refused: {reason}", .tenant.escape_debug())]
+    InvalidTenant {
+        /// The name as given.
+        tenant: String,
+        /// What is wrong with it, and the rule.
+        reason: String,
+    },
+    /// A proxy mode that is not one of the known ones.
+    #[error("proxy mode `{}` is unknown: expected `fit` or `observe`", .0.escape_debug())]
+    InvalidProxyMode(String),
+    /// An API key record with a field that breaks its rule; nothing was written.
+    #[error("api key `{}`: invalid {field}: {reason}", .id.escape_debug())]
+    InvalidKey {
+        /// The key's id as given.
+        id: String,
+        /// Which field (`id`, `hash`).
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An API key whose id or hash is already stored; nothing was written.
+    #[error("api key `{id}` is refused: another stored key has the same {field}")]
+    KeyExists {
+        /// The id of the key that was refused.
+        id: String,
+        /// Which field collided (`id` or `hash`).
+        field: &'static str,
+    },
+    /// No API key with this id.
+    #[error("api key `{}` not found", .0.escape_debug())]
+    KeyNotFound(String),
+    /// The operating system's random number generator failed.
+    #[error("drawing random bytes for {purpose}: {source}")]
+    Randomness {
+        /// What the bytes were for.
+        purpose: &'static str,
+        /// The generator's error.
+        #[source]
+        source: getrandom::Error,
+    },
     /// A file-system operation failed.
     #[error("{action} `{}`: {source}", path.display())]
     Io {
@@ -131,6 +172,11 @@ impl StoreError {
                 | Self::ModelCallNotFound { .. }
                 | Self::BlobNotFound(_)
                 | Self::UnsafeReference { .. }
+                | Self::InvalidTenant { .. }
+                | Self::InvalidProxyMode(_)
+                | Self::InvalidKey { .. }
+                | Self::KeyExists { .. }
+                | Self::KeyNotFound(_)
         )
     }
 }

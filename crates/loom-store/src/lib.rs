@@ -3,10 +3,12 @@
 //! [`Store`] is implemented by every backend ([`MemoryStore`] for tests and embedding, and
 //! [`SqliteStore`], the embedded default) and all of them pass the one conformance suite in
 //! `tests/suite/`. Large and binary outputs live in a [`BlobStore`], content-addressed and
-//! integrity-checked on every read.
+//! integrity-checked on every read. The API keys `loom serve` authenticates clients with live in
+//! the same store as the log ([`ApiKey`]), so that every server sharing a database sees them.
 
 mod blob;
 mod error;
+mod keys;
 mod memory;
 mod offload;
 mod records;
@@ -16,6 +18,7 @@ mod workspace;
 
 pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
 pub use error::{Result, StoreError};
+pub use keys::{hash_api_key, new_api_key, ApiKey, NewApiKey, ProxyMode, TenantId};
 pub use memory::MemoryStore;
 pub use offload::{OffloadReport, Offloader, Resolution};
 pub use records::{
@@ -115,4 +118,27 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The blob an alias points at, if it is set.
     fn resolve_alias(&self, session: &SessionId, alias: &BlobAlias) -> Result<Option<BlobRef>>;
+
+    /// Stores a new API key; returns it as stored (not revoked).
+    ///
+    /// A key whose id or hash is already stored is refused with [`StoreError::KeyExists`], a
+    /// malformed id or hash (see [`NewApiKey`]) with [`StoreError::InvalidKey`]; either way
+    /// nothing is written.
+    fn create_key(&self, key: &NewApiKey) -> Result<ApiKey>;
+
+    /// The key whose secret hashes to `hash` ([`hash_api_key`]), if any.
+    ///
+    /// Revoked keys are returned too, with `revoked_ms` set: refusing them is the caller's job,
+    /// and it can then say why. This is on the path of every authenticated request, so backends
+    /// answer it with one indexed lookup.
+    fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>>;
+
+    /// Every key, revoked ones included, ordered by creation time, then id.
+    fn keys(&self) -> Result<Vec<ApiKey>>;
+
+    /// Revokes the key with this id; returns it as stored.
+    ///
+    /// Revoking a revoked key changes nothing (its first `revoked_ms` stays), so a retry is
+    /// harmless. An unknown id is [`StoreError::KeyNotFound`].
+    fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey>;
 }

@@ -9,7 +9,7 @@ use loom_core::{Event, Ledger, NewEvent, Seq, SessionId, SessionInfo};
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
-use crate::{validate, Result, Store, StoreError};
+use crate::{keys, validate, ApiKey, NewApiKey, Result, Store, StoreError};
 
 #[derive(Debug, Default)]
 struct SessionData {
@@ -22,10 +22,19 @@ struct SessionData {
     aliases: BTreeMap<String, loom_core::BlobRef>,
 }
 
+/// The API keys, by id, with the hash index every authenticated request goes through.
+#[derive(Debug, Default)]
+struct KeyTable {
+    by_id: BTreeMap<String, ApiKey>,
+    /// Hash to id.
+    by_hash: BTreeMap<String, String>,
+}
+
 /// Keeps everything in process memory; nothing survives the process.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<BTreeMap<SessionId, SessionData>>,
+    keys: Mutex<KeyTable>,
 }
 
 impl MemoryStore {
@@ -38,6 +47,13 @@ impl MemoryStore {
         // A panic while holding the lock cannot leave a half-applied change: every mutation
         // below is computed first and then committed with infallible operations.
         self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_keys(&self) -> MutexGuard<'_, KeyTable> {
+        // As for sessions: every change to the table is checked before it is made.
+        self.keys
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -260,5 +276,55 @@ impl Store for MemoryStore {
             .aliases
             .get(alias.as_str())
             .cloned())
+    }
+
+    fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
+        keys::check(key)?;
+        let mut table = self.lock_keys();
+        let taken = if table.by_id.contains_key(&key.id) {
+            Some("id")
+        } else if table.by_hash.contains_key(&key.hash) {
+            Some("hash")
+        } else {
+            None
+        };
+        if let Some(field) = taken {
+            return Err(StoreError::KeyExists {
+                id: key.id.clone(),
+                field,
+            });
+        }
+        let stored = ApiKey {
+            key: key.clone(),
+            revoked_ms: None,
+        };
+        table.by_hash.insert(key.hash.clone(), key.id.clone());
+        table.by_id.insert(key.id.clone(), stored.clone());
+        Ok(stored)
+    }
+
+    fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {
+        let table = self.lock_keys();
+        Ok(table
+            .by_hash
+            .get(hash)
+            .and_then(|id| table.by_id.get(id))
+            .cloned())
+    }
+
+    fn keys(&self) -> Result<Vec<ApiKey>> {
+        let mut keys: Vec<ApiKey> = self.lock_keys().by_id.values().cloned().collect();
+        keys.sort_by(|a, b| (a.key.created_ms, &a.key.id).cmp(&(b.key.created_ms, &b.key.id)));
+        Ok(keys)
+    }
+
+    fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey> {
+        let mut table = self.lock_keys();
+        let key = table
+            .by_id
+            .get_mut(id)
+            .ok_or_else(|| StoreError::KeyNotFound(id.to_owned()))?;
+        key.revoked_ms.get_or_insert(now_ms);
+        Ok(key.clone())
     }
 }

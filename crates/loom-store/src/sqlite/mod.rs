@@ -7,6 +7,7 @@
 //! (`BEGIN IMMEDIATE`) so two writers can never read the same last seq, and a busy timeout makes a
 //! writer wait its turn instead of failing.
 
+mod keys;
 mod rows;
 mod schema;
 
@@ -23,7 +24,7 @@ use rusqlite::{
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
-use crate::{validate, BlobAlias, Result, Store, StoreError};
+use crate::{validate, ApiKey, BlobAlias, NewApiKey, Result, Store, StoreError};
 use rows::{
     corrupt, find_session, load_ledger, parse_status, query_all, require_session, seq_bound,
     store_calls, to_json, touched_calls, Cols, SessionRow,
@@ -574,6 +575,22 @@ impl Store for SqliteStore {
             let SessionRow { pk, .. } = require_session(tx, session)?;
             stored_alias(tx, pk, alias)
         })
+    }
+
+    fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
+        self.write(|tx| keys::create(tx, key))
+    }
+
+    fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {
+        keys::by_hash(&self.lock(), hash)
+    }
+
+    fn keys(&self) -> Result<Vec<ApiKey>> {
+        keys::all(&self.lock())
+    }
+
+    fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey> {
+        self.write(|tx| keys::revoke(tx, id, now_ms))
     }
 }
 

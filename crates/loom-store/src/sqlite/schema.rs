@@ -107,6 +107,25 @@ const MIGRATIONS: &[Migration] = &[
         ALTER TABLE model_calls ADD COLUMN usage TEXT;
     "#,
     },
+    Migration {
+        version: 3,
+        name: "api keys and their tenants",
+        sql: r#"
+        -- One row per API key. Only the SHA-256 of a key's secret is stored, never the secret.
+        -- `hash` is UNIQUE, which is also the index every authenticated request looks its key
+        -- up by. A revoked key keeps its row (`revoked_ms` set) so that it can be told apart
+        -- from an unknown one.
+        CREATE TABLE api_keys (
+            id          TEXT    NOT NULL PRIMARY KEY,
+            hash        TEXT    NOT NULL UNIQUE,
+            tenant      TEXT    NOT NULL,
+            agent       TEXT,
+            mode        TEXT    CHECK (mode IN ('fit', 'observe')),
+            created_ms  INTEGER NOT NULL,
+            revoked_ms  INTEGER
+        ) WITHOUT ROWID;
+    "#,
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -38,6 +38,12 @@ macro_rules! with_store_scenarios {
             records::aliases_point_at_one_blob,
             records::sessions_are_listed_with_counts,
             records::everything_survives_reopen,
+            keys::keys_are_created_listed_and_found,
+            keys::revoked_keys_are_still_found,
+            keys::unknown_key_is_not_revoked,
+            keys::duplicate_keys_change_nothing,
+            keys::malformed_keys_are_refused,
+            keys::keys_survive_reopen,
         }
     };
 }
@@ -79,6 +85,7 @@ fn no_backend_skips_a_scenario() {
     let defined: BTreeSet<String> = [
         include_str!("scenarios/log.rs"),
         include_str!("scenarios/records.rs"),
+        include_str!("scenarios/keys.rs"),
     ]
     .into_iter()
     .flat_map(defined_scenarios)

@@ -1,0 +1,129 @@
+//! The `api_keys` table: storing, finding, listing and revoking API keys.
+//!
+//! Each function runs inside the caller's transaction, so a check and the write it guards see
+//! the same rows.
+
+use loom_core::AgentId;
+use rusqlite::{params, Connection, Transaction};
+
+use super::backend;
+use super::rows::{corrupt, query_all, Cols};
+use crate::{keys, ApiKey, NewApiKey, ProxyMode, Result, StoreError, TenantId};
+
+/// The columns [`api_key`] decodes, as a literal so that `concat!` can build whole statements.
+macro_rules! key_columns {
+    () => {
+        "SELECT id, hash, tenant, agent, mode, created_ms, revoked_ms FROM api_keys"
+    };
+}
+
+/// An `api_keys` row selected with [`key_columns!`].
+fn api_key(row: &Cols<'_, '_>) -> Result<ApiKey> {
+    let agent = row
+        .get::<Option<String>>(3)?
+        .map(|a| AgentId::new(a).map_err(|e| corrupt("api_keys", e)))
+        .transpose()?;
+    let mode = row
+        .get::<Option<String>>(4)?
+        .map(|m| m.parse::<ProxyMode>().map_err(|e| corrupt("api_keys", e)))
+        .transpose()?;
+    Ok(ApiKey {
+        key: NewApiKey {
+            id: row.get(0)?,
+            hash: row.get(1)?,
+            tenant: TenantId::new(row.get::<String>(2)?).map_err(|e| corrupt("api_keys", e))?,
+            agent,
+            mode,
+            created_ms: row.get(5)?,
+        },
+        revoked_ms: row.get(6)?,
+    })
+}
+
+/// The two columns a key is found by; both are indexed (primary key, unique).
+#[derive(Debug, Clone, Copy)]
+enum By {
+    Id,
+    Hash,
+}
+
+impl By {
+    /// The column's name, as errors name the field.
+    fn field(self) -> &'static str {
+        match self {
+            Self::Id => "id",
+            Self::Hash => "hash",
+        }
+    }
+
+    /// The lookup by this column.
+    fn sql(self) -> &'static str {
+        match self {
+            Self::Id => concat!(key_columns!(), " WHERE id = ?1"),
+            Self::Hash => concat!(key_columns!(), " WHERE hash = ?1"),
+        }
+    }
+}
+
+/// The key whose `by` column equals `value`.
+fn find(conn: &Connection, by: By, value: &str, action: &'static str) -> Result<Option<ApiKey>> {
+    let found = query_all(conn, by.sql(), [value], ("api_keys", action), api_key)?;
+    Ok(found.into_iter().next())
+}
+
+pub(super) fn create(tx: &Transaction<'_>, key: &NewApiKey) -> Result<ApiKey> {
+    keys::check(key)?;
+    for (by, value) in [(By::Id, &key.id), (By::Hash, &key.hash)] {
+        if find(tx, by, value, "checking a new api key")?.is_some() {
+            return Err(StoreError::KeyExists {
+                id: key.id.clone(),
+                field: by.field(),
+            });
+        }
+    }
+    tx.prepare_cached(
+        "INSERT INTO api_keys (id, hash, tenant, agent, mode, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            key.id,
+            key.hash,
+            key.tenant.as_str(),
+            key.agent.as_ref().map(AgentId::as_str),
+            key.mode.map(ProxyMode::as_str),
+            key.created_ms,
+        ])
+    })
+    .map_err(backend("storing an api key"))?;
+    Ok(ApiKey {
+        key: key.clone(),
+        revoked_ms: None,
+    })
+}
+
+pub(super) fn by_hash(conn: &Connection, hash: &str) -> Result<Option<ApiKey>> {
+    find(conn, By::Hash, hash, "looking up an api key")
+}
+
+pub(super) fn all(conn: &Connection) -> Result<Vec<ApiKey>> {
+    query_all(
+        conn,
+        concat!(key_columns!(), " ORDER BY created_ms, id"),
+        [],
+        ("api_keys", "listing api keys"),
+        api_key,
+    )
+}
+
+pub(super) fn revoke(tx: &Transaction<'_>, id: &str, now_ms: i64) -> Result<ApiKey> {
+    let mut key = find(tx, By::Id, id, "revoking an api key")?
+        .ok_or_else(|| StoreError::KeyNotFound(id.to_owned()))?;
+    if key.revoked_ms.is_none() {
+        tx.prepare_cached("UPDATE api_keys SET revoked_ms = ?2 WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![id, now_ms]))
+            .map_err(backend("revoking an api key"))?;
+        key.revoked_ms = Some(now_ms);
+    }
+    Ok(key)
+}
