@@ -1,1 +1,24 @@
-//! The providers' wire formats (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages).
+//! The providers' wire formats: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages.
+//!
+//! Pure parsing, with no I/O and no async, so that the proxy, the agent runtime and the
+//! summarizers share one reading of each format:
+//!
+//! - [`SseParser`] turns a streamed body into events, whatever the chunk boundaries;
+//! - [`parse_reply`] and [`StreamAssembler`] read the assistant turn of a reply, whole or
+//!   streamed, with the provider's usage;
+//! - [`check_request`] refuses a client request that the provider would refuse, naming the field,
+//!   before anything is forwarded or stored;
+//! - [`error_body`] shapes Loom's own errors the way each provider's SDKs expect them.
+
+mod check;
+mod error;
+mod error_body;
+mod json;
+mod reply;
+mod sse;
+
+pub use check::{check_request, RequestError};
+pub use error::{ProviderError, Result};
+pub use error_body::error_body;
+pub use reply::{parse_reply, Api, AssistantReply, ProviderUsage, StreamAssembler};
+pub use sse::{SseEvent, SseParser};
