@@ -163,7 +163,16 @@ impl Stream {
             return Ok(());
         };
         match kind {
-            "error" => return Err(upstream(data)),
+            // The event's own `type` is `error`; its `code` says which.
+            "error" => {
+                return Err(match obj.get("error").filter(|e| e.is_object()) {
+                    Some(error) => upstream(error),
+                    None => Fault::Upstream {
+                        kind: opt_str(obj, "", "code")?.unwrap_or("error").to_owned(),
+                        message: opt_str(obj, "", "message")?.unwrap_or_default().to_owned(),
+                    },
+                })
+            }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 let response = opt_object(obj, "", "response")?
                     .ok_or_else(|| missing("", "response", "an object"))?;
