@@ -282,15 +282,16 @@ impl Stream {
                     kind @ ("text_delta" | "thinking_delta" | "signature_delta"
                     | "input_json_delta"),
                 ),
-                _,
-            ) => {
+                block,
+            ) if !matches!(block, Block::Other) => {
                 return Err(FieldError::new(
                     "delta.type",
                     format!("`{kind}` does not fit the type of block {at}"),
                 )
                 .into())
             }
-            // `citations_delta` and later delta types add nothing to the turn's text.
+            // Server tool blocks get `input_json_delta`s of their own; `citations_delta` and later
+            // delta types add nothing to the turn.
             _ => {}
         }
         Ok(())

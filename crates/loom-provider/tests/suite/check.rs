@@ -497,3 +497,54 @@ fn reasons_are_readable() {
         "messages[3].tool_call_id: answers no earlier call: no call has id `call_7`"
     );
 }
+
+/// Every node of a value, as JSON pointers.
+fn pointers(value: &Value, at: String, out: &mut Vec<String>) {
+    match value {
+        Value::Object(o) => {
+            for (k, v) in o {
+                pointers(v, format!("{at}/{k}"), out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                pointers(v, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+    out.push(at);
+}
+
+#[test]
+fn any_node_replaced_by_any_value_never_panics() {
+    let replacements = [
+        json!(null),
+        json!(0),
+        json!(-1),
+        json!(""),
+        json!("x"),
+        json!([]),
+        json!({}),
+        json!(true),
+    ];
+    for (api, body) in [
+        (Api::ChatCompletions, chat()),
+        (Api::Responses, responses()),
+        (Api::Messages, messages()),
+    ] {
+        let mut all = Vec::new();
+        pointers(&body, String::new(), &mut all);
+        for pointer in all.iter().filter(|p| !p.is_empty()) {
+            for r in &replacements {
+                let edited = edit(body.clone(), pointer, Some(r.clone()));
+                // Refused or not, with a field that exists in the path syntax: never a panic.
+                if let Err(e) = check_request(api, &edited) {
+                    assert!(!e.reason.is_empty(), "{pointer}: {e}");
+                }
+            }
+            let removed = edit(body.clone(), pointer, None);
+            let _ = check_request(api, &removed);
+        }
+    }
+}

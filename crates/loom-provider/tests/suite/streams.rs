@@ -254,3 +254,54 @@ fn anthropic_usage_in_message_delta_overrides_message_start() {
     assert_eq!(r.finish_reason.as_deref(), Some("end_turn"));
     assert_eq!(r.content, None);
 }
+
+#[test]
+fn anthropic_server_tool_blocks_are_not_client_calls() {
+    let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":5}}}\n\n\
+                  event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"server_tool_use\",\"id\":\"srvtoolu_1\",\"name\":\"web_search\",\"input\":{}}}\n\n\
+                  event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"query\\\": \\\"rust\\\"}\"}}\n\n\
+                  event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"web_search_tool_result\",\"tool_use_id\":\"srvtoolu_1\",\"content\":[]}}\n\n\
+                  event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+                  event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"citations_delta\",\"citation\":{\"type\":\"web_search_result_location\"}}}\n\n\
+                  event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"text_delta\",\"text\":\"Found it.\"}}\n\n\
+                  event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let r = assemble_every_split(Api::Messages, stream.as_bytes()).unwrap();
+    assert!(r.tool_calls.is_empty());
+    assert_eq!(r.content.as_deref(), Some("Found it."));
+    assert_eq!(r.usage.unwrap().input_tokens, 5);
+}
+
+/// A small deterministic generator, so a failure replays exactly.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 16) as usize
+    }
+}
+
+#[test]
+fn corrupted_streams_and_bodies_never_panic() {
+    let mut rng = XorShift(0x5eed_1234_abcd_0001);
+    let noise = [
+        b'{', b'}', b'"', b'\n', b'\r', b':', b'[', b'0', b'\\', 0xff, b' ',
+    ];
+    for (api, stream, body) in PAIRS {
+        for source in [fixture(stream), fixture(body)] {
+            for _ in 0..300 {
+                let mut bytes = source.clone();
+                for _ in 0..1 + rng.next() % 4 {
+                    let at = rng.next() % bytes.len();
+                    bytes[at] = noise[rng.next() % noise.len()];
+                }
+                bytes.truncate(bytes.len() - rng.next() % 8);
+                // Any outcome but a panic is fine; a changed stream is usually refused.
+                let _ = assemble(api, &[&bytes]);
+                let _ = parse_reply(api, &bytes);
+            }
+        }
+    }
+}
