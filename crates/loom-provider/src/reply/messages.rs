@@ -11,10 +11,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::{upstream, AssistantReply, Fault, ProviderUsage, Text};
+use super::{upstream, AssistantReply, Out, ProviderUsage, Text};
 use crate::json::{index, missing, object, opt_array, opt_object, opt_str, opt_u64, FieldError};
-
-type Out<T> = std::result::Result<T, Fault>;
 
 /// One content block, read whole or assembled from its deltas.
 #[derive(Debug)]
