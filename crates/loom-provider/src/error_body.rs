@@ -13,6 +13,8 @@ use crate::Api;
 /// has a field for it; Anthropic has none, so there it opens the message the way Anthropic's own
 /// errors do (`messages.3.content: …`, here with the path as given).
 pub fn error_body(api: Api, status: u16, message: &str, param: Option<&str>) -> Value {
+    // A [`crate::RequestError`] about the body itself has an empty field: no param to name.
+    let param = param.filter(|p| !p.is_empty());
     match api {
         Api::ChatCompletions | Api::Responses => {
             let (kind, code) = openai_type(status);
@@ -20,8 +22,8 @@ pub fn error_body(api: Api, status: u16, message: &str, param: Option<&str>) -> 
         }
         Api::Messages => {
             let message = match param {
-                Some(p) if !p.is_empty() => format!("{p}: {message}"),
-                _ => message.to_owned(),
+                Some(p) => format!("{p}: {message}"),
+                None => message.to_owned(),
             };
             json!({"type": "error", "error": {"type": anthropic_type(status), "message": message}})
         }
@@ -73,6 +75,8 @@ mod tests {
         let b = error_body(Api::Responses, 401, "no key", None);
         assert_eq!(b["error"]["type"], "authentication_error");
         assert_eq!(b["error"]["code"], "invalid_api_key");
+        assert_eq!(b["error"]["param"], Value::Null);
+        let b = error_body(Api::ChatCompletions, 400, "expected an object", Some(""));
         assert_eq!(b["error"]["param"], Value::Null);
         for (status, kind) in [
             (403, "permission_error"),

@@ -9,6 +9,31 @@
 //! - [`check_request`] refuses a client request that the provider would refuse, naming the field,
 //!   before anything is forwarded or stored;
 //! - [`error_body`] shapes Loom's own errors the way each provider's SDKs expect them.
+//!
+//! The proxy's side of a streamed reply: the bytes go to the client untouched, and the same
+//! chunks go through the parser into the assembler; only a finished turn is logged.
+//!
+//! ```
+//! use loom_provider::{Api, SseParser, StreamAssembler};
+//!
+//! let chunks: [&[u8]; 2] = [
+//!     b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\nev",
+//!     b"ent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+//! ];
+//! let mut parser = SseParser::new();
+//! let mut turn = StreamAssembler::new(Api::Messages);
+//! for chunk in chunks {
+//!     for event in parser.push(chunk) {
+//!         turn.push(&event)?;
+//!     }
+//! }
+//! for event in parser.finish() {
+//!     turn.push(&event)?;
+//! }
+//! let reply = turn.finish()?;
+//! assert_eq!(reply.id.as_deref(), Some("msg_1"));
+//! # Ok::<(), loom_provider::ProviderError>(())
+//! ```
 
 mod check;
 mod error;

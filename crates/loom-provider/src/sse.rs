@@ -46,6 +46,10 @@ impl SseParser {
     /// Feeds the next chunk; returns the events it completed, in order.
     pub fn push(&mut self, mut bytes: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
+        // An empty chunk must not forget a pending `\r`: the `\n` may still come.
+        if bytes.is_empty() {
+            return out;
+        }
         if self.after_cr {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
@@ -167,6 +171,17 @@ mod tests {
             got.extend(p.finish());
             assert_eq!(got, expected, "split at byte {cut}");
         }
+        for cut in 0..=input.len() {
+            let mut p = SseParser::new();
+            let mut got = p.push(&input[..cut]);
+            got.extend(p.push(b""));
+            got.extend(p.push(&input[cut..]));
+            got.extend(p.finish());
+            assert_eq!(
+                got, expected,
+                "split at byte {cut} with an empty chunk between"
+            );
+        }
         let mut p = SseParser::new();
         let mut got = Vec::new();
         for b in input {
@@ -196,7 +211,8 @@ mod tests {
 
     #[test]
     fn all_three_line_ends_and_a_split_code_point() {
-        let input = "data: a\r\n\r\ndata: b\r\rdata: c\n\ndata: é漢🦀\r\n\r\n".as_bytes();
+        let input =
+            "data: a\r\n\r\ndata: b\r\rdata: c\n\ndata: é漢🦀\r\ndata: d\r\n\r\n".as_bytes();
         let got = assert_split_invariant(input);
         assert_eq!(
             got,
@@ -204,7 +220,7 @@ mod tests {
                 ev(None, "a"),
                 ev(None, "b"),
                 ev(None, "c"),
-                ev(None, "é漢🦀")
+                ev(None, "é漢🦀\nd")
             ]
         );
     }

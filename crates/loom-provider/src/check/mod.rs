@@ -1,12 +1,24 @@
-//! Checks of client request bodies, so an invalid request gets a 400 from Loom naming the field.
+//! Checks of client request bodies, before anything is forwarded or stored.
+//!
+//! An invalid request gets a provider-shaped 400 from Loom that names the field, rather than an
+//! upstream 400 after Loom has logged half of it. Each rule here is one the provider enforces;
+//! the checks are precise rather than exhaustive, and unknown fields, unknown content part types
+//! and unknown item types pass, because clients send new parameters before Loom knows them.
 
-use serde_json::Value;
+mod chat;
+mod messages;
+mod responses;
 
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::json::{join, kind, missing, opt_str, FieldError};
 use crate::Api;
 
 /// Why a client request would be refused by the provider: the field and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{field}`: {reason}")]
+#[error("{}: {reason}", if field.is_empty() { "request body" } else { field.as_str() })]
 pub struct RequestError {
     /// JSON path of the field, e.g. `messages[3].tool_calls[0].id`; empty for the body itself.
     pub field: String,
@@ -14,8 +26,161 @@ pub struct RequestError {
     pub reason: String,
 }
 
-/// Checks a request body for `api`.
+impl From<FieldError> for RequestError {
+    fn from(e: FieldError) -> Self {
+        Self {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}
+
+/// Checks a client's request body for `api`; the first problem found is returned.
 pub fn check_request(api: Api, body: &Value) -> Result<(), RequestError> {
-    let _ = (api, body);
-    Ok(())
+    match api {
+        Api::ChatCompletions => chat::check(body),
+        Api::Responses => responses::check(body),
+        Api::Messages => messages::check(body),
+    }
+    .map_err(RequestError::from)
+}
+
+type Checked<T = ()> = Result<T, FieldError>;
+
+/// `model`: a non-empty string.
+fn model(obj: &Map<String, Value>) -> Checked {
+    match opt_str(obj, "", "model")? {
+        Some(m) if !m.is_empty() => Ok(()),
+        Some(_) => Err(FieldError::new("model", "must not be empty")),
+        None => Err(missing("", "model", "a string")),
+    }
+}
+
+/// A required array with at least one element.
+fn non_empty_array<'a>(obj: &'a Map<String, Value>, path: &str, key: &str) -> Checked<&'a [Value]> {
+    match obj.get(key) {
+        Some(Value::Array(a)) if !a.is_empty() => Ok(a),
+        Some(Value::Array(_)) => Err(FieldError::new(
+            join(path, key),
+            "empty array: at least one element is required",
+        )),
+        None | Some(Value::Null) => Err(missing(path, key, "an array")),
+        Some(other) => Err(FieldError::new(
+            join(path, key),
+            format!("expected an array, got {}", kind(other)),
+        )),
+    }
+}
+
+/// A field that must be a string when present.
+fn string_if_present(obj: &Map<String, Value>, path: &str, key: &str) -> Checked {
+    opt_str(obj, path, key).map(drop)
+}
+
+/// A field that must be an object when present (`null` allowed).
+fn object_if_present(obj: &Map<String, Value>, path: &str, key: &str) -> Checked {
+    crate::json::opt_object(obj, path, key).map(drop)
+}
+
+/// OpenAI's rule for function names: letters, digits, `_` and `-`, at most 64 of them.
+fn function_name(name: &str, path: &str) -> Checked {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            path,
+            format!("`{name}` must be 1 to 64 letters, digits, underscores or dashes"),
+        ))
+    }
+}
+
+/// The calls of a conversation and which still wait for their result.
+#[derive(Debug, Default)]
+struct Calls {
+    /// Every call id seen, with the path where it was made.
+    made: HashMap<String, String>,
+    /// Calls without a result yet, in the order they were made: (id, path of the id).
+    pending: Vec<(String, String)>,
+}
+
+impl Calls {
+    /// A call made at `path`; ids must be unique, or a result could not say which call it answers.
+    fn call(&mut self, id: &str, path: String) -> Checked {
+        if let Some(first) = self.made.get(id) {
+            return Err(FieldError::new(
+                path,
+                format!("duplicate call id `{id}` (first used at {first})"),
+            ));
+        }
+        self.made.insert(id.to_owned(), path.clone());
+        self.pending.push((id.to_owned(), path));
+        Ok(())
+    }
+
+    /// A result at `path` for call `id`, which must be waiting for it.
+    fn answer(&mut self, id: &str, path: String) -> Checked {
+        if let Some(at) = self.pending.iter().position(|(p, _)| p == id) {
+            self.pending.remove(at);
+            return Ok(());
+        }
+        Err(FieldError::new(
+            path,
+            match self.made.get(id) {
+                Some(_) => format!("call `{id}` is already answered, or not answerable here"),
+                None => format!("answers no earlier call: no call has id `{id}`"),
+            },
+        ))
+    }
+
+    /// Every call made so far must have its result before the message at `next`.
+    fn settled_before(&self, next: &str) -> Checked {
+        match self.pending.first() {
+            None => Ok(()),
+            Some((id, path)) => Err(FieldError::new(
+                path.as_str(),
+                format!("call `{id}` has no result before {next}"),
+            )),
+        }
+    }
+
+    /// Forgets the pending calls (they can no longer be answered), keeping their ids as used.
+    fn close(&mut self) {
+        self.pending.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn function_names_follow_openai_pattern() {
+        assert!(function_name("read_file-2", "f").is_ok());
+        assert!(function_name("", "f").is_err());
+        assert!(function_name("has space", "f").is_err());
+        assert!(function_name(&"x".repeat(65), "f").is_err());
+        assert!(function_name(&"x".repeat(64), "f").is_ok());
+    }
+
+    #[test]
+    fn calls_are_answered_once_and_in_time() {
+        let mut calls = Calls::default();
+        calls.call("a", "m[0].a".into()).unwrap();
+        calls.call("b", "m[0].b".into()).unwrap();
+        assert!(calls.call("a", "m[1]".into()).is_err());
+        calls.answer("a", "m[1]".into()).unwrap();
+        let e = calls.settled_before("messages[3]").unwrap_err();
+        assert_eq!(e.field, "m[0].b");
+        calls.answer("b", "m[2]".into()).unwrap();
+        calls.settled_before("messages[3]").unwrap();
+        assert!(calls.answer("b", "m[3]".into()).is_err());
+        assert!(calls.answer("zz", "m[3]".into()).is_err());
+        let e = RequestError::from(FieldError::new("", "expected an object"));
+        assert_eq!(e.to_string(), "request body: expected an object");
+    }
 }

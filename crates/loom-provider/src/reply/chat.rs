@@ -9,10 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::{upstream, AssistantReply, Fault, ProviderUsage, Text};
+use super::{upstream, AssistantReply, Out, ProviderUsage, Text};
 use crate::json::{self, index, join, missing, object, opt_array, opt_object, opt_str, opt_u64};
-
-type Out<T> = std::result::Result<T, Fault>;
 
 /// A whole `chat.completion` body.
 pub(super) fn parse(body: &Value) -> Out<AssistantReply> {

@@ -11,10 +11,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::{upstream, AssistantReply, Fault, ProviderUsage, Text};
+use super::{upstream, AssistantReply, Out, ProviderUsage, Text};
 use crate::json::{index, missing, object, opt_array, opt_object, opt_str, opt_u64, FieldError};
-
-type Out<T> = std::result::Result<T, Fault>;
 
 /// One content block, read whole or assembled from its deltas.
 #[derive(Debug)]
@@ -282,15 +280,16 @@ impl Stream {
                     kind @ ("text_delta" | "thinking_delta" | "signature_delta"
                     | "input_json_delta"),
                 ),
-                _,
-            ) => {
+                block,
+            ) if !matches!(block, Block::Other) => {
                 return Err(FieldError::new(
                     "delta.type",
                     format!("`{kind}` does not fit the type of block {at}"),
                 )
                 .into())
             }
-            // `citations_delta` and later delta types add nothing to the turn's text.
+            // Server tool blocks get `input_json_delta`s of their own; `citations_delta` and later
+            // delta types add nothing to the turn.
             _ => {}
         }
         Ok(())

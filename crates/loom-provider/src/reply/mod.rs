@@ -200,6 +200,9 @@ impl StreamAssembler {
     }
 }
 
+/// The result of the API modules' readers.
+pub(crate) type Out<T> = std::result::Result<T, Fault>;
+
 /// What went wrong inside an API module, before the API and record are attached.
 #[derive(Debug)]
 pub(crate) enum Fault {

@@ -9,10 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Map, Value};
 
-use super::{upstream, AssistantReply, Fault, ProviderUsage, Text};
+use super::{upstream, AssistantReply, Fault, Out, ProviderUsage, Text};
 use crate::json::{index, join, missing, object, opt_array, opt_object, opt_str, opt_u64};
-
-type Out<T> = std::result::Result<T, Fault>;
 
 /// A whole `response` body.
 pub(super) fn parse(body: &Value) -> Out<AssistantReply> {
@@ -163,7 +161,16 @@ impl Stream {
             return Ok(());
         };
         match kind {
-            "error" => return Err(upstream(data)),
+            // The event's own `type` is `error`; its `code` says which.
+            "error" => {
+                return Err(match obj.get("error").filter(|e| e.is_object()) {
+                    Some(error) => upstream(error),
+                    None => Fault::Upstream {
+                        kind: opt_str(obj, "", "code")?.unwrap_or("error").to_owned(),
+                        message: opt_str(obj, "", "message")?.unwrap_or_default().to_owned(),
+                    },
+                })
+            }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 let response = opt_object(obj, "", "response")?
                     .ok_or_else(|| missing("", "response", "an object"))?;
