@@ -53,6 +53,7 @@ fn session(turns: usize) -> Vec<Event> {
                 ),
             }],
             name: None,
+            native: None,
         });
         let out: String = (0..(20 + t % 40))
             .map(|l| format!("{l:4}  fn item_{t}_{l}(x: u32) -> u32 {{ x + {l} }}\n"))

@@ -223,6 +223,29 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// Provider-native reasoning items or blocks (JSON objects as the provider sent them).
+///
+/// Anthropic requires earlier `thinking` blocks to come back with their `signature` unchanged, and
+/// OpenAI Responses `reasoning` items carry `encrypted_content` the model needs to resume; the
+/// plain `reasoning` text cannot rebuild either, so the objects are kept as they arrived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NativeReasoning {
+    /// The provider API the items belong to; they are sent back only to that API.
+    pub api: NativeApi,
+    /// The items or blocks, in the order the provider sent them.
+    pub items: Vec<serde_json::Value>,
+}
+
+/// Which provider API a [`NativeReasoning`] came from (its items are meaningless to another).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NativeApi {
+    /// Anthropic Messages: `thinking` and `redacted_thinking` content blocks.
+    Anthropic,
+    /// OpenAI Responses: `reasoning` input/output items.
+    OpenaiResponses,
+}
+
 /// Where a tool result's content lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -266,6 +289,9 @@ pub enum EventBody {
         /// Participant name, if the source gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
+        /// Reasoning exactly as the provider sent it, replayed unchanged to the same provider API.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        native: Option<NativeReasoning>,
     },
     /// The result of one tool call.
     ToolResult {
@@ -488,6 +514,7 @@ mod tests {
                     arguments: "{\"command\":\"ls\"}".into(),
                 }],
                 name: None,
+                native: None,
             },
         };
         let json = serde_json::to_string(&e).unwrap();

@@ -230,6 +230,7 @@ mod tests {
                 arguments: "{}".into(),
             }],
             name: None,
+            native: None,
         }
     }
 

@@ -143,6 +143,7 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, content: Option<Content>) -> Resu
                 reasoning: None,
                 tool_calls: Vec::new(),
                 name: None,
+                native: None,
             };
             return b.push(spot, "", body);
         }
@@ -179,6 +180,7 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, content: Option<Content>) -> Resu
         reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),
         tool_calls: calls,
         name: None,
+        native: None,
     };
     b.push(spot, "content", body)
 }

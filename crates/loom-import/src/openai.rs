@@ -142,6 +142,7 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, index: usize, item: RawItem) -> R
             reasoning,
             tool_calls: calls,
             name: item.name,
+            native: None,
         },
     )
 }

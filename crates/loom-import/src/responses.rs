@@ -45,6 +45,7 @@ fn flush(b: &mut Builder<'_>, turn: &mut Option<Turn>) -> Result<()> {
         reasoning: (!t.reasoning.is_empty()).then(|| t.reasoning.join("\n\n")),
         tool_calls: t.calls,
         name: None,
+        native: None,
     };
     b.push(&t.spot, "", body)
 }

@@ -86,6 +86,7 @@ fn events_of(messages: &[Value]) -> Vec<NewEvent> {
                     reasoning: None,
                     tool_calls: calls,
                     name: None,
+                    native: None,
                 }
             }
             "tool" => {

@@ -250,6 +250,7 @@ mod tests {
                         arguments: (*args).to_owned(),
                     }],
                     name: None,
+                    native: None,
                 },
             ));
             let content = match std::str::from_utf8(output) {

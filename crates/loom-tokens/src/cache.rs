@@ -130,6 +130,9 @@ pub fn event_tokens(counter: &dyn CountTokens, body: &EventBody) -> EventTokens 
             reasoning,
             tool_calls,
             name,
+            // Provider-native items are sent only in their own format; the render meters them
+            // from its wire values, so they are not part of an event's format-free count.
+            native: _,
         } => {
             if let Some(c) = content {
                 add_content(counter, &mut t, c);

@@ -155,6 +155,7 @@ mod tests {
                 reasoning: None,
                 tool_calls: vec![call("a"), call("b")],
                 name: None,
+                native: None,
             },
         );
         assert!(ingest.push(&config, &assistant, None).is_none());

@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use crate::event::{AgentId, Event, EventBody, MessageContent, Seq, ToolCall, ToolOutput};
+use crate::event::{
+    AgentId, Event, EventBody, MessageContent, NativeReasoning, Seq, ToolCall, ToolOutput,
+};
 use crate::stats::ContentStats;
 
 /// One result as the log holds it.
@@ -40,6 +42,8 @@ pub struct Turn {
     pub reasoning: Option<String>,
     /// Participant name.
     pub name: Option<String>,
+    /// Reasoning as the provider sent it, replayed only to that provider's API.
+    pub native: Option<NativeReasoning>,
     /// Calls with their results, in call order.
     pub calls: Vec<Paired>,
 }
@@ -149,6 +153,7 @@ impl Projection {
                 reasoning,
                 tool_calls,
                 name,
+                native,
             } => {
                 for (i, call) in tool_calls.iter().enumerate() {
                     self.calls.insert(call.id.clone(), (index, i));
@@ -157,6 +162,7 @@ impl Projection {
                     content: content.clone(),
                     reasoning: reasoning.clone(),
                     name: name.clone(),
+                    native: native.clone(),
                     calls: tool_calls
                         .iter()
                         .map(|call| Paired {
@@ -327,6 +333,7 @@ mod tests {
                     reasoning: None,
                     tool_calls: vec![call("a"), call("b")],
                     name: None,
+                    native: None,
                 },
             ),
             ev(3, result("b")),

@@ -329,6 +329,7 @@ fn build_log(actions: &[Action]) -> (Vec<Event>, Ingested) {
                     reasoning: reasoning.then(|| words(12, "think")),
                     tool_calls,
                     name: None,
+                    native: None,
                 }]
             }
             Action::Results {

@@ -49,6 +49,7 @@ impl Log {
             reasoning: None,
             tool_calls: Vec::new(),
             name: None,
+            native: None,
         })
     }
 
@@ -70,6 +71,7 @@ impl Log {
             reasoning: None,
             tool_calls,
             name: None,
+            native: None,
         })
     }
 

@@ -158,6 +158,7 @@ pub(crate) fn calls(calls: &[(&str, &str)]) -> NewEvent {
                 })
                 .collect(),
             name: None,
+            native: None,
         },
     )
 }

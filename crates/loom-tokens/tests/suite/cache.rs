@@ -44,6 +44,7 @@ fn assistant(seq: u64) -> Event {
                 arguments: "{\"cmd\":\"ls\"}".into(),
             }],
             name: None,
+            native: None,
         },
     }
 }

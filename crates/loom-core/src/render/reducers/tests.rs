@@ -41,6 +41,7 @@ fn log(calls: &[(&str, usize)]) -> Vec<Event> {
                 arguments: format!("{{\"n\":{i}}}"),
             }],
             name: None,
+            native: None,
         });
         let out: String = (0..*words).map(|w| format!("w{i}_{w} ")).collect();
         push(EventBody::ToolResult {

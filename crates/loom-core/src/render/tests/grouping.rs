@@ -311,6 +311,7 @@ fn grouped_log(turns: &[GenTurn]) -> (Log, StepIndex, Vec<(String, Seq)>) {
                 })
                 .collect(),
             name: None,
+            native: None,
         });
         for id in ids {
             let text = words(size, &format!("{id}_"));

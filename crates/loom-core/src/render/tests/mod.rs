@@ -46,6 +46,7 @@ impl Log {
                 arguments: format!("{{\"command\":\"cat file_{id}.txt\"}}"),
             }],
             name: None,
+            native: None,
         });
         self.push(EventBody::ToolResult {
             call_id: id.into(),
@@ -419,6 +420,7 @@ fn pending_call_gets_an_explicit_missing_result() {
             arguments: "{}".into(),
         }],
         name: None,
+        native: None,
     });
     let r = render(
         &fx.input(&log.events, Format::OpenaiChat),

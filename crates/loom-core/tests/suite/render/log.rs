@@ -96,6 +96,7 @@ fn convert(record: &Value) -> Result<Session> {
                     reasoning: None,
                     tool_calls,
                     name: None,
+                    native: None,
                 }
             }
             Some("tool") => {

@@ -407,6 +407,12 @@ pub(crate) fn every_event_kind_round_trips<H: StoreHarness>(h: &mut H) {
                 },
             ],
             name: Some("bot".into()),
+            native: Some(loom_core::NativeReasoning {
+                api: loom_core::NativeApi::Anthropic,
+                items: vec![serde_json::json!(
+                    {"type": "thinking", "thinking": "think", "signature": "c2ln\u{0}"}
+                )],
+            }),
         },
         EventBody::ToolResult {
             call_id: "k1".into(),
