@@ -1,0 +1,269 @@
+//! What the mock "model" answers, as a pure function of the request, so that multi-turn tool
+//! conversations run the same way every time: a user turn with tools offered gets a tool call
+//! (two in parallel when the user says `parallel`), anything else gets a short text that says
+//! what the model saw. Also the usage figures, including a simulated prompt cache.
+
+use base64::Engine as _;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::request::{Last, Prompt};
+
+/// How many words of the last message the reply echoes.
+const ECHO_WORDS: usize = 6;
+
+/// One tool call the reply makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    /// The tool's name, as offered.
+    pub(crate) name: String,
+    /// The arguments, a JSON object serialised as the providers send it.
+    pub(crate) arguments: String,
+}
+
+/// The reply in no provider's format: each renderer puts it into its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reply {
+    /// The reasoning shown before the answer, when the request asked for it.
+    pub(crate) thinking: Option<String>,
+    /// The text answer; absent when the reply calls tools.
+    pub(crate) text: Option<String>,
+    /// The tool calls, in order.
+    pub(crate) calls: Vec<Call>,
+}
+
+/// Token counts of one reply, in no provider's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// All input tokens, cached or not.
+    pub(crate) input: u64,
+    /// Input tokens served from the simulated cache (never above `input`).
+    pub(crate) cache_read: u64,
+    /// Anthropic: input tokens written to the cache up to the last `cache_control` marker.
+    pub(crate) cache_write: u64,
+    /// All output tokens, reasoning included.
+    pub(crate) output: u64,
+    /// The part of `output` spent on reasoning.
+    pub(crate) reasoning: u64,
+}
+
+impl Usage {
+    /// Anthropic's `input_tokens`, which leaves out what was read from or written to the cache.
+    pub(crate) fn uncached_input(&self) -> u64 {
+        self.input
+            .saturating_sub(self.cache_read)
+            .saturating_sub(self.cache_write)
+    }
+}
+
+/// Decides the reply to `prompt`.
+pub(crate) fn decide(prompt: &Prompt) -> Reply {
+    let words = first_words(&prompt.last_text, ECHO_WORDS);
+    let calls: Vec<Call> = if prompt.last == Last::User && !prompt.tools.is_empty() {
+        let count = if says_parallel(&prompt.last_text) {
+            2
+        } else {
+            1
+        };
+        prompt
+            .tools
+            .iter()
+            .take(count)
+            .map(|name| Call {
+                name: name.clone(),
+                arguments: json!({ "query": words }).to_string(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let thinking = prompt.thinking.then(|| {
+        if calls.is_empty() {
+            format!(
+                "There are {} messages and the last one says \"{words}\"; a short answer will do.",
+                prompt.items
+            )
+        } else {
+            let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+            format!(
+                "The user asks \"{words}\"; I should call {}.",
+                names.join(" and ")
+            )
+        }
+    });
+    let text = calls
+        .is_empty()
+        .then(|| format!("ok: {} messages, last: {words}", prompt.items));
+    Reply {
+        thinking,
+        text,
+        calls,
+    }
+}
+
+/// The usage of `reply` to `prompt`, given how many bytes of the prompt's cache key it shares
+/// with the previous request on the same endpoint.
+pub(crate) fn usage(prompt: &Prompt, common_prefix: usize, reply: &Reply) -> Usage {
+    let input = tokens(prompt.cache_key.len());
+    let cache_read = (common_prefix / 4) as u64;
+    let cache_read = cache_read.min(input);
+    let cache_write = prompt
+        .cache_breakpoint
+        .map(|at| ((at / 4) as u64).min(input).saturating_sub(cache_read))
+        .unwrap_or(0);
+    let reasoning = reply
+        .thinking
+        .as_deref()
+        .map(|t| tokens(t.len()))
+        .unwrap_or(0);
+    let visible: usize = reply.text.as_deref().map(str::len).unwrap_or(0)
+        + reply
+            .calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum::<usize>();
+    Usage {
+        input,
+        cache_read,
+        cache_write,
+        output: tokens(visible) + reasoning,
+        reasoning,
+    }
+}
+
+/// A deterministic stand-in for a provider's opaque signature over `text` (base64 of its
+/// SHA-256), so a client that sends thinking back can be checked byte for byte.
+pub(crate) fn signature(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Unique ids for the objects of one reply: a per-reply serial and an index within the reply,
+/// so ids never repeat within one mock's lifetime and are the same on every run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ids {
+    serial: u64,
+}
+
+impl Ids {
+    /// Ids for the reply numbered `serial`.
+    pub(crate) fn new(serial: u64) -> Self {
+        Self { serial }
+    }
+
+    /// The id of the `index`th object of kind `prefix` (`call_`, `toolu_`, `msg_`, ...).
+    pub(crate) fn id(&self, prefix: &str, index: usize) -> String {
+        format!("{prefix}{:020}{index:04}", self.serial)
+    }
+}
+
+/// A crude token count: four bytes a token, at least one.
+fn tokens(bytes: usize) -> u64 {
+    ((bytes / 4) as u64).max(1)
+}
+
+/// The first `n` words of `text`, on one line.
+fn first_words(text: &str, n: usize) -> String {
+    text.split_whitespace()
+        .take(n)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether `text` contains the word `parallel` (any case), which asks for two tool calls.
+fn says_parallel(text: &str) -> bool {
+    text.split(|c: char| !c.is_alphanumeric())
+        .any(|w| w.eq_ignore_ascii_case("parallel"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt(last: Last, text: &str, tools: &[&str], thinking: bool) -> Prompt {
+        Prompt {
+            model: "m".into(),
+            stream: false,
+            include_usage: false,
+            tools: tools.iter().map(|t| t.to_string()).collect(),
+            items: 3,
+            last,
+            last_text: text.into(),
+            thinking,
+            cache_key: vec![b'x'; 400],
+            cache_breakpoint: None,
+        }
+    }
+
+    #[test]
+    fn user_turn_with_tools_calls_the_first() {
+        let reply = decide(&prompt(
+            Last::User,
+            "look up the weather in Paris today please",
+            &["search", "fetch"],
+            false,
+        ));
+        assert_eq!(reply.text, None);
+        assert_eq!(reply.calls.len(), 1);
+        assert_eq!(reply.calls[0].name, "search");
+        assert_eq!(
+            reply.calls[0].arguments,
+            r#"{"query":"look up the weather in Paris"}"#
+        );
+    }
+
+    #[test]
+    fn parallel_calls_two_tools_only_when_two_are_offered() {
+        let reply = decide(&prompt(
+            Last::User,
+            "do these in Parallel, please",
+            &["a", "b", "c"],
+            false,
+        ));
+        let names: Vec<&str> = reply.calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            decide(&prompt(Last::User, "parallel", &["a"], false))
+                .calls
+                .len(),
+            1
+        );
+        assert_eq!(
+            decide(&prompt(Last::User, "unparalleled", &["a", "b"], false))
+                .calls
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn tool_result_gets_text() {
+        let reply = decide(&prompt(
+            Last::ToolResult,
+            "12 files found",
+            &["search"],
+            true,
+        ));
+        assert!(reply.calls.is_empty());
+        assert_eq!(
+            reply.text.as_deref(),
+            Some("ok: 3 messages, last: 12 files found")
+        );
+        assert!(reply.thinking.is_some());
+    }
+
+    #[test]
+    fn usage_caps_cache_at_input() {
+        let p = prompt(Last::User, "hi", &[], true);
+        let reply = decide(&p);
+        let u = usage(&p, 10_000, &reply);
+        assert_eq!((u.input, u.cache_read, u.uncached_input()), (100, 100, 0));
+        assert!(u.output > u.reasoning && u.reasoning > 0);
+        assert_eq!(usage(&p, 41, &reply).cache_read, 10);
+    }
+
+    #[test]
+    fn signatures_are_deterministic_and_differ() {
+        assert_eq!(signature("a"), signature("a"));
+        assert_ne!(signature("a"), signature("b"));
+    }
+}
