@@ -16,6 +16,7 @@ mod messages;
 mod mock;
 mod request;
 mod responses;
+mod rules;
 mod wire;
 
 pub use fault::Fault;
