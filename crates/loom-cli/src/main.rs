@@ -51,6 +51,8 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Count tokens of a text file, or per trajectory of a JSONL trace (request-level).
     Tokens(cmd::tokens::Args),
+    /// Create, list and revoke the API keys `loom serve --auth keys` accepts.
+    Keys(cmd::keys::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Usage(args) => cmd::usage::run(&ctx, args),
         Command::Explain(args) => cmd::explain::run(&ctx, args),
         Command::Tokens(args) => cmd::tokens::run(&ctx, args),
+        Command::Keys(args) => cmd::keys::run(&ctx, args),
     };
     exit::report(result)
 }

@@ -1,6 +1,6 @@
 //! What the mock "model" answers, as a pure function of the request, so that multi-turn tool
 //! conversations run the same way every time: a user turn with tools offered gets a tool call
-//! (two in parallel when the user says `parallel`), anything else gets a short text that says
+//! (several in parallel when the user says `parallel`), anything else gets a short text that says
 //! what the model saw. Also the usage figures, including a simulated prompt cache.
 
 use base64::Engine as _;
@@ -11,6 +11,13 @@ use crate::request::{Last, Prompt};
 
 /// How many words of the last message the reply echoes.
 const ECHO_WORDS: usize = 6;
+
+/// How many tools a reply calls at once when the user asks for `parallel` calls (if that many
+/// are offered).
+const PARALLEL_CALLS: usize = 2;
+
+/// The crude tokenizer's ratio, the same for input, output and cached counts so they compare.
+const BYTES_PER_TOKEN: usize = 4;
 
 /// One tool call the reply makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +68,7 @@ pub(crate) fn decide(prompt: &Prompt) -> Reply {
     let words = first_words(&prompt.last_text, ECHO_WORDS);
     let calls: Vec<Call> = if prompt.last == Last::User && !prompt.tools.is_empty() {
         let count = if says_parallel(&prompt.last_text) {
-            2
+            PARALLEL_CALLS
         } else {
             1
         };
@@ -105,11 +112,15 @@ pub(crate) fn decide(prompt: &Prompt) -> Reply {
 /// with the previous request on the same endpoint.
 pub(crate) fn usage(prompt: &Prompt, common_prefix: usize, reply: &Reply) -> Usage {
     let input = tokens(prompt.cache_key.len());
-    let cache_read = (common_prefix / 4) as u64;
+    let cache_read = (common_prefix / BYTES_PER_TOKEN) as u64;
     let cache_read = cache_read.min(input);
     let cache_write = prompt
         .cache_breakpoint
-        .map(|at| ((at / 4) as u64).min(input).saturating_sub(cache_read))
+        .map(|at| {
+            ((at / BYTES_PER_TOKEN) as u64)
+                .min(input)
+                .saturating_sub(cache_read)
+        })
         .unwrap_or(0);
     let reasoning = reply
         .thinking
@@ -156,9 +167,9 @@ impl Ids {
     }
 }
 
-/// A crude token count: four bytes a token, at least one.
+/// A crude token count, never zero (a provider bills at least one token).
 fn tokens(bytes: usize) -> u64 {
-    ((bytes / 4) as u64).max(1)
+    ((bytes / BYTES_PER_TOKEN) as u64).max(1)
 }
 
 /// The first `n` words of `text`, on one line.
@@ -169,7 +180,7 @@ fn first_words(text: &str, n: usize) -> String {
         .join(" ")
 }
 
-/// Whether `text` contains the word `parallel` (any case), which asks for two tool calls.
+/// Whether `text` contains the word `parallel` (any case), which asks for parallel tool calls.
 fn says_parallel(text: &str) -> bool {
     text.split(|c: char| !c.is_alphanumeric())
         .any(|w| w.eq_ignore_ascii_case("parallel"))

@@ -42,11 +42,15 @@ pub(crate) enum MockError {
 
 impl MockError {
     /// Shorthand for the common [`MockError::BadField`].
-    pub(crate) fn field(record: &'static str, field: impl Into<String>, reason: &str) -> Self {
+    pub(crate) fn field(
+        record: &'static str,
+        field: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
         Self::BadField {
             record,
             field: field.into(),
-            reason: reason.to_owned(),
+            reason: reason.into(),
         }
     }
 

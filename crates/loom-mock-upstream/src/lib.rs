@@ -7,6 +7,22 @@
 //! endpoint counts as cached), and [`Fault`]s inject provider errors, slow or fragmented
 //! streams and dropped connections on demand. Tests in Rust drive it through [`MockHandle`];
 //! other processes drive the same controls over HTTP under `/_mock/`.
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` | generate; SSE when the body has `"stream": true` |
+//! | `GET /v1/models` | OpenAI's list shape, or Anthropic's when `anthropic-version` is sent |
+//! | `GET /_mock/requests` | every recorded request: `[{"method", "path", "headers": [[name, value], ...], "body"}]` |
+//! | `DELETE /_mock/requests` | forget them |
+//! | `POST /_mock/faults` | queue a [`Fault`] (JSON) for the next request |
+//! | `DELETE /_mock/faults` | empty the queue |
+//! | `POST /_mock/default_fault` | a [`Fault`] for every request when the queue is empty, or `null` |
+//! | `POST /_mock/reset` | no requests, no faults, an empty simulated cache |
+//!
+//! Requests that a provider would refuse get its 400 in its shape: missing or mistyped fields,
+//! and tool calls without their results (or results without their calls). The binary
+//! `loom-mock-upstream [--listen ADDR]` prints `listening on http://ADDR` once bound and serves
+//! until SIGINT or SIGTERM.
 
 mod behaviour;
 mod chat;
@@ -16,6 +32,7 @@ mod messages;
 mod mock;
 mod request;
 mod responses;
+mod rules;
 mod wire;
 
 pub use fault::Fault;

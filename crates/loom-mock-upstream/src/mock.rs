@@ -44,7 +44,8 @@ const MODELS: &[&str] = &[
 /// else gets the text `ok: <n> messages, last: <first words of the last message>`. Thinking
 /// (Anthropic `thinking`, Responses `reasoning`) adds a reasoning block with a signature
 /// derived from its text. Cached input tokens are the bytes shared with the previous request
-/// to the same endpoint (tools, system, conversation, in that order), divided by four.
+/// to the same endpoint (tools, system, conversation, in that order), counted with the same
+/// bytes-per-token ratio as the input.
 #[derive(Clone, Debug, Default)]
 pub struct Mock {
     state: Arc<Mutex<Inner>>,
@@ -197,6 +198,11 @@ impl Mock {
         }
     }
 
+    /// Records a request that faults do not apply to.
+    fn receive_unfaulted(&self, recorded: Recorded) {
+        self.lock().requests.push(recorded);
+    }
+
     /// Stores `key` as the endpoint's latest cache key; returns the length of the prefix it
     /// shares with the previous one, and a fresh reply serial.
     fn remember(&self, api: Api, key: &[u8]) -> (usize, u64) {
@@ -243,13 +249,11 @@ impl Mock {
 
     /// The reply to a well-formed request, or the provider's 400 for a malformed one.
     fn generate(&self, api: Api, parsed: Result<Value, MockError>, flavor: Flavor) -> Outgoing {
-        let body = match parsed
-            .and_then(|body| request::parse(api, &body).map(|prompt| (body, prompt)))
-        {
-            Ok(ok) => ok,
+        let read = parsed.and_then(|body| request::parse(api, &body).map(|prompt| (body, prompt)));
+        let (body, prompt) = match read {
+            Ok(read) => read,
             Err(err) => return error::bad_request(flavor, &err, &request_id(self.next_serial())),
         };
-        let (body, prompt) = body;
         let (common, serial) = self.remember(api, &prompt.cache_key);
         let reply = behaviour::decide(&prompt);
         let usage = behaviour::usage(&prompt, common, &reply);
@@ -411,13 +415,6 @@ async fn unknown(
         &request_id(mock.next_serial()),
     )
     .into_response(&Fault::default())
-}
-
-impl Mock {
-    /// Records a request that faults do not apply to.
-    fn receive_unfaulted(&self, recorded: Recorded) {
-        self.lock().requests.push(recorded);
-    }
 }
 
 /// `GET /_mock/requests`

@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{MockError, Result};
+use crate::rules;
 
 /// The three generation endpoints the mock serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -84,11 +85,13 @@ pub(crate) fn parse(api: Api, body: &Value) -> Result<Prompt> {
         }
     };
     let stream = optional_bool(record, body, "stream")?;
-    match api {
-        Api::Chat => chat(record, body, model, stream),
-        Api::Responses => responses(record, body, model, stream),
-        Api::Messages => messages(record, body, model, stream),
-    }
+    let prompt = match api {
+        Api::Chat => chat(record, body, model, stream)?,
+        Api::Responses => responses(record, body, model, stream)?,
+        Api::Messages => messages(record, body, model, stream)?,
+    };
+    rules::check(api, body, prompt.thinking)?;
+    Ok(prompt)
 }
 
 /// OpenAI Chat Completions: `messages`, function `tools`, `stream_options.include_usage`.
@@ -526,7 +529,7 @@ mod tests {
             "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
             "messages": [
                 {"role": "user", "content": "q"},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "out"}]}]},
             ],
             "thinking": {"type": "enabled", "budget_tokens": 1024},

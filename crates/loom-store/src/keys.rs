@@ -242,8 +242,10 @@ pub(crate) fn check(key: &NewApiKey) -> Result<()> {
     if hash.len() != HASH_HEX_LEN || !is_hex {
         let shown = if hash.starts_with(SECRET_PREFIX) {
             "a secret".to_owned()
-        } else {
+        } else if hash.len() != HASH_HEX_LEN {
             format!("{} bytes", hash.len())
+        } else {
+            "characters other than 0-9 and a-f".to_owned()
         };
         return Err(invalid(
             "hash",

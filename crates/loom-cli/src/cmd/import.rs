@@ -66,7 +66,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let mut opts = ParseOptions::new(now_ms());
+    let mut opts = ParseOptions::new(super::now_ms());
     opts.format = args.format.into();
     opts.inline_limit = args.inline_limit;
     opts.session = args
@@ -118,12 +118,6 @@ fn summary(r: &ImportReport, took: Duration) -> String {
         plural(r.files as u64, "file", "files"),
         took.as_secs_f64()
     )
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// A progress bar on stderr that appears only once the work has taken more than a second, and

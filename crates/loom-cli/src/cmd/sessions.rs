@@ -91,7 +91,7 @@ pub(crate) fn open_existing(ctx: &Context) -> anyhow::Result<Workspace> {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` for UTC milliseconds.
-fn utc(ms: i64) -> String {
+pub(crate) fn utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

@@ -6,7 +6,6 @@
 //! different figures for the same call are refused (exit 2) and change nothing.
 
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use loom_core::SessionId;
 use loom_store::{Store, Usage};
@@ -40,7 +39,9 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         input_tokens: args.input_tokens,
         cached_input_tokens: args.cached_input_tokens,
         output_tokens: args.output_tokens,
-        reported_ms: now_ms(),
+        // When the report arrived, which only the caller's clock can say (unlike a render's
+        // time, which is taken from the log so that renders repeat).
+        reported_ms: super::now_ms(),
     };
     // Unknown sessions and calls, conflicting figures and cached > input are store errors that
     // name the session and call; the exit mapping makes them bad input.
@@ -67,14 +68,4 @@ fn describe(usage: &Usage) -> String {
         text += &format!(", {output} output tokens");
     }
     text
-}
-
-/// The wall clock in UTC milliseconds: when the report arrived, which only the caller's clock
-/// can say (unlike a render's time, which is taken from the log so that renders repeat).
-fn now_ms() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
-        // A clock set before 1970 is odd but not the caller's error; record it as it reads.
-        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
-    }
 }

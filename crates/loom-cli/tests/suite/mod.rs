@@ -4,6 +4,7 @@ mod blob;
 mod compact;
 mod import;
 mod import_errors;
+mod keys;
 mod large;
 mod log;
 mod render;

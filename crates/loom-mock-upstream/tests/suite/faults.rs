@@ -263,3 +263,43 @@ async fn delays_hold_the_reply_back() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn broken_tool_pairing_is_refused_as_the_provider_would() {
+    let mock = spawn().await;
+    let chat_body = json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "u"},
+        {"role": "tool", "tool_call_id": "call_gone", "content": "r"},
+    ]});
+    let error = post_json(&mock, "/v1/chat/completions", &chat_body, 400).await;
+    assert_eq!(error["error"]["param"], "messages[1].role");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+
+    let responses_body = json!({"model": "gpt-4o", "input": [
+        {"role": "user", "content": "u"},
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+    ]});
+    let error = post_json(&mock, "/v1/responses", &responses_body, 400).await;
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("call_1"),
+        "{error}"
+    );
+
+    let messages_body = json!({"model": "c", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]},
+        {"role": "user", "content": "never answered"},
+    ]});
+    let error = post_json(&mock, "/v1/messages", &messages_body, 400).await;
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("toolu_1"),
+        "{error}"
+    );
+}

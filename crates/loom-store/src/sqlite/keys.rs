@@ -127,3 +127,34 @@ pub(super) fn revoke(tx: &Transaction<'_>, id: &str, now_ms: i64) -> Result<ApiK
     }
     Ok(key)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every authenticated request looks its key up by hash: that must stay an index search,
+    /// never a scan of the table.
+    #[test]
+    fn lookups_by_hash_and_id_use_an_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::schema::migrate(&mut conn).unwrap();
+        for by in [By::Id, By::Hash] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", by.sql()))
+                .unwrap()
+                .query_map(["x"], |row| row.get::<_, String>(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert_eq!(plan.len(), 1, "{by:?}: {plan:?}");
+            assert!(
+                plan[0].starts_with("SEARCH api_keys USING"),
+                "{by:?}: {plan:?}"
+            );
+            assert!(
+                plan[0].contains(&format!("({}=?)", by.field())),
+                "{by:?}: {plan:?}"
+            );
+        }
+    }
+}
