@@ -53,6 +53,8 @@ enum Command {
     Tokens(cmd::tokens::Args),
     /// Create, list and revoke the API keys `loom serve --auth keys` accepts.
     Keys(cmd::keys::Args),
+    /// Serve the drop-in proxy for OpenAI and Anthropic clients and the HTTP API.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => cmd::explain::run(&ctx, args),
         Command::Tokens(args) => cmd::tokens::run(&ctx, args),
         Command::Keys(args) => cmd::keys::run(&ctx, args),
+        Command::Serve(args) => cmd::serve::run(&ctx, args),
     };
     exit::report(result)
 }

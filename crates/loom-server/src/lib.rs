@@ -1,1 +1,188 @@
-//! `loom serve`.
+//! `loom serve`: Loom in a live agent's path.
+//!
+//! Two faces on one port. The drop-in proxy ([`proxy`]) speaks the providers' own APIs, so an
+//! agent only changes its SDK's base URL; every request is logged, fitted to the model's window
+//! (`fit`) or passed through (`observe`), and every reply is relayed untouched while it is parsed
+//! into the log with its usage. The HTTP API ([`api`], under `/loom/v1`) gives programs in any
+//! language what the CLI gives people. Keys and tenants ([`auth`]) decide what each caller sees.
+//!
+//! The store stays the one blocking `Store` trait, called off the async threads
+//! ([`AppState::blocking`]). Shutdown is graceful: on SIGTERM or SIGINT the listener closes,
+//! in-flight requests (streams included) finish, and every write they were acknowledged for is
+//! already durable.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod metrics;
+mod openapi;
+pub mod proxy;
+pub mod state;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use loom_store::{BlobStore, Store};
+use tokio::sync::Semaphore;
+
+pub use config::{AuthMode, ServeArgs, ServeConfig};
+pub use engine::Engine;
+pub use error::ApiError;
+pub use state::AppState;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The listener could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The upstream HTTP client could not be built.
+    #[error("building the upstream client: {0}")]
+    Client(String),
+    /// Serving failed.
+    #[error("serving: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// The server's state over an opened store.
+pub fn state(
+    config: ServeConfig,
+    store: Arc<dyn Store>,
+    blobs: Arc<dyn BlobStore>,
+    engine: Engine,
+) -> Result<Arc<AppState>, ServeError> {
+    let http = reqwest::Client::builder()
+        .connect_timeout(config.limits.upstream_connect_timeout)
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| ServeError::Client(e.to_string()))?;
+    Ok(Arc::new(AppState {
+        store,
+        blobs,
+        engine: Arc::new(engine),
+        upstream_slots: Semaphore::new(config.limits.max_upstream_calls),
+        config,
+        http,
+        metrics: metrics::Metrics::default(),
+        session_locks: proxy::SessionLocks::default(),
+    }))
+}
+
+/// Every route, with the body limit and the request counters.
+pub fn app(state: Arc<AppState>) -> Router {
+    let limit = state.config.limits.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics_text))
+        .route("/openapi.json", get(openapi::serve))
+        .merge(api::routes())
+        .merge(proxy::routes())
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Serves on `listener` until `shutdown` resolves, then lets in-flight requests finish.
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(ServeError::Serve)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    // Healthy means the store answers.
+    match state
+        .blocking("checking the store", |s| {
+            Ok(s.store.sessions().map(|_| ())?)
+        })
+        .await
+    {
+        Ok(()) => Json(serde_json::json!({"status": "ok"})).into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "unavailable"})),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(0),
+    )
+        .into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}
+
+/// Counts every request by its route and status, and times it.
+async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(req).await;
+    let status = response.status();
+    let response = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        // axum's own rejection is plain text; say it in the API's shape.
+        ApiError::too_large(format!(
+            "the body is larger than the limit of {} bytes",
+            state.config.limits.max_body_bytes
+        ))
+        .into_response()
+    } else {
+        response
+    };
+    state
+        .metrics
+        .request(&route, status.as_u16(), started.elapsed());
+    response
+}

@@ -10,6 +10,7 @@ pub(crate) mod log;
 pub(crate) mod recall;
 pub(crate) mod render;
 pub(crate) mod replay;
+pub(crate) mod serve;
 pub(crate) mod sessions;
 pub(crate) mod steps;
 pub(crate) mod tokens;

@@ -1,0 +1,94 @@
+//! `loom serve`: the drop-in proxy and the HTTP API (see `loom-server` and docs/serve.md).
+//!
+//! Thin: resolves the configuration, opens the database (created if missing: a server starts on
+//! an empty store), binds, prints `listening on http://ADDR` once on stdout, and serves until
+//! SIGTERM or SIGINT, letting in-flight requests finish.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use loom_server::{AuthMode, Engine, ServeArgs, ServeConfig};
+use loom_store::Workspace;
+
+use super::Context;
+use crate::exit::bad_input;
+
+/// Arguments of `loom serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Address to listen on (default 127.0.0.1:8080; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Config file (TOML): upstreams, tenants' upstream keys, limits, policy; see docs/serve.md.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// OpenAI upstream base URL, as the OpenAI SDK takes it (default https://api.openai.com/v1).
+    #[arg(long, value_name = "URL")]
+    upstream_openai: Option<String>,
+    /// Anthropic upstream base URL, as the Anthropic SDK takes it (default https://api.anthropic.com).
+    #[arg(long, value_name = "URL")]
+    upstream_anthropic: Option<String>,
+    /// `none` (local single user; only on loopback) or `keys` (Loom keys; shared deployments).
+    #[arg(long, value_name = "none|keys", value_parser = parse_auth)]
+    auth: Option<AuthMode>,
+}
+
+fn parse_auth(text: &str) -> Result<AuthMode, String> {
+    AuthMode::parse(text).ok_or_else(|| format!("`{text}`: expected none or keys"))
+}
+
+pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
+    let config = ServeConfig::resolve(
+        ServeArgs {
+            listen: args.listen,
+            db: ctx.db.clone(),
+            config: args.config,
+            upstream_openai: args.upstream_openai,
+            upstream_anthropic: args.upstream_anthropic,
+            auth: args.auth,
+        },
+        &|name| std::env::var(name).ok(),
+    )
+    .map_err(bad_input)?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LOOM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let registry = match &config.models {
+        Some(path) => loom_tokens::Registry::with_user_file(path).map_err(bad_input)?,
+        None => loom_tokens::Registry::built_in().context("loading the model registry")?,
+    };
+    let policy = super::replay::read_policy(config.policy.as_ref())?;
+    let ws = Workspace::open(&ctx.db)
+        .with_context(|| format!("opening the database {}", ctx.db.display()))?;
+    let engine = Engine {
+        registry,
+        policy,
+        reduce: loom_core::ReduceConfig::default(),
+    };
+    let listen = config.listen;
+    let state = loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
+        let addr = listener.local_addr()?;
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "listening on http://{addr}")?;
+            out.flush()?;
+        }
+        loom_server::serve(state, listener, loom_server::shutdown_signal()).await?;
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,479 @@
+//! The HTTP API under `/loom/v1`: everything the CLI does, for programs in any language.
+//!
+//! Sessions (list, create, read), appending events in Loom's JSON form, importing OpenAI Chat,
+//! Anthropic Messages and OpenAI Responses histories, log reads, render (body and receipt),
+//! explain, steps, recall of an offloaded output's original bytes, usage reports and receipts.
+//! Every id in a path or body is the tenant's own (see `auth`); every error is an [`ApiError`].
+
+mod body;
+mod explain;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use loom_core::render::{Format, ToolSpec};
+use loom_core::{AgentId, NewEvent, SessionId, SessionInfo};
+use loom_store::{NewSession, Offloader, Resolution, Usage};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::auth::Principal;
+use crate::engine::RenderSpec;
+use crate::error::{ApiError, Result};
+use crate::state::{now_ms, AppState};
+pub(crate) use body::parse_json;
+
+/// The agent of sessions created without one.
+pub const DEFAULT_AGENT: &str = "agent";
+
+/// The `/loom/v1` routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/loom/v1/sessions", get(list_sessions).post(create_session))
+        .route("/loom/v1/sessions/{id}", get(get_session))
+        .route(
+            "/loom/v1/sessions/{id}/events",
+            get(read_events).post(append_events),
+        )
+        .route("/loom/v1/import", post(import))
+        .route("/loom/v1/sessions/{id}/render", post(render))
+        .route("/loom/v1/sessions/{id}/explain", get(explain::explain))
+        .route("/loom/v1/sessions/{id}/steps", get(steps))
+        .route("/loom/v1/sessions/{id}/recall", get(recall))
+        .route("/loom/v1/sessions/{id}/usage", post(usage))
+        .route("/loom/v1/sessions/{id}/receipts", get(receipts))
+        .route("/loom/v1/sessions/{id}/receipts/{call}", get(receipt))
+}
+
+/// A session as the tenant sees it: its own id, and its parent's when that is its own too.
+pub(crate) fn session_json(p: &Principal, info: &SessionInfo) -> Value {
+    json!({
+        "id": p.unscope(&info.id).unwrap_or(info.id.as_str()),
+        "agent": info.agent,
+        "parent": info.parent.as_ref().and_then(|id| p.unscope(id)),
+        "created_ms": info.created_ms,
+        "event_count": info.event_count,
+    })
+}
+
+/// The stored id of the tenant's session `id`, which must exist (404 otherwise).
+pub(crate) async fn existing(
+    state: &Arc<AppState>,
+    p: &Principal,
+    id: &str,
+) -> Result<(SessionId, SessionInfo)> {
+    let sid = p.scope(id, "id")?;
+    let lookup = sid.clone();
+    let info = state
+        .blocking("reading a session", move |s| {
+            Ok(s.store.session(&lookup)?)
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("session `{id}` not found")))?;
+    Ok((sid, info))
+}
+
+async fn list_sessions(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let all = state
+        .blocking("listing sessions", |s| Ok(s.store.sessions()?))
+        .await?;
+    let list: Vec<Value> = all
+        .iter()
+        .filter(|info| p.unscope(&info.id).is_some())
+        .map(|info| session_json(&p, info))
+        .collect();
+    Ok(Json(json!({ "sessions": list })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSession {
+    id: String,
+    agent: Option<String>,
+    parent: Option<String>,
+    #[serde(default)]
+    events: Vec<NewEvent>,
+}
+
+async fn create_session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let req: CreateSession = parse_json(&body)?;
+    let id = p.scope(&req.id, "id")?;
+    let agent = match (&req.agent, &p.agent) {
+        (Some(a), _) => {
+            AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?
+        }
+        (None, Some(a)) => a.clone(),
+        (None, None) => {
+            AgentId::new(DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
+        }
+    };
+    let parent = req
+        .parent
+        .as_deref()
+        .map(|parent| p.scope(parent, "parent"))
+        .transpose()?;
+    let new = NewSession {
+        id,
+        agent,
+        parent,
+        created_ms: now_ms(),
+    };
+    let events = req.events;
+    let info = state
+        .blocking("creating a session", move |s| {
+            if let Some(parent) = &new.parent {
+                if s.store.session(parent)?.is_none() {
+                    return Err(ApiError::invalid_field(
+                        "parent",
+                        format!("parent session `{parent}` not found"),
+                    ));
+                }
+            }
+            Ok(s.store.create_session(&new, &events)?)
+        })
+        .await
+        .map_err(|e| e.context(format!("session `{}`", req.id)))?;
+    Ok((StatusCode::CREATED, Json(session_json(&p, &info))).into_response())
+}
+
+async fn get_session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let (_, info) = existing(&state, &p, &id).await?;
+    Ok(Json(session_json(&p, &info)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Range {
+    from: Option<u64>,
+    to: Option<u64>,
+}
+
+async fn read_events(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: std::result::Result<Query<Range>, QueryRejection>,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let Query(range) = query.map_err(body::query_error)?;
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let from = range.from.unwrap_or(1).max(1);
+    let to = range.to.unwrap_or(u64::MAX);
+    let events = state
+        .blocking("reading events", move |s| {
+            Ok(s.store.read(&sid, from..=to)?)
+        })
+        .await?;
+    Ok(Json(json!({ "events": events })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Append {
+    events: Vec<NewEvent>,
+}
+
+async fn append_events(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let req: Append = parse_json(&body)?;
+    if req.events.is_empty() {
+        return Err(ApiError::invalid_field("events", "no events to append"));
+    }
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let lock = state.session_locks.get(&sid);
+    let _guard = lock.lock().await;
+    let seqs = state
+        .blocking("appending events", move |s| {
+            Ok(s.store.append(&sid, &req.events)?)
+        })
+        .await
+        .map_err(|e| e.context(format!("session `{id}`")))?;
+    Ok(Json(json!({ "first_seq": seqs.start(), "last_seq": seqs.end() })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportQuery {
+    format: Option<String>,
+    session: Option<String>,
+    agent: Option<String>,
+}
+
+async fn import(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: std::result::Result<Query<ImportQuery>, QueryRejection>,
+    body: Bytes,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let Query(q) = query.map_err(body::query_error)?;
+    let mut opts = loom_import::ParseOptions::new(now_ms());
+    if let Some(f) = &q.format {
+        opts.format = f.parse().map_err(|e: loom_import::ImportError| {
+            ApiError::invalid_field("format", e.to_string())
+        })?;
+    }
+    let client_id = q.session.clone().ok_or_else(|| {
+        ApiError::invalid_field("session", "name the session to import into (?session=ID)")
+    })?;
+    opts.session = Some(p.scope(&client_id, "session")?);
+    opts.agent = match (&q.agent, &p.agent) {
+        (Some(a), _) => {
+            Some(AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?)
+        }
+        (None, agent) => agent.clone(),
+    };
+    let report = state
+        .blocking("importing a history", move |s| {
+            let sessions =
+                loom_import::parse_reader("body", "body", &body[..], &opts, s.blobs.as_ref())?;
+            let plan = loom_import::plan(s.store.as_ref(), sessions)?;
+            Ok(plan.commit(s.store.as_ref(), now_ms(), &mut loom_import::NoProgress)?)
+        })
+        .await?;
+    let sessions: Vec<Value> = report
+        .sessions
+        .iter()
+        .map(|r| {
+            json!({
+                "id": p.unscope(&r.id).unwrap_or(r.id.as_str()),
+                "outcome": r.outcome,
+                "events": r.events,
+                "blobs": r.blobs,
+            })
+        })
+        .collect();
+    let status = if report.imported > 0 {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!({ "sessions": sessions }))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenderBody {
+    model: String,
+    budget: Option<u64>,
+    format: Option<String>,
+    tools: Option<Value>,
+}
+
+async fn render(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let req: RenderBody = parse_json(&body)?;
+    let format = match req.format.as_deref() {
+        None => Format::OpenaiChat,
+        Some(name) => Format::parse(name).ok_or_else(|| {
+            ApiError::invalid_field(
+                "format",
+                format!("unknown format `{name}`; expected openai-chat, openai-responses, anthropic or react"),
+            )
+        })?,
+    };
+    let tools = match &req.tools {
+        None => Vec::new(),
+        Some(list) => ToolSpec::parse_list(list)
+            .map_err(|e| ApiError::invalid_field("tools", e.to_string()))?,
+    };
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let spec = RenderSpec {
+        model: req.model,
+        budget: req.budget,
+        format,
+        tools,
+        always_record: false,
+    };
+    let lock = state.session_locks.get(&sid);
+    let _guard = lock.lock().await;
+    let out = state
+        .blocking("rendering", move |s| {
+            s.engine
+                .render(s.store.as_ref(), s.blobs.as_ref(), &sid, &spec)
+        })
+        .await?;
+    if out.receipt.compaction.is_some() && out.model_call.is_some() {
+        state.metrics.compaction_point();
+    }
+    Ok(Json(json!({
+        "body": out.body,
+        "receipt": out.receipt,
+        "model_call": out.model_call,
+    }))
+    .into_response())
+}
+
+async fn steps(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let steps = state
+        .blocking("deriving steps", move |s| {
+            let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
+            Ok(off.steps(&sid)?)
+        })
+        .await?;
+    Ok(Json(json!({ "steps": steps })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecallQuery {
+    #[serde(rename = "ref")]
+    reference: String,
+}
+
+async fn recall(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: std::result::Result<Query<RecallQuery>, QueryRejection>,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let Query(q) = query.map_err(body::query_error)?;
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let bytes = state
+        .blocking("recalling an output", move |s| {
+            let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
+            // Aliases are made when steps are derived.
+            off.run(&sid, false)?;
+            let not_here = || {
+                ApiError::not_found(format!(
+                    "`{}` is not an output of this session",
+                    q.reference
+                ))
+            };
+            let blob = match off.resolve(Some(&sid), &q.reference) {
+                Ok(Resolution::Found(blob)) => blob,
+                Ok(Resolution::Ambiguous(_)) => return Err(not_here()),
+                Err(e) if e.is_bad_input() => {
+                    return Err(ApiError::invalid_field("ref", e.to_string()))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            // A content address names bytes, not a session: it is this tenant's only when this
+            // session's log or steps refer to it.
+            if !explain::session_refers_to(s, &sid, &blob)? {
+                return Err(not_here());
+            }
+            let mut out = Vec::new();
+            off.recall(&blob, &mut out)?;
+            Ok(out)
+        })
+        .await?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageBody {
+    call: u64,
+    input_tokens: u64,
+    cached_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+async fn usage(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let req: UsageBody = parse_json(&body)?;
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let usage = Usage {
+        input_tokens: req.input_tokens,
+        cached_input_tokens: req.cached_input_tokens,
+        output_tokens: req.output_tokens,
+        reported_ms: now_ms(),
+    };
+    let call = state
+        .blocking("recording usage", move |s| {
+            Ok(s.store.report_usage(&sid, req.call, &usage)?)
+        })
+        .await
+        .map_err(|e| e.context(format!("session `{id}`")))?;
+    Ok(Json(receipt_json(&p, &call)).into_response())
+}
+
+/// A recorded model call as the API shows it (the session as the tenant names it).
+fn receipt_json(p: &Principal, call: &loom_store::ModelCall) -> Value {
+    json!({
+        "id": call.id,
+        "session": p.unscope(&call.call.session).unwrap_or(call.call.session.as_str()),
+        "at_seq": call.call.at_seq,
+        "created_ms": call.call.created_ms,
+        "receipt": call.call.receipt["receipt"],
+        "usage": call.usage,
+    })
+}
+
+async fn receipts(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let calls = state
+        .blocking("reading receipts", move |s| {
+            Ok(s.store.model_calls(&sid)?)
+        })
+        .await?;
+    let list: Vec<Value> = calls.iter().map(|c| receipt_json(&p, c)).collect();
+    Ok(Json(json!({ "receipts": list })).into_response())
+}
+
+async fn receipt(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((id, call)): Path<(String, String)>,
+) -> Result<Response> {
+    let p = state.authenticate(&headers).await?;
+    let call: u64 = call
+        .parse()
+        .map_err(|_| ApiError::invalid_field("call", format!("`{call}` is not a call number")))?;
+    let (sid, _) = existing(&state, &p, &id).await?;
+    let calls = state
+        .blocking("reading receipts", move |s| {
+            Ok(s.store.model_calls(&sid)?)
+        })
+        .await?;
+    let found = calls
+        .iter()
+        .find(|c| c.id == call)
+        .ok_or_else(|| ApiError::not_found(format!("session `{id}` has no model call {call}")))?;
+    Ok(Json(receipt_json(&p, found)).into_response())
+}

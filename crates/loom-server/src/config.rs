@@ -1,0 +1,441 @@
+//! What `loom serve` is told: the command line and the config file, resolved once into a
+//! validated [`ServeConfig`].
+//!
+//! The file is read into an all-optional raw struct that refuses unknown keys, then merged with
+//! the command line (which wins) and checked: an address that is not loopback with `--auth none`,
+//! a limit of zero or an upstream URL that is not http(s) is an error naming the setting.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use loom_store::{ProxyMode, TenantId};
+use serde::Deserialize;
+
+/// Who may call the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Local single user: no Loom key; the client's own `Authorization` goes upstream. Only on a
+    /// loopback address.
+    None,
+    /// Shared: every request carries a Loom key; upstream credentials are the server's.
+    Keys,
+}
+
+impl AuthMode {
+    /// Parses `none` or `keys`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "none" => Some(Self::None),
+            "keys" => Some(Self::Keys),
+            _ => None,
+        }
+    }
+}
+
+/// An upstream provider endpoint and the credential the server holds for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// Base URL, as the provider's SDK takes it: `https://api.openai.com/v1` (Loom appends
+    /// `/chat/completions`, `/responses`, `/models`) or `https://api.anthropic.com` (Loom appends
+    /// `/v1/messages`).
+    pub base_url: String,
+    /// The credential sent upstream under `--auth keys` (never logged or echoed).
+    pub key: Option<String>,
+}
+
+/// Limits that keep one client from starving the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Longest a request may take end to end (a stream included).
+    pub request_timeout: Duration,
+    /// Longest an upstream may take to send its response headers.
+    pub upstream_connect_timeout: Duration,
+    /// Upstream calls in flight at once; past it a request waits `queue_timeout`, then gets 503.
+    pub max_upstream_calls: usize,
+    /// How long a request waits for an upstream slot or a store connection before 503.
+    pub queue_timeout: Duration,
+    /// Sessions whose render state is kept in memory (least recently used are dropped).
+    pub live_sessions: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 32 << 20,
+            request_timeout: Duration::from_secs(600),
+            upstream_connect_timeout: Duration::from_secs(60),
+            max_upstream_calls: 512,
+            queue_timeout: Duration::from_secs(5),
+            live_sessions: 10_000,
+        }
+    }
+}
+
+/// Everything the server needs, validated.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The database.
+    pub db: PathBuf,
+    /// Who may call.
+    pub auth: AuthMode,
+    /// The mode of requests whose key and headers name none.
+    pub default_mode: ProxyMode,
+    /// OpenAI (Chat Completions, Responses, models).
+    pub openai: Upstream,
+    /// Anthropic (Messages).
+    pub anthropic: Upstream,
+    /// Per-tenant upstream credentials that override the server-wide ones.
+    pub tenant_keys: BTreeMap<TenantId, TenantUpstreams>,
+    /// Limits.
+    pub limits: Limits,
+    /// The render policy file (TOML), if any.
+    pub policy: Option<PathBuf>,
+    /// A model registry file extending the built-in one, if any.
+    pub models: Option<PathBuf>,
+}
+
+/// A tenant's own upstream credentials.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantUpstreams {
+    /// Its OpenAI key.
+    pub openai: Option<String>,
+    /// Its Anthropic key.
+    pub anthropic: Option<String>,
+}
+
+/// The command line's part, all optional so the file can fill the gaps.
+#[derive(Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--db`.
+    pub db: PathBuf,
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// `--upstream-openai`.
+    pub upstream_openai: Option<String>,
+    /// `--upstream-anthropic`.
+    pub upstream_anthropic: Option<String>,
+    /// `--auth`.
+    pub auth: Option<AuthMode>,
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for this schema.
+    #[error("config file {path}: {reason}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong (serde names the key).
+        reason: String,
+    },
+    /// A setting has a value that cannot be used.
+    #[error("setting `{setting}`: {reason}")]
+    Invalid {
+        /// Which setting (`listen`, `upstream.openai.url`, ...).
+        setting: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn invalid(setting: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        setting: setting.into(),
+        reason: reason.into(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    auth: Option<String>,
+    mode: Option<String>,
+    policy: Option<PathBuf>,
+    models: Option<PathBuf>,
+    #[serde(default)]
+    upstream: RawUpstreams,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    tenants: BTreeMap<String, RawTenant>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstreams {
+    openai: Option<RawUpstream>,
+    anthropic: Option<RawUpstream>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    url: Option<String>,
+    /// The environment variable holding the key (the key itself never sits in the file).
+    key_env: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_body_bytes: Option<usize>,
+    request_timeout_secs: Option<u64>,
+    upstream_connect_timeout_secs: Option<u64>,
+    max_upstream_calls: Option<usize>,
+    queue_timeout_ms: Option<u64>,
+    live_sessions: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    openai_key_env: Option<String>,
+    anthropic_key_env: Option<String>,
+}
+
+/// OpenAI's public endpoint, as its SDK's base URL.
+pub const OPENAI_URL: &str = "https://api.openai.com/v1";
+/// Anthropic's public endpoint, as its SDK's base URL.
+pub const ANTHROPIC_URL: &str = "https://api.anthropic.com";
+/// Where the server-wide OpenAI key is read from by default.
+pub const OPENAI_KEY_ENV: &str = "LOOM_UPSTREAM_OPENAI_KEY";
+/// Where the server-wide Anthropic key is read from by default.
+pub const ANTHROPIC_KEY_ENV: &str = "LOOM_UPSTREAM_ANTHROPIC_KEY";
+
+impl ServeConfig {
+    /// Resolves the command line and the config file it names; `env` reads environment
+    /// variables (the process environment in `loom serve`, a map in tests).
+    pub fn resolve(
+        args: ServeArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let raw = match &args.config {
+            Some(path) => read_file(path)?,
+            None => RawConfig::default(),
+        };
+        let listen = match (args.listen, raw.listen.as_deref()) {
+            (Some(addr), _) => addr,
+            (None, Some(text)) => text
+                .parse()
+                .map_err(|e| invalid("listen", format!("`{text}` is not an address: {e}")))?,
+            (None, None) => SocketAddr::from(([127, 0, 0, 1], 8080)),
+        };
+        let auth = match (args.auth, raw.auth.as_deref()) {
+            (Some(a), _) => a,
+            (None, Some(text)) => AuthMode::parse(text)
+                .ok_or_else(|| invalid("auth", format!("`{text}`: expected none or keys")))?,
+            (None, None) => AuthMode::None,
+        };
+        if auth == AuthMode::None && !listen.ip().is_loopback() {
+            return Err(invalid(
+                "auth",
+                format!(
+                    "`none` is only allowed on a loopback address, and {listen} is not one: \
+                     use --auth keys to serve other machines"
+                ),
+            ));
+        }
+        let default_mode = match raw.mode.as_deref() {
+            None => ProxyMode::Fit,
+            Some(text) => text
+                .parse()
+                .map_err(|_| invalid("mode", format!("`{text}`: expected fit or observe")))?,
+        };
+        let upstream = |name: &str,
+                        arg: Option<String>,
+                        raw: Option<RawUpstream>,
+                        default_url: &str,
+                        default_env: &str|
+         -> Result<Upstream, ConfigError> {
+            let raw = raw.unwrap_or_default();
+            let base_url = arg
+                .or(raw.url)
+                .unwrap_or_else(|| default_url.to_owned())
+                .trim_end_matches('/')
+                .to_owned();
+            if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+                return Err(invalid(
+                    format!("upstream.{name}.url"),
+                    format!("`{base_url}` is not an http(s) URL"),
+                ));
+            }
+            let key = env(raw.key_env.as_deref().unwrap_or(default_env)).filter(|k| !k.is_empty());
+            Ok(Upstream { base_url, key })
+        };
+        let openai = upstream(
+            "openai",
+            args.upstream_openai,
+            raw.upstream.openai,
+            OPENAI_URL,
+            OPENAI_KEY_ENV,
+        )?;
+        let anthropic = upstream(
+            "anthropic",
+            args.upstream_anthropic,
+            raw.upstream.anthropic,
+            ANTHROPIC_URL,
+            ANTHROPIC_KEY_ENV,
+        )?;
+        let mut tenant_keys = BTreeMap::new();
+        for (name, t) in raw.tenants {
+            let tenant = TenantId::new(&name)
+                .map_err(|e| invalid(format!("tenants.{name}"), e.to_string()))?;
+            let read = |var: Option<String>| var.and_then(|v| env(&v)).filter(|k| !k.is_empty());
+            tenant_keys.insert(
+                tenant,
+                TenantUpstreams {
+                    openai: read(t.openai_key_env),
+                    anthropic: read(t.anthropic_key_env),
+                },
+            );
+        }
+        let d = Limits::default();
+        let r = raw.limits;
+        let positive = |name: &str, v: Option<u64>, default: u64| match v {
+            Some(0) => Err(invalid(format!("limits.{name}"), "must be greater than 0")),
+            Some(v) => Ok(v),
+            None => Ok(default),
+        };
+        let limits = Limits {
+            max_body_bytes: positive(
+                "max_body_bytes",
+                r.max_body_bytes.map(|v| v as u64),
+                d.max_body_bytes as u64,
+            )? as usize,
+            request_timeout: Duration::from_secs(positive(
+                "request_timeout_secs",
+                r.request_timeout_secs,
+                d.request_timeout.as_secs(),
+            )?),
+            upstream_connect_timeout: Duration::from_secs(positive(
+                "upstream_connect_timeout_secs",
+                r.upstream_connect_timeout_secs,
+                d.upstream_connect_timeout.as_secs(),
+            )?),
+            max_upstream_calls: positive(
+                "max_upstream_calls",
+                r.max_upstream_calls.map(|v| v as u64),
+                d.max_upstream_calls as u64,
+            )? as usize,
+            queue_timeout: Duration::from_millis(positive(
+                "queue_timeout_ms",
+                r.queue_timeout_ms,
+                d.queue_timeout.as_millis() as u64,
+            )?),
+            live_sessions: positive(
+                "live_sessions",
+                r.live_sessions.map(|v| v as u64),
+                d.live_sessions as u64,
+            )? as usize,
+        };
+        Ok(Self {
+            listen,
+            db: args.db,
+            auth,
+            default_mode,
+            openai,
+            anthropic,
+            tenant_keys,
+            limits,
+            policy: raw.policy,
+            models: raw.models,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<RawConfig, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: shown,
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
+        ServeConfig::resolve(args, &|name| {
+            (name == OPENAI_KEY_ENV).then(|| "sk-test".to_owned())
+        })
+    }
+
+    #[test]
+    fn defaults_are_local_and_keyless() {
+        let c = resolve(ServeArgs::default()).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.auth, AuthMode::None);
+        assert_eq!(c.openai.base_url, OPENAI_URL);
+        assert_eq!(c.openai.key.as_deref(), Some("sk-test"));
+        assert_eq!(c.anthropic.key, None);
+    }
+
+    #[test]
+    fn auth_none_is_refused_off_loopback() {
+        let err = resolve(ServeArgs {
+            listen: Some("0.0.0.0:8080".parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("setting `auth`"), "{err}");
+        let ok = resolve(ServeArgs {
+            listen: Some("0.0.0.0:8080".parse().unwrap()),
+            auth: Some(AuthMode::Keys),
+            ..Default::default()
+        });
+        assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn a_bad_file_names_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.toml");
+        std::fs::write(&path, "[limits]\nmax_body_byte = 3\n").unwrap();
+        let err = resolve(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("max_body_byte"), "{err}");
+        std::fs::write(&path, "[limits]\nlive_sessions = 0\n").unwrap();
+        let err = resolve(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("limits.live_sessions"), "{err}");
+        std::fs::write(&path, "[upstream.openai]\nurl = \"ftp://x\"\n").unwrap();
+        let err = resolve(ServeArgs {
+            config: Some(path),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("upstream.openai.url"), "{err}");
+    }
+}

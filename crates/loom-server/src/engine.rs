@@ -1,0 +1,168 @@
+//! Rendering a stored session, for the API's render endpoint and the proxy's `fit` mode.
+//!
+//! The same steps as `loom render`: derive the session's missing steps (offloading large outputs),
+//! continue from the compaction state of the session's last receipt when it was made under the
+//! same policy, model and format (so consecutive requests stay append-only between compaction
+//! points), render, and record the receipt as a model call. Everything here is blocking: callers
+//! run it off the async threads.
+
+use loom_core::render::{
+    self, Audience, CompactionState, CostMemo, Format, Policy, Receipt, RenderInput, StepIndex,
+    SummaryView, ToolSpec,
+};
+use loom_core::{ReduceConfig, SessionId};
+use loom_store::{BlobStore, NewModelCall, Offloader, Store};
+use loom_tokens::{Registry, Tokenizer};
+
+use crate::error::{ApiError, Result};
+
+/// What to render a session for.
+#[derive(Debug, Clone)]
+pub struct RenderSpec {
+    /// The model: its tokenizer counts and its window applies.
+    pub model: String,
+    /// Input-token budget; the model's window minus the response reserve when absent.
+    pub budget: Option<u64>,
+    /// The wire format.
+    pub format: Format,
+    /// Tools offered to the model, budgeted with the request.
+    pub tools: Vec<ToolSpec>,
+    /// Record a receipt even when the log has not grown since the last one (every proxied call
+    /// is a model call of its own; a repeated API render is not).
+    pub always_record: bool,
+}
+
+/// A rendered request and its record.
+#[derive(Debug, Clone)]
+pub struct RenderOutcome {
+    /// The request body in the format asked for.
+    pub body: serde_json::Value,
+    /// What was included, stubbed, folded, summarised or dropped.
+    pub receipt: Receipt,
+    /// The model call recorded for it, if one was.
+    pub model_call: Option<u64>,
+}
+
+/// What rendering reads besides the store: the registry, the base policy and the reducers'
+/// settings.
+#[derive(Debug)]
+pub struct Engine {
+    /// Models: tokenizer and window.
+    pub registry: Registry,
+    /// The policy every render starts from (its window is set per request).
+    pub policy: Policy,
+    /// Reduction settings for deriving steps.
+    pub reduce: ReduceConfig,
+}
+
+impl Engine {
+    /// The token counter and window of a model; an unknown model is bad input naming `field`.
+    pub fn model(&self, model: &str, field: &str) -> Result<(Tokenizer, u64)> {
+        let info = self
+            .registry
+            .lookup(model)
+            .map_err(|e| ApiError::invalid_field(field, e.to_string()))?;
+        let tokenizer = Tokenizer::for_model(info)
+            .map_err(|e| ApiError::invalid_field(field, format!("model `{model}`: {e}")))?;
+        Ok((tokenizer, info.context_window))
+    }
+
+    /// Renders `session` for `spec` and records the receipt.
+    pub fn render(
+        &self,
+        store: &dyn Store,
+        blobs: &dyn BlobStore,
+        session: &SessionId,
+        spec: &RenderSpec,
+    ) -> Result<RenderOutcome> {
+        let info = store
+            .session(session)?
+            .ok_or_else(|| ApiError::not_found(format!("session `{session}` not found")))?;
+        let (meter, window) = self.model(&spec.model, "model")?;
+        let mut policy = self.policy.clone();
+        policy.context_window = match spec.budget {
+            Some(budget) => budget.saturating_add(policy.response_reserve),
+            None => window,
+        };
+        policy
+            .validate()
+            .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
+        let off = Offloader::new(store, blobs, &self.reduce);
+        let steps: StepIndex = off
+            .steps(session)?
+            .into_iter()
+            .map(|s| (s.call_id.clone(), s))
+            .collect();
+        let latest = store.latest_seq(session)?;
+        let events = store.read(session, 1..=latest)?;
+        let summaries: Vec<SummaryView> = store
+            .summaries(session)?
+            .into_iter()
+            .filter(|s| s.summary.from_seq == 1)
+            .map(|s| SummaryView {
+                version: s.version,
+                to_seq: s.summary.to_seq,
+                content: s.summary.content,
+            })
+            .collect();
+        let calls = store.model_calls(session)?;
+        let prev = calls
+            .last()
+            .and_then(|last| continued_state(last, &policy, &spec.model, spec.format));
+        let audience = Audience {
+            agent: Some(info.agent),
+            now_ms: events.last().map_or(info.created_ms, |e| e.ts_ms),
+        };
+        let input = RenderInput {
+            events: &events,
+            steps: &steps,
+            summaries: &summaries,
+            policy: &policy,
+            format: spec.format,
+            model: &spec.model,
+            tools: &spec.tools,
+            injections: &[],
+            audience: &audience,
+            meter: &meter,
+        };
+        let (prev_state, prev_seq) = prev.unwrap_or_default();
+        let rendered = render::render(&input, &prev_state, &mut CostMemo::new())
+            .map_err(|e| ApiError::invalid(format!("session `{session}`: {e}")))?;
+        let at_seq = render::last_seq(&events);
+        let model_call = if !spec.always_record && prev_seq == Some(at_seq) {
+            None
+        } else {
+            let call = store.record_model_call(&NewModelCall {
+                session: session.clone(),
+                at_seq,
+                created_ms: audience.now_ms,
+                receipt: serde_json::json!({
+                    "receipt": rendered.receipt,
+                    "state": rendered.state,
+                }),
+            })?;
+            Some(call.id)
+        };
+        Ok(RenderOutcome {
+            body: rendered.body(),
+            receipt: rendered.receipt,
+            model_call,
+        })
+    }
+}
+
+/// The compaction state of a recorded call to continue from, with the seq it was rendered at:
+/// only when it was made under the same policy, model and format.
+fn continued_state(
+    call: &loom_store::ModelCall,
+    policy: &Policy,
+    model: &str,
+    format: Format,
+) -> Option<(CompactionState, Option<u64>)> {
+    let receipt: Receipt = serde_json::from_value(call.call.receipt["receipt"].clone()).ok()?;
+    let state: CompactionState = serde_json::from_value(call.call.receipt["state"].clone()).ok()?;
+    (receipt.policy_version == policy.version()
+        && receipt.model == model
+        && receipt.format == format.as_str())
+    .then_some((state, Some(call.call.at_seq)))
+}

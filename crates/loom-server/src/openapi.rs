@@ -1,0 +1,306 @@
+//! `GET /openapi.json`: the OpenAPI 3.1 description of the HTTP API, built from the endpoint
+//! table below, which sits beside the routes it describes. A test drives every endpoint of the
+//! table and checks each response against the schema the table gives for its status, and that
+//! every `/loom/v1` route of the router is in the table.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+/// One operation: method, path, summary, request body schema, and response schemas by status.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Operation {
+    pub(crate) method: &'static str,
+    pub(crate) path: &'static str,
+    pub(crate) summary: &'static str,
+    pub(crate) query: &'static [(&'static str, &'static str, bool)],
+    pub(crate) request: Option<&'static str>,
+    pub(crate) responses: &'static [(u16, &'static str)],
+}
+
+const ERRORS: [(u16, &str); 3] = [(400, "Error"), (401, "Error"), (404, "Error")];
+
+macro_rules! responses {
+    ($(($status:expr, $schema:expr)),* $(,)?) => {
+        &[$(($status, $schema),)* ERRORS[0], ERRORS[1], ERRORS[2]]
+    };
+}
+
+/// Every operation of the HTTP API.
+pub(crate) const OPERATIONS: &[Operation] = &[
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions",
+        summary: "List the tenant's sessions",
+        query: &[],
+        request: None,
+        responses: responses![(200, "SessionList")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/sessions",
+        summary: "Create a session, optionally with its first events",
+        query: &[],
+        request: Some("CreateSession"),
+        responses: responses![(201, "Session"), (409, "Error")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions/{id}",
+        summary: "One session",
+        query: &[],
+        request: None,
+        responses: responses![(200, "Session")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions/{id}/events",
+        summary: "Read the log (seqs from..=to)",
+        query: &[("from", "integer", false), ("to", "integer", false)],
+        request: None,
+        responses: responses![(200, "EventList")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/sessions/{id}/events",
+        summary: "Append events in Loom's JSON form (all or nothing)",
+        query: &[],
+        request: Some("AppendEvents"),
+        responses: responses![(200, "Appended")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/import",
+        summary: "Import an OpenAI Chat, Anthropic Messages or OpenAI Responses history",
+        query: &[
+            ("session", "string", true),
+            ("format", "string", false),
+            ("agent", "string", false),
+        ],
+        request: Some("History"),
+        responses: responses![(200, "ImportReport"), (201, "ImportReport"), (409, "Error")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/sessions/{id}/render",
+        summary:
+            "Render the next model call's request (body and receipt), recorded as a model call",
+        query: &[],
+        request: Some("RenderRequest"),
+        responses: responses![(200, "Rendered")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions/{id}/explain",
+        summary: "What happened to one event in each recorded model call",
+        query: &[("event", "integer", true)],
+        request: None,
+        responses: responses![(200, "Explanation")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions/{id}/steps",
+        summary: "The session's tool results as reduced steps",
+        query: &[],
+        request: None,
+        responses: responses![(200, "StepList")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions/{id}/recall",
+        summary: "The original bytes behind a reference (outputs/... or sha256:...)",
+        query: &[("ref", "string", true)],
+        request: None,
+        responses: responses![(200, "Bytes")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/sessions/{id}/usage",
+        summary: "Record the usage a provider reported for a model call",
+        query: &[],
+        request: Some("UsageReport"),
+        responses: responses![(200, "ModelCall")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions/{id}/receipts",
+        summary: "Every model call's receipt and usage",
+        query: &[],
+        request: None,
+        responses: responses![(200, "ModelCallList")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/sessions/{id}/receipts/{call}",
+        summary: "One model call's receipt and usage",
+        query: &[],
+        request: None,
+        responses: responses![(200, "ModelCall")],
+    },
+];
+
+fn schemas() -> Value {
+    let obj = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
+    let nullable = |t: &str| json!({"type": [t, "null"]});
+    json!({
+        "Error": obj(json!({"error": obj(json!({
+            "type": {"type": "string"},
+            "message": {"type": "string"},
+            "field": nullable("string"),
+        }), &["type", "message", "field"])}), &["error"]),
+        "Session": obj(json!({
+            "id": {"type": "string"},
+            "agent": {"type": "string"},
+            "parent": nullable("string"),
+            "created_ms": {"type": "integer"},
+            "event_count": {"type": "integer", "minimum": 0},
+        }), &["id", "agent", "parent", "created_ms", "event_count"]),
+        "SessionList": obj(json!({"sessions": {"type": "array", "items": {"$ref": "#/components/schemas/Session"}}}), &["sessions"]),
+        "Event": {
+            "type": "object",
+            "description": "A log event; its fields by kind are documented in docs/formats.md",
+            "properties": {
+                "seq": {"type": "integer", "minimum": 1},
+                "ts_ms": {"type": "integer"},
+                "kind": {"type": "string", "enum": ["system", "user", "assistant", "tool_result", "direct_message", "spawn", "agent_result", "pin"]},
+            },
+            "required": ["seq", "ts_ms", "kind"],
+        },
+        "NewEvent": {
+            "type": "object",
+            "properties": {
+                "ts_ms": {"type": "integer"},
+                "kind": {"type": "string"},
+            },
+            "required": ["ts_ms", "kind"],
+        },
+        "EventList": obj(json!({"events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}}), &["events"]),
+        "CreateSession": obj(json!({
+            "id": {"type": "string"},
+            "agent": {"type": "string"},
+            "parent": {"type": "string"},
+            "events": {"type": "array", "items": {"$ref": "#/components/schemas/NewEvent"}},
+        }), &["id"]),
+        "AppendEvents": obj(json!({"events": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/NewEvent"}}}), &["events"]),
+        "Appended": obj(json!({"first_seq": {"type": "integer"}, "last_seq": {"type": "integer"}}), &["first_seq", "last_seq"]),
+        "History": {"description": "A conversation in a provider's form: a message list, or an object with `messages` (and `system`) or `input` (and `instructions`)", "type": ["object", "array"]},
+        "ImportReport": obj(json!({"sessions": {"type": "array", "items": obj(json!({
+            "id": {"type": "string"},
+            "outcome": {"type": "string", "enum": ["imported", "unchanged"]},
+            "events": {"type": "integer"},
+            "blobs": {"type": "integer"},
+        }), &["id", "outcome", "events", "blobs"])}}), &["sessions"]),
+        "RenderRequest": obj(json!({
+            "model": {"type": "string"},
+            "budget": {"type": "integer", "minimum": 1},
+            "format": {"type": "string", "enum": ["openai-chat", "openai-responses", "anthropic", "react"]},
+            "tools": {"type": "array"},
+        }), &["model"]),
+        "Receipt": {"type": "object", "required": ["model", "format", "at_seq", "estimate", "verbatim", "stubbed", "grouped", "summarized", "dropped"]},
+        "Rendered": obj(json!({
+            "body": {"type": "object"},
+            "receipt": {"$ref": "#/components/schemas/Receipt"},
+            "model_call": nullable("integer"),
+        }), &["body", "receipt", "model_call"]),
+        "Explanation": obj(json!({
+            "event": {"type": "integer"},
+            "kind": {"type": "string"},
+            "calls": {"type": "array", "items": obj(json!({
+                "call": {"type": "integer"},
+                "at_seq": {"type": "integer"},
+                "fate": {"type": "string"},
+            }), &["call", "at_seq", "fate"])},
+            "original": {"type": "object"},
+        }), &["event", "kind", "calls", "original"]),
+        "StepList": obj(json!({"steps": {"type": "array", "items": {"type": "object", "required": ["id", "observation", "success"]}}}), &["steps"]),
+        "Bytes": {"type": "string", "contentMediaType": "application/octet-stream"},
+        "UsageReport": obj(json!({
+            "call": {"type": "integer", "minimum": 1},
+            "input_tokens": {"type": "integer", "minimum": 0},
+            "cached_input_tokens": {"type": "integer", "minimum": 0},
+            "output_tokens": {"type": "integer", "minimum": 0},
+        }), &["call", "input_tokens"]),
+        "Usage": {"type": ["object", "null"]},
+        "ModelCall": obj(json!({
+            "id": {"type": "integer"},
+            "session": {"type": "string"},
+            "at_seq": {"type": "integer"},
+            "created_ms": {"type": "integer"},
+            "receipt": {},
+            "usage": {"$ref": "#/components/schemas/Usage"},
+        }), &["id", "session", "at_seq", "created_ms", "receipt", "usage"]),
+        "ModelCallList": obj(json!({"receipts": {"type": "array", "items": {"$ref": "#/components/schemas/ModelCall"}}}), &["receipts"]),
+    })
+}
+
+/// The whole description.
+pub(crate) fn document() -> Value {
+    let mut paths = Map::new();
+    for op in OPERATIONS {
+        let mut parameters: Vec<Value> = Vec::new();
+        for segment in op.path.split('/') {
+            if let Some(name) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                parameters.push(json!({
+                    "name": name, "in": "path", "required": true,
+                    "schema": {"type": if name == "call" { "integer" } else { "string" }},
+                }));
+            }
+        }
+        for (name, ty, required) in op.query {
+            parameters.push(
+                json!({"name": name, "in": "query", "required": required, "schema": {"type": ty}}),
+            );
+        }
+        let mut responses = Map::new();
+        for (status, schema) in op.responses {
+            let media = if *schema == "Bytes" {
+                "application/octet-stream"
+            } else {
+                "application/json"
+            };
+            responses.insert(
+                status.to_string(),
+                json!({
+                    "description": if *status < 300 { "success" } else { "error" },
+                    "content": {media: {"schema": {"$ref": format!("#/components/schemas/{schema}")}}},
+                }),
+            );
+        }
+        let mut operation = json!({
+            "summary": op.summary,
+            "parameters": parameters,
+            "responses": responses,
+            "security": [{"bearer": []}, {"apiKey": []}],
+        });
+        if let Some(schema) = op.request {
+            operation["requestBody"] = json!({
+                "required": true,
+                "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}},
+            });
+        }
+        let entry = paths
+            .entry(op.path.to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        entry[op.method] = operation;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Loom HTTP API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Everything the loom CLI does, for programs. Errors are {\"error\": {\"type\", \"message\", \"field\"}}. See docs/serve.md.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas(),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "A Loom key (--auth keys)"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key", "description": "A Loom key (--auth keys)"},
+            },
+        },
+    })
+}
+
+pub(crate) async fn serve() -> Response {
+    Json(document()).into_response()
+}

@@ -1,0 +1,586 @@
+//! The drop-in proxy: the providers' own endpoints, same wire format in and out.
+//!
+//! `POST /v1/chat/completions`, `/v1/responses` and `/v1/messages` are checked, logged and
+//! forwarded — unchanged in `observe` mode, with the conversation rendered by Loom for the model's
+//! window in `fit` mode — and their replies relayed as they arrive (see `upstream`).
+//! `POST /v1/messages/count_tokens` is answered locally; `GET /v1/models` is forwarded.
+//!
+//! Headers Loom reads: `X-Loom-Session` (the conversation; derived from the key and the
+//! conversation's opening when absent), `X-Loom-Mode` (`fit` or `observe`), `X-Loom-Budget`
+//! (input tokens). Headers Loom adds to the reply: `X-Loom-Session`, `X-Loom-Mode`,
+//! `X-Loom-Call` (the receipt's model call), `X-Loom-Diverged` (the session this call's history
+//! departed from, when it started a new one) and `X-Loom-Warning`. Errors are in the provider's
+//! own shape, so SDKs raise their usual exceptions.
+
+mod fit;
+pub(crate) mod sync;
+mod upstream;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use loom_core::render::ToolSpec;
+use loom_core::{AgentId, NewEvent, SessionId};
+use loom_provider::{check_request, error_body, Api};
+use loom_store::{NewModelCall, ProxyMode};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::auth::Principal;
+use crate::config::AuthMode;
+use crate::engine::RenderSpec;
+use crate::error::ApiError;
+use crate::state::{now_ms, AppState};
+use upstream::LogTarget;
+
+/// The proxy's routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
+        .route("/v1/models", get(models))
+}
+
+/// One lock per conversation (keyed by its base session), so one conversation's calls are
+/// synced, rendered and logged in order while other conversations run in parallel.
+#[derive(Debug, Default)]
+pub struct SessionLocks {
+    map: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Locks kept before unused ones are pruned.
+const LOCKS_BEFORE_PRUNE: usize = 4096;
+
+impl SessionLocks {
+    /// The lock of `session`.
+    pub fn get(&self, session: &SessionId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self
+            .map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() > LOCKS_BEFORE_PRUNE {
+            // A lock only the map holds guards nothing.
+            map.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        Arc::clone(map.entry(session.clone()).or_default())
+    }
+}
+
+/// A Loom error in the provider's shape.
+pub(crate) fn provider_error(api: Api, e: &ApiError) -> Response {
+    let body = error_body(api, e.status.as_u16(), &e.message, e.field.as_deref());
+    (e.status, Json(body)).into_response()
+}
+
+async fn chat(state: State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    proxy(state.0, Api::ChatCompletions, headers, body).await
+}
+
+async fn responses(state: State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    proxy(state.0, Api::Responses, headers, body).await
+}
+
+async fn messages(state: State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    proxy(state.0, Api::Messages, headers, body).await
+}
+
+/// What one proxied call decided before it goes upstream.
+struct Prepared {
+    body: Bytes,
+    model: String,
+    mode: ProxyMode,
+    target: LogTarget,
+    reply_headers: HeaderMap,
+}
+
+async fn proxy(state: Arc<AppState>, api: Api, headers: HeaderMap, raw: Bytes) -> Response {
+    let started = Instant::now();
+    let deadline = started + state.config.limits.request_timeout;
+    let principal = match state.authenticate(&headers).await {
+        Ok(p) => p,
+        Err(e) => return provider_error(api, &e),
+    };
+    let prepared = match prepare(&state, api, &principal, &headers, raw).await {
+        Ok(p) => p,
+        Err(e) => return provider_error(api, &e),
+    };
+    state.metrics.overhead(route(api), started.elapsed());
+    let permit = match tokio::time::timeout(
+        state.config.limits.queue_timeout,
+        state.upstream_slots.acquire(),
+    )
+    .await
+    {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            return provider_error(
+                api,
+                &ApiError::unavailable("too many upstream calls in flight; retry shortly"),
+            )
+        }
+    };
+    let request = upstream_request(&state, api, &principal, &headers, prepared.body);
+    let sent = tokio::time::timeout_at(deadline.into(), request.send()).await;
+    let upstream = match sent {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            let kind = if e.is_timeout() { "timeout" } else { "connect" };
+            state.metrics.upstream_error(upstream::provider(api), kind);
+            tracing::warn!("upstream {}: {e}", upstream::provider(api));
+            let status = if e.is_timeout() {
+                StatusCode::GATEWAY_TIMEOUT
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
+            let mut r = provider_error(
+                api,
+                &ApiError::upstream(
+                    status,
+                    format!("the upstream could not be reached: {}", without_url(&e)),
+                ),
+            );
+            r.headers_mut().extend(prepared.reply_headers);
+            return r;
+        }
+        Err(_) => {
+            state
+                .metrics
+                .upstream_error(upstream::provider(api), "timeout");
+            return provider_error(
+                api,
+                &ApiError::upstream(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the upstream did not answer in time",
+                ),
+            );
+        }
+    };
+    let mut extra = prepared.reply_headers;
+    set(&mut extra, "x-loom-mode", prepared.mode.as_str());
+    let response = upstream::relay(
+        Arc::clone(&state),
+        api,
+        prepared.model,
+        upstream,
+        extra,
+        prepared.target,
+        deadline,
+    )
+    .await;
+    drop(permit);
+    response
+}
+
+/// A reqwest error's text without the URL (which may name a private upstream).
+fn without_url(e: &reqwest::Error) -> String {
+    let text = e.to_string();
+    match e.url() {
+        Some(url) => text.replace(url.as_str(), "upstream"),
+        None => text,
+    }
+}
+
+fn route(api: Api) -> &'static str {
+    match api {
+        Api::ChatCompletions => "/v1/chat/completions",
+        Api::Responses => "/v1/responses",
+        Api::Messages => "/v1/messages",
+    }
+}
+
+fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(HeaderName::from_static(name), v);
+    }
+}
+
+/// Checks the request, syncs its history into the log, and renders it in `fit` mode.
+async fn prepare(
+    state: &Arc<AppState>,
+    api: Api,
+    principal: &Principal,
+    headers: &HeaderMap,
+    raw: Bytes,
+) -> Result<Prepared, ApiError> {
+    let value: Value = serde_json::from_slice(&raw)
+        .map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(client) = &value else {
+        return Err(ApiError::invalid("the body must be a JSON object"));
+    };
+    check_request(api, &value).map_err(|e| {
+        ApiError::invalid_field(e.field.clone(), format!("{}: {}", e.field, e.reason))
+    })?;
+    let model = client
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let mut warnings: Vec<String> = Vec::new();
+    let mut mode = match header(headers, "x-loom-mode") {
+        Some(text) => text.parse::<ProxyMode>().map_err(|_| {
+            ApiError::invalid_field("X-Loom-Mode", format!("`{text}`: expected fit or observe"))
+        })?,
+        None => principal.mode.unwrap_or(state.config.default_mode),
+    };
+    let budget = match header(headers, "x-loom-budget") {
+        Some(text) => Some(text.parse::<u64>().ok().filter(|b| *b > 0).ok_or_else(|| {
+            ApiError::invalid_field(
+                "X-Loom-Budget",
+                format!("`{text}`: expected a positive number of tokens"),
+            )
+        })?),
+        None => None,
+    };
+    if api == Api::Responses
+        && (client.contains_key("previous_response_id") || client.contains_key("conversation"))
+        && mode == ProxyMode::Fit
+    {
+        mode = ProxyMode::Observe;
+        warnings.push(
+            "the request relies on server-side state (previous_response_id or conversation): \
+             forwarded unfitted"
+                .into(),
+        );
+    }
+    let tools = match client.get("tools") {
+        Some(list) if mode == ProxyMode::Fit => match ToolSpec::parse_list(list) {
+            Ok(tools) => tools,
+            Err(e) => {
+                mode = ProxyMode::Observe;
+                warnings.push(format!(
+                    "tools Loom cannot budget ({e}): forwarded unfitted"
+                ));
+                Vec::new()
+            }
+        },
+        _ => Vec::new(),
+    };
+    let client_session = match header(headers, "x-loom-session") {
+        Some(id) => id.to_owned(),
+        None => derived_session(principal, api, &raw, state).await?,
+    };
+    let base = principal.scope(&client_session, "X-Loom-Session")?;
+    let agent = match &principal.agent {
+        Some(a) => a.clone(),
+        None => {
+            AgentId::new(crate::api::DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
+        }
+    };
+    let lock = state.session_locks.get(&base).lock_owned().await;
+    let format = import_format(api);
+    let spec = RenderSpec {
+        model: model.clone(),
+        budget,
+        format: fit::format_of(api),
+        tools,
+        always_record: true,
+    };
+    let raw_for_import = raw.clone();
+    let observe_receipt = json!({"observe": {"model": model, "api": route(api)}});
+    let (synced, outcome) = state
+        .blocking("syncing the conversation", move |s| {
+            let history = read_history(s, &base, format, &raw_for_import)?;
+            let synced = sync::sync(s.store.as_ref(), &base, &agent, &history)?;
+            let outcome = if mode == ProxyMode::Fit {
+                Some(
+                    s.engine
+                        .render(s.store.as_ref(), s.blobs.as_ref(), &synced.session, &spec)?,
+                )
+            } else {
+                None
+            };
+            Ok((synced, outcome))
+        })
+        .await?;
+    let session_for_call = synced.session.clone();
+    let (body, call) = match outcome {
+        Some(out) => {
+            if out.receipt.compaction.is_some() {
+                state.metrics.compaction_point();
+            }
+            let merged = fit::merge(api, client, &out.body);
+            let bytes = serde_json::to_vec(&merged)
+                .map_err(|_| ApiError::internal("serialising the request"))?;
+            (Bytes::from(bytes), out.model_call)
+        }
+        None => {
+            let call = state
+                .blocking("recording the call", move |s| {
+                    let at_seq = s.store.latest_seq(&session_for_call)?;
+                    let call = s.store.record_model_call(&NewModelCall {
+                        session: session_for_call,
+                        at_seq,
+                        created_ms: now_ms(),
+                        receipt: observe_receipt,
+                    })?;
+                    Ok(call.id)
+                })
+                .await?;
+            (raw, Some(call))
+        }
+    };
+    let mut reply_headers = HeaderMap::new();
+    let shown = principal
+        .unscope(&synced.session)
+        .unwrap_or(synced.session.as_str())
+        .to_owned();
+    set(&mut reply_headers, "x-loom-session", &shown);
+    if let Some(call) = call {
+        set(&mut reply_headers, "x-loom-call", &call.to_string());
+    }
+    if let Some(from) = &synced.diverged_from {
+        state.metrics.diverged();
+        set(
+            &mut reply_headers,
+            "x-loom-diverged",
+            principal.unscope(from).unwrap_or(from.as_str()),
+        );
+    }
+    if !warnings.is_empty() {
+        for w in &warnings {
+            tracing::warn!("{shown}: {w}");
+        }
+        set(&mut reply_headers, "x-loom-warning", &warnings.join("; "));
+    }
+    Ok(Prepared {
+        body,
+        model,
+        mode,
+        target: LogTarget {
+            session: synced.session,
+            call,
+            guard: Some(lock),
+        },
+        reply_headers,
+    })
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+fn import_format(api: Api) -> loom_import::Format {
+    match api {
+        Api::ChatCompletions => loom_import::Format::OpenAi,
+        Api::Responses => loom_import::Format::Responses,
+        Api::Messages => loom_import::Format::Anthropic,
+    }
+}
+
+/// The client's history as log events, read by the importers (long outputs go to the blob store).
+fn read_history(
+    s: &AppState,
+    session: &SessionId,
+    format: loom_import::Format,
+    raw: &[u8],
+) -> Result<Vec<NewEvent>, ApiError> {
+    let mut opts = loom_import::ParseOptions::new(now_ms());
+    opts.format = format;
+    opts.session = Some(session.clone());
+    let mut sessions =
+        loom_import::parse_reader("request", "request", raw, &opts, s.blobs.as_ref())?;
+    Ok(sessions.pop().map(|s| s.events).unwrap_or_default())
+}
+
+/// A stable session id for a conversation that names none: the key and the conversation's
+/// opening (its system prompt and first user message), hashed.
+async fn derived_session(
+    principal: &Principal,
+    api: Api,
+    raw: &Bytes,
+    state: &Arc<AppState>,
+) -> Result<String, ApiError> {
+    let format = import_format(api);
+    let raw = raw.clone();
+    let opening = state
+        .blocking("reading the conversation", move |s| {
+            let scratch =
+                SessionId::new("opening").map_err(|e| ApiError::invalid(e.to_string()))?;
+            let history = read_history(s, &scratch, format, &raw)?;
+            let end = history
+                .iter()
+                .position(|e| matches!(e.body, loom_core::EventBody::User { .. }))
+                .map_or(history.len(), |i| i + 1);
+            let opening: Vec<&loom_core::EventBody> =
+                history[..end].iter().map(|e| &e.body).collect();
+            serde_json::to_vec(&opening).map_err(|_| ApiError::internal("hashing the conversation"))
+        })
+        .await?;
+    let mut h = Sha256::new();
+    h.update(principal.key_id.as_deref().unwrap_or("local").as_bytes());
+    h.update([0]);
+    h.update(route(api).as_bytes());
+    h.update([0]);
+    h.update(&opening);
+    Ok(format!("auto-{}", &hex::encode(h.finalize())[..16]))
+}
+
+/// The upstream request: URL, credentials and the client's provider headers.
+fn upstream_request(
+    state: &AppState,
+    api: Api,
+    principal: &Principal,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> reqwest::RequestBuilder {
+    let (base, path) = match api {
+        Api::ChatCompletions => (&state.config.openai, "/chat/completions"),
+        Api::Responses => (&state.config.openai, "/responses"),
+        Api::Messages => (&state.config.anthropic, "/v1/messages"),
+    };
+    let mut req = state
+        .http
+        .post(format!("{}{path}", base.base_url))
+        .header("content-type", "application/json")
+        .body(body);
+    for (name, value) in headers {
+        if upstream::forwarded(name.as_str()) {
+            req = req.header(name.as_str(), value.as_bytes());
+        }
+    }
+    credentials(state, api, principal, req)
+}
+
+/// Puts the right credentials on an upstream request: the client's own under `--auth none`, the
+/// tenant's or the server's under `--auth keys`.
+fn credentials(
+    state: &AppState,
+    api: Api,
+    principal: &Principal,
+    mut req: reqwest::RequestBuilder,
+) -> reqwest::RequestBuilder {
+    if state.config.auth == AuthMode::None {
+        for (name, value) in &principal.forwarded {
+            req = req.header(name.as_str(), value.as_bytes());
+        }
+        return req;
+    }
+    let tenant = principal
+        .tenant
+        .as_ref()
+        .and_then(|t| state.config.tenant_keys.get(t));
+    let key = match api {
+        Api::ChatCompletions | Api::Responses => tenant
+            .and_then(|t| t.openai.clone())
+            .or_else(|| state.config.openai.key.clone()),
+        Api::Messages => tenant
+            .and_then(|t| t.anthropic.clone())
+            .or_else(|| state.config.anthropic.key.clone()),
+    };
+    match (api, key) {
+        (_, None) => req,
+        (Api::Messages, Some(key)) => req.header("x-api-key", key),
+        (_, Some(key)) => req.bearer_auth(key),
+    }
+}
+
+/// `POST /v1/messages/count_tokens`, answered locally: Loom's calibrated estimate for Claude
+/// models (which have no public tokenizer), exact counts for models that have one.
+async fn count_tokens(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let api = Api::Messages;
+    if let Err(e) = state.authenticate(&headers).await {
+        return provider_error(api, &e);
+    }
+    let counted = (|| {
+        let value: Value = serde_json::from_slice(&raw)
+            .map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}")))?;
+        let model = value
+            .get("model")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::invalid_field("model", "model: expected a string"))?;
+        if !value.get("messages").is_some_and(Value::is_array) {
+            return Err(ApiError::invalid_field(
+                "messages",
+                "messages: expected a list",
+            ));
+        }
+        let (tokenizer, _) = state.engine.model(model, "model")?;
+        let images = state
+            .engine
+            .registry
+            .lookup(model)
+            .map(|info| info.image)
+            .map_err(|e| ApiError::invalid_field("model", e.to_string()))?;
+        let count = loom_tokens::count_request(
+            loom_tokens::WireFormat::AnthropicMessages,
+            &value,
+            &tokenizer,
+            &images,
+        )
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+        Ok(count.messages + count.tool_calls + count.tools + count.images + count.overhead)
+    })();
+    match counted {
+        Ok(n) => Json(json!({ "input_tokens": n })).into_response(),
+        Err(e) => provider_error(api, &e),
+    }
+}
+
+/// `GET /v1/models`, forwarded to the OpenAI upstream.
+async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let api = Api::ChatCompletions;
+    let principal = match state.authenticate(&headers).await {
+        Ok(p) => p,
+        Err(e) => return provider_error(api, &e),
+    };
+    let req = state
+        .http
+        .get(format!("{}/models", state.config.openai.base_url));
+    let req = credentials(&state, api, &principal, req);
+    match tokio::time::timeout(state.config.limits.request_timeout, req.send()).await {
+        Ok(Ok(r)) => {
+            let status =
+                StatusCode::from_u16(r.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let content_type = r.headers().get("content-type").cloned();
+            match r.bytes().await {
+                Ok(body) => {
+                    let mut response = (status, body).into_response();
+                    if let Some(ct) = content_type {
+                        response.headers_mut().insert("content-type", ct);
+                    }
+                    response
+                }
+                Err(e) => provider_error(
+                    api,
+                    &ApiError::upstream(
+                        StatusCode::BAD_GATEWAY,
+                        format!("reading the upstream's model list: {}", without_url(&e)),
+                    ),
+                ),
+            }
+        }
+        Ok(Err(e)) => {
+            state.metrics.upstream_error("openai", "connect");
+            provider_error(
+                api,
+                &ApiError::upstream(
+                    StatusCode::BAD_GATEWAY,
+                    format!("the upstream could not be reached: {}", without_url(&e)),
+                ),
+            )
+        }
+        Err(_) => provider_error(
+            api,
+            &ApiError::upstream(
+                StatusCode::GATEWAY_TIMEOUT,
+                "the upstream did not answer in time",
+            ),
+        ),
+    }
+}

@@ -1,0 +1,326 @@
+//! Calling the upstream provider and relaying its answer: bytes reach the client unchanged and
+//! as they arrive, while Loom parses them into the assistant turn it logs.
+//!
+//! A stream is relayed chunk by chunk, except for the chunk that completes it (`[DONE]`,
+//! `message_stop`, `response.completed`): that one is held until the turn and its usage are
+//! durably logged, so a client that has received the whole reply can rely on it being in the
+//! log, even if the server dies right after. A stream that breaks off is relayed as broken (the
+//! client's SDK sees the error) and no partial turn is logged. Nothing is retried: once a byte
+//! has reached the client the answer is the upstream's.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use futures_util::StreamExt;
+use loom_core::{EventBody, MessageContent, NativeApi, NativeReasoning, NewEvent, SessionId};
+use loom_provider::{parse_reply, Api, AssistantReply, SseParser, StreamAssembler};
+use loom_store::Usage;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::error::ApiError;
+use crate::state::{now_ms, AppState};
+
+/// Largest non-streaming reply read into memory.
+const MAX_REPLY_BYTES: usize = 64 << 20;
+
+/// Response headers of the upstream that are relayed to the client.
+fn relayed(name: &str) -> bool {
+    name == "content-type"
+        || name == "retry-after"
+        || name == "request-id"
+        || name == "x-request-id"
+        || name.starts_with("openai-")
+        || name.starts_with("anthropic-")
+        || name.starts_with("x-ratelimit-")
+}
+
+/// Request headers of the client that are forwarded upstream (credentials are handled apart).
+pub(crate) fn forwarded(name: &str) -> bool {
+    name.starts_with("anthropic-") || name.starts_with("openai-") || name == "accept"
+}
+
+/// What the call is logged against.
+#[derive(Debug)]
+pub(crate) struct LogTarget {
+    /// The session (stored id).
+    pub session: SessionId,
+    /// The model call recorded for this request.
+    pub call: Option<u64>,
+    /// The conversation's lock, held until the reply is logged.
+    pub guard: Option<OwnedMutexGuard<()>>,
+}
+
+/// The provider's name in metrics.
+pub(crate) fn provider(api: Api) -> &'static str {
+    match api {
+        Api::ChatCompletions | Api::Responses => "openai",
+        Api::Messages => "anthropic",
+    }
+}
+
+/// Relays the upstream's response; `extra` headers (the session, the call) are added to it.
+pub(crate) async fn relay(
+    state: Arc<AppState>,
+    api: Api,
+    model: String,
+    upstream: reqwest::Response,
+    extra: HeaderMap,
+    target: LogTarget,
+    deadline: Instant,
+) -> Response {
+    let status =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut headers = HeaderMap::new();
+    for (name, value) in upstream.headers() {
+        if relayed(name.as_str()) {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_str().as_bytes()),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) {
+                headers.append(n, v);
+            }
+        }
+    }
+    headers.extend(extra);
+    let is_stream = upstream
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !status.is_success() {
+        state
+            .metrics
+            .upstream_error(provider(api), &format!("status_{}", status.as_u16()));
+        // The provider's own error, in its own shape, as it came.
+        let body = match read_limited(upstream, deadline).await {
+            Ok(b) => b,
+            Err(e) => return e.into_provider_response(api),
+        };
+        return respond(status, headers, Body::from(body));
+    }
+    if is_stream {
+        return stream(
+            state, api, model, upstream, status, headers, target, deadline,
+        );
+    }
+    let body = match read_limited(upstream, deadline).await {
+        Ok(b) => b,
+        Err(e) => {
+            state.metrics.upstream_error(provider(api), "read_failed");
+            return e.into_provider_response(api);
+        }
+    };
+    match parse_reply(api, &body) {
+        Ok(reply) => log_reply(&state, api, &model, target, reply).await,
+        Err(e) => {
+            state.metrics.unlogged_reply();
+            tracing::warn!(
+                "{}: a reply Loom cannot read was relayed unlogged: {e}",
+                target.session
+            );
+        }
+    }
+    respond(status, headers, Body::from(body))
+}
+
+fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// Reads a whole (bounded) body before the deadline.
+async fn read_limited(upstream: reqwest::Response, deadline: Instant) -> Result<Bytes, ProxyFault> {
+    let mut out = Vec::new();
+    let mut chunks = upstream.bytes_stream();
+    loop {
+        let next = tokio::time::timeout_at(deadline.into(), chunks.next()).await;
+        match next {
+            Err(_) => return Err(ProxyFault::Timeout),
+            Ok(None) => return Ok(Bytes::from(out)),
+            Ok(Some(Err(e))) => return Err(ProxyFault::Broken(e.to_string())),
+            Ok(Some(Ok(chunk))) => {
+                if out.len() + chunk.len() > MAX_REPLY_BYTES {
+                    return Err(ProxyFault::TooLarge);
+                }
+                out.extend_from_slice(&chunk);
+            }
+        }
+    }
+}
+
+/// An upstream failure before anything reached the client.
+#[derive(Debug)]
+pub(crate) enum ProxyFault {
+    Timeout,
+    Broken(String),
+    TooLarge,
+}
+
+impl ProxyFault {
+    fn into_provider_response(self, api: Api) -> Response {
+        let e = match self {
+            Self::Timeout => ApiError::upstream(
+                StatusCode::GATEWAY_TIMEOUT,
+                "the upstream did not answer in time",
+            ),
+            Self::Broken(why) => ApiError::upstream(
+                StatusCode::BAD_GATEWAY,
+                format!("the upstream's reply broke off: {why}"),
+            ),
+            Self::TooLarge => ApiError::upstream(
+                StatusCode::BAD_GATEWAY,
+                "the upstream's reply is larger than Loom relays",
+            ),
+        };
+        super::provider_error(api, &e)
+    }
+}
+
+#[expect(clippy::too_many_arguments, reason = "one relay, its parts named")]
+fn stream(
+    state: Arc<AppState>,
+    api: Api,
+    model: String,
+    upstream: reqwest::Response,
+    status: StatusCode,
+    headers: HeaderMap,
+    target: LogTarget,
+    deadline: Instant,
+) -> Response {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(32);
+    tokio::spawn(async move {
+        let session = target.session.clone();
+        let mut target = Some(target);
+        let mut parser = SseParser::new();
+        let mut assembler = Some(StreamAssembler::new(api));
+        let mut chunks = upstream.bytes_stream();
+        let mut parse_failed = false;
+        loop {
+            let next = tokio::time::timeout_at(deadline.into(), chunks.next()).await;
+            let chunk = match next {
+                Ok(Some(Ok(chunk))) => chunk,
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    state
+                        .metrics
+                        .upstream_error(provider(api), "dropped_stream");
+                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                    break;
+                }
+                Err(_) => {
+                    state.metrics.upstream_error(provider(api), "timeout");
+                    let _ = tx
+                        .send(Err(std::io::Error::other("the upstream stream timed out")))
+                        .await;
+                    break;
+                }
+            };
+            if let Some(asm) = assembler.as_mut() {
+                for event in parser.push(&chunk) {
+                    if let Err(e) = asm.push(&event) {
+                        if !parse_failed {
+                            tracing::warn!("{session}: stream not understood: {e}");
+                        }
+                        parse_failed = true;
+                    }
+                }
+            }
+            if assembler.as_ref().is_some_and(StreamAssembler::is_complete) {
+                // Log before the client can see the end of the reply.
+                if let (Some(asm), Some(target)) = (assembler.take(), target.take()) {
+                    match asm.finish() {
+                        Ok(reply) => log_reply(&state, api, &model, target, reply).await,
+                        Err(e) => {
+                            state.metrics.unlogged_reply();
+                            tracing::warn!("{session}: stream not logged: {e}");
+                        }
+                    }
+                }
+            }
+            if tx.send(Ok(chunk)).await.is_err() {
+                // The client went away; nothing more to relay.
+                break;
+            }
+        }
+        if assembler.is_some() {
+            // The stream ended before it completed: nothing partial is logged.
+            tracing::warn!("{session}: the upstream stream ended before it completed; not logged");
+        }
+    });
+    let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    respond(status, headers, Body::from_stream(body))
+}
+
+/// Appends the assistant turn and records its usage against the call; a failure is counted and
+/// logged, never turned into an error for a client that already has its reply.
+async fn log_reply(
+    state: &Arc<AppState>,
+    api: Api,
+    model: &str,
+    target: LogTarget,
+    reply: AssistantReply,
+) {
+    if let Some(u) = &reply.usage {
+        state.metrics.tokens(
+            model,
+            u.input_tokens,
+            u.cached_input_tokens.unwrap_or(0),
+            u.output_tokens.unwrap_or(0),
+        );
+    }
+    let LogTarget {
+        session,
+        call,
+        guard,
+    } = target;
+    let event = assistant_event(api, reply.clone());
+    let usage = reply.usage.map(|u| Usage {
+        input_tokens: u.input_tokens,
+        cached_input_tokens: u.cached_input_tokens,
+        output_tokens: u.output_tokens,
+        reported_ms: now_ms(),
+    });
+    let logged = state
+        .blocking("logging a reply", move |s| {
+            s.store.append(&session, &[event])?;
+            if let (Some(call), Some(usage)) = (call, usage) {
+                s.store.report_usage(&session, call, &usage)?;
+            }
+            Ok(())
+        })
+        .await;
+    drop(guard);
+    if let Err(e) = logged {
+        state.metrics.unlogged_reply();
+        tracing::warn!("a reply was relayed but not logged: {e}");
+    }
+}
+
+/// The log's form of a reply.
+pub(crate) fn assistant_event(api: Api, reply: AssistantReply) -> NewEvent {
+    let native = match api {
+        _ if reply.native.is_empty() => None,
+        Api::Messages => Some(NativeApi::Anthropic),
+        Api::Responses => Some(NativeApi::OpenaiResponses),
+        Api::ChatCompletions => None,
+    }
+    .map(|api| NativeReasoning {
+        api,
+        items: reply.native.clone(),
+    });
+    NewEvent::new(
+        now_ms(),
+        EventBody::Assistant {
+            content: reply.content.map(MessageContent::Text),
+            reasoning: reply.reasoning,
+            native,
+            tool_calls: reply.tool_calls,
+            name: None,
+        },
+    )
+}

@@ -1,0 +1,4 @@
+mod api;
+mod isolation;
+mod proxy;
+mod support;

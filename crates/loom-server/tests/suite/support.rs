@@ -1,0 +1,130 @@
+//! A server and a mock upstream for one test.
+
+use std::sync::Arc;
+
+use loom_mock_upstream::{Mock, MockHandle};
+use loom_server::{AppState, AuthMode, Engine, ServeArgs, ServeConfig};
+use loom_store::{new_api_key, ProxyMode, Store, TenantId, Workspace};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// A running `loom serve` against a mock upstream.
+pub(crate) struct Server {
+    pub(crate) url: String,
+    pub(crate) state: Arc<AppState>,
+    pub(crate) mock: MockHandle,
+    pub(crate) http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+pub(crate) async fn start(auth: AuthMode, mode: ProxyMode) -> Server {
+    let mock = Mock::spawn().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("loom.db");
+    let mut config = ServeConfig::resolve(
+        ServeArgs {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            db: db.clone(),
+            config: None,
+            upstream_openai: Some(format!("{}/v1", mock.base_url())),
+            upstream_anthropic: Some(mock.base_url()),
+            auth: Some(auth),
+        },
+        &|name| (name == "LOOM_UPSTREAM_OPENAI_KEY").then(|| "sk-upstream".to_owned()),
+    )
+    .unwrap();
+    config.default_mode = mode;
+    let ws = Workspace::open(&db).unwrap();
+    let engine = Engine {
+        registry: loom_tokens::Registry::built_in().unwrap(),
+        policy: loom_core::render::Policy::default(),
+        reduce: loom_core::ReduceConfig::default(),
+    };
+    let state = loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(
+        loom_server::serve(Arc::clone(&state), listener, async {
+            let _ = stopped.await;
+        })
+        .map_unit(),
+    );
+    Server {
+        url,
+        state,
+        mock,
+        http: reqwest::Client::new(),
+        stop: Some(stop),
+        task: Some(task),
+        _dir: dir,
+    }
+}
+
+trait MapUnit {
+    fn map_unit(self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+impl<F, T> MapUnit for F
+where
+    F: std::future::Future<Output = T> + Send,
+{
+    async fn map_unit(self) {
+        let _ = self.await;
+    }
+}
+
+impl Server {
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.state.store.as_ref()
+    }
+
+    /// A new key for `tenant`.
+    pub(crate) fn key(&self, tenant: &str) -> String {
+        let (secret, key) = new_api_key(TenantId::new(tenant).unwrap(), None, None, 1).unwrap();
+        self.store().create_key(&key).unwrap();
+        secret
+    }
+
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> reqwest::Response {
+        let mut req = self.http.post(format!("{}{path}", self.url)).json(body);
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        req.send().await.unwrap()
+    }
+
+    pub(crate) async fn get(&self, path: &str, key: Option<&str>) -> reqwest::Response {
+        let mut req = self.http.get(format!("{}{path}", self.url));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Stops the server and waits for in-flight requests.
+    pub(crate) async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap();
+        }
+    }
+}
+
+/// Reads an SSE body whole.
+pub(crate) async fn text(r: reqwest::Response) -> String {
+    r.text().await.unwrap()
+}
