@@ -7,11 +7,12 @@
 //! run it off the async threads.
 
 use loom_core::render::{
-    self, Audience, CompactionState, CostMemo, Format, Policy, Receipt, RenderInput, StepIndex,
-    SummaryView, ToolSpec,
+    self, CompactionState, Format, Policy, Receipt, RenderInput, SummaryView, ToolSpec,
 };
-use loom_core::{ReduceConfig, SessionId};
-use loom_store::{BlobStore, NewModelCall, Offloader, Store};
+use loom_core::ReduceConfig;
+use loom_store::{NewModelCall, Store};
+
+use crate::live::Live;
 use loom_tokens::{Registry, Tokenizer};
 
 use crate::error::{ApiError, Result};
@@ -56,29 +57,37 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// The token counter and window of a model; an unknown model is bad input naming `field`.
-    pub fn model(&self, model: &str, field: &str) -> Result<(Tokenizer, u64)> {
-        let info = self
-            .registry
-            .lookup(model)
-            .map_err(|e| ApiError::invalid_field(field, e.to_string()))?;
+    /// The token counter and window of a model. An unknown model is bad input naming `field`,
+    /// unless `estimate_unknown` (the caller gave a budget): then Loom's calibrated estimate
+    /// counts, and the window is the caller's to give.
+    pub fn model(
+        &self,
+        model: &str,
+        field: &str,
+        estimate_unknown: bool,
+    ) -> Result<(Tokenizer, u64)> {
+        let info = match self.registry.lookup(model) {
+            Ok(info) => info,
+            Err(_) if estimate_unknown => {
+                return Ok((Tokenizer::Estimate(Default::default()), u64::MAX));
+            }
+            Err(e) => return Err(ApiError::invalid_field(field, e.to_string())),
+        };
         let tokenizer = Tokenizer::for_model(info)
             .map_err(|e| ApiError::invalid_field(field, format!("model `{model}`: {e}")))?;
         Ok((tokenizer, info.context_window))
     }
 
-    /// Renders `session` for `spec` and records the receipt.
+    /// Renders a live session for `spec` and records the receipt. The caller has caught the
+    /// session up with the store ([`Live::refresh`]) and holds it for the call.
     pub fn render(
         &self,
         store: &dyn Store,
-        blobs: &dyn BlobStore,
-        session: &SessionId,
+        live: &mut Live,
         spec: &RenderSpec,
     ) -> Result<RenderOutcome> {
-        let info = store
-            .session(session)?
-            .ok_or_else(|| ApiError::not_found(format!("session `{session}` not found")))?;
-        let (meter, window) = self.model(&spec.model, "model")?;
+        let session = live.id().clone();
+        let (meter, window) = self.model(&spec.model, "model", spec.budget.is_some())?;
         let mut policy = self.policy.clone();
         policy.context_window = match spec.budget {
             Some(budget) => budget.saturating_add(policy.response_reserve),
@@ -87,16 +96,8 @@ impl Engine {
         policy
             .validate()
             .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
-        let off = Offloader::new(store, blobs, &self.reduce);
-        let steps: StepIndex = off
-            .steps(session)?
-            .into_iter()
-            .map(|s| (s.call_id.clone(), s))
-            .collect();
-        let latest = store.latest_seq(session)?;
-        let events = store.read(session, 1..=latest)?;
         let summaries: Vec<SummaryView> = store
-            .summaries(session)?
+            .summaries(&session)?
             .into_iter()
             .filter(|s| s.summary.from_seq == 1)
             .map(|s| SummaryView {
@@ -105,17 +106,15 @@ impl Engine {
                 content: s.summary.content,
             })
             .collect();
-        let calls = store.model_calls(session)?;
-        let prev = calls
-            .last()
-            .and_then(|last| continued_state(last, &policy, &spec.model, spec.format));
-        let audience = Audience {
-            agent: Some(info.agent),
-            now_ms: events.last().map_or(info.created_ms, |e| e.ts_ms),
-        };
+        let prev = store
+            .last_model_call(&session)?
+            .and_then(|last| continued_state(&last, &policy, &spec.model, spec.format));
+        let now_ms = live.now_ms();
+        let audience = live.audience_at(now_ms);
+        let (events, steps, projection, memo) = live.parts(&audience);
         let input = RenderInput {
-            events: &events,
-            steps: &steps,
+            events,
+            steps,
             summaries: &summaries,
             policy: &policy,
             format: spec.format,
@@ -126,16 +125,16 @@ impl Engine {
             meter: &meter,
         };
         let (prev_state, prev_seq) = prev.unwrap_or_default();
-        let rendered = render::render(&input, &prev_state, &mut CostMemo::new())
+        let rendered = render::render_projection(&input, &projection, &prev_state, memo)
             .map_err(|e| ApiError::invalid(format!("session `{session}`: {e}")))?;
-        let at_seq = render::last_seq(&events);
+        let at_seq = render::last_seq(events);
         let model_call = if !spec.always_record && prev_seq == Some(at_seq) {
             None
         } else {
             let call = store.record_model_call(&NewModelCall {
                 session: session.clone(),
                 at_seq,
-                created_ms: audience.now_ms,
+                created_ms: now_ms,
                 receipt: serde_json::json!({
                     "receipt": rendered.receipt,
                     "state": rendered.state,

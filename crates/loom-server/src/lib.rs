@@ -16,6 +16,7 @@ pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod live;
 pub mod metrics;
 mod openapi;
 pub mod proxy;
@@ -72,6 +73,7 @@ pub fn state(
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| ServeError::Client(e.to_string()))?;
+    let config_live = config.limits.live_sessions;
     Ok(Arc::new(AppState {
         store,
         blobs,
@@ -81,6 +83,7 @@ pub fn state(
         http,
         metrics: metrics::Metrics::default(),
         session_locks: proxy::SessionLocks::default(),
+        live: live::LiveSessions::new(config_live),
     }))
 }
 
@@ -153,7 +156,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(0),
+        state.metrics.render(state.live.len()),
     )
         .into_response()
 }

@@ -13,6 +13,7 @@ use crate::auth::{self, Principal};
 use crate::config::{AuthMode, ServeConfig};
 use crate::engine::Engine;
 use crate::error::{ApiError, Result};
+use crate::live::{Backend, LiveSessions};
 use crate::metrics::Metrics;
 
 /// The server's shared state.
@@ -35,9 +36,21 @@ pub struct AppState {
     /// Serialises the sync of one session's history, so two requests of one conversation never
     /// append the same new messages twice.
     pub session_locks: crate::proxy::SessionLocks,
+    /// Sessions whose render state is kept in memory.
+    pub live: LiveSessions,
 }
 
 impl AppState {
+    /// What live sessions read and write through.
+    pub fn backend(&self) -> Backend<'_> {
+        Backend {
+            store: self.store.as_ref(),
+            blobs: self.blobs.as_ref(),
+            reduce: &self.engine.reduce,
+            live: &self.live,
+        }
+    }
+
     /// Runs blocking store work on the blocking pool; a panic there is an internal error, never
     /// a dropped connection.
     pub async fn blocking<T, F>(self: &Arc<Self>, doing: &'static str, f: F) -> Result<T>

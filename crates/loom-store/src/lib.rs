@@ -93,6 +93,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Every receipt of the session, in the order they were recorded.
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>>;
 
+    /// The last receipt of the session, if any: what a render continues from. Backends answer
+    /// it without reading every receipt.
+    fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
+        Ok(self.model_calls(session)?.pop())
+    }
+
     /// Records what the provider reported model call `call` of the session used; returns the
     /// call as stored.
     ///

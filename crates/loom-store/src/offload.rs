@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use loom_core::{
-    BlobRef, ContentPart, ContentStats, EventBody, Ingest, ReduceConfig, SessionId, Step,
+    BlobRef, ContentPart, ContentStats, Event, EventBody, Ingest, ReduceConfig, SessionId, Step,
     ToolOutput,
 };
 
@@ -83,30 +83,16 @@ impl<'a> Offloader<'a> {
         let mut from = 1;
         while from <= last {
             let to = from.saturating_add(PAGE - 1).min(last);
-            for event in self.store.read(session, from..=to)? {
-                // Every result counts for the numbering, derived before or not.
-                let Some(arrived) = ingest.next(&event) else {
-                    continue;
-                };
-                report.results += 1;
-                let EventBody::ToolResult { content, .. } = &event.body else {
-                    continue;
-                };
-                if known.contains(arrived.call_id()) {
-                    continue;
-                }
-                // Stats of the original bytes, which an offloaded event only refers to.
-                let bytes = self.original(content)?;
-                let stats = ContentStats::of(&bytes);
-                let reduction = arrived.reduce(self.config, &bytes, &stats);
-                if let Some(alias) = &reduction.offload {
-                    self.offload(session, alias, content, &bytes, &stats)?;
-                    report.offloaded += 1;
-                    report.offloaded_bytes += stats.bytes;
-                }
-                records.push(record(session, &reduction.step)?);
-                report.derived += 1;
-            }
+            let page = self.store.read(session, from..=to)?;
+            self.reduce_events(
+                session,
+                &mut ingest,
+                &page,
+                &known,
+                &mut report,
+                &mut records,
+                None,
+            )?;
             from = to.saturating_add(1);
         }
         // Blobs and aliases first, steps last and in one batch: a step never points at an
@@ -115,6 +101,77 @@ impl<'a> Offloader<'a> {
             self.store.put_steps(session, &records)?;
         }
         Ok(report)
+    }
+
+    /// Derives and stores the steps of the results among `events`, the next events of the
+    /// session's log after those `ingest` has already seen, and returns them: a live session
+    /// (a server's cache) costs O(new events) per call instead of a pass over its whole log.
+    /// Deriving is deterministic, so a step another process derived first is stored again as the
+    /// same step.
+    pub fn derive_next(
+        &self,
+        session: &SessionId,
+        ingest: &mut Ingest,
+        events: &[Event],
+    ) -> Result<Vec<Step>> {
+        let mut report = OffloadReport::default();
+        let mut records = Vec::new();
+        let mut steps = Vec::new();
+        self.reduce_events(
+            session,
+            ingest,
+            events,
+            &BTreeSet::new(),
+            &mut report,
+            &mut records,
+            Some(&mut steps),
+        )?;
+        if !records.is_empty() {
+            self.store.put_steps(session, &records)?;
+        }
+        Ok(steps)
+    }
+
+    /// Feeds `events` to `ingest`, reducing the results whose call is not in `known`.
+    #[expect(clippy::too_many_arguments, reason = "the loop's state, named")]
+    fn reduce_events(
+        &self,
+        session: &SessionId,
+        ingest: &mut Ingest,
+        events: &[Event],
+        known: &BTreeSet<String>,
+        report: &mut OffloadReport,
+        records: &mut Vec<StepRecord>,
+        mut steps: Option<&mut Vec<Step>>,
+    ) -> Result<()> {
+        for event in events {
+            // Every result counts for the numbering, derived before or not.
+            let Some(arrived) = ingest.next(event) else {
+                continue;
+            };
+            report.results += 1;
+            let EventBody::ToolResult { content, .. } = &event.body else {
+                continue;
+            };
+            if known.contains(arrived.call_id()) {
+                continue;
+            }
+            // Stats of the original bytes, which an offloaded event only refers to.
+            let bytes = self.original(content)?;
+            let stats = ContentStats::of(&bytes);
+            let reduction = arrived.reduce(self.config, &bytes, &stats);
+            if let Some(alias) = &reduction.offload {
+                self.offload(session, alias, content, &bytes, &stats)?;
+                report.offloaded += 1;
+                report.offloaded_bytes += stats.bytes;
+            }
+            records.push(record(session, &reduction.step)?);
+            if let Some(steps) = steps.as_deref_mut() {
+                steps.push(reduction.step);
+            }
+            report.derived += 1;
+        }
+        Ok(())
     }
 
     /// The session's steps, deriving the missing ones first.

@@ -305,6 +305,7 @@ async fn render(
             .map_err(|e| ApiError::invalid_field("tools", e.to_string()))?,
     };
     let (sid, _) = existing(&state, &p, &id).await?;
+    let id = id.clone();
     let spec = RenderSpec {
         model: req.model,
         budget: req.budget,
@@ -316,8 +317,12 @@ async fn render(
     let _guard = lock.lock().await;
     let out = state
         .blocking("rendering", move |s| {
-            s.engine
-                .render(s.store.as_ref(), s.blobs.as_ref(), &sid, &spec)
+            let live = s
+                .live
+                .get(s.backend(), &sid)?
+                .ok_or_else(|| ApiError::not_found(format!("session `{id}` not found")))?;
+            let mut live = crate::live::lock_live(&live);
+            s.engine.render(s.store.as_ref(), &mut live, &spec)
         })
         .await?;
     if out.receipt.compaction.is_some() && out.model_call.is_some() {

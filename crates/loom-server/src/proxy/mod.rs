@@ -289,19 +289,20 @@ async fn prepare(
     let (synced, outcome) = state
         .blocking("syncing the conversation", move |s| {
             let history = read_history(s, &base, format, &raw_for_import)?;
-            let synced = sync::sync(s.store.as_ref(), &base, &agent, &history)?;
+            let synced = sync::sync(s.backend(), &base, &agent, &history)?;
+            tracing::debug!("{base}: {} new events", synced.appended);
             let outcome = if mode == ProxyMode::Fit {
-                Some(
-                    s.engine
-                        .render(s.store.as_ref(), s.blobs.as_ref(), &synced.session, &spec)?,
-                )
+                let mut live = crate::live::lock_live(&synced.live);
+                Some(s.engine.render(s.store.as_ref(), &mut live, &spec)?)
             } else {
                 None
             };
-            Ok((synced, outcome))
+            let session = crate::live::lock_live(&synced.live).id().clone();
+            Ok(((session, synced.diverged_from), outcome))
         })
         .await?;
-    let session_for_call = synced.session.clone();
+    let (session, diverged_from) = synced;
+    let session_for_call = session.clone();
     let (body, call) = match outcome {
         Some(out) => {
             if out.receipt.compaction.is_some() {
@@ -330,14 +331,14 @@ async fn prepare(
     };
     let mut reply_headers = HeaderMap::new();
     let shown = principal
-        .unscope(&synced.session)
-        .unwrap_or(synced.session.as_str())
+        .unscope(&session)
+        .unwrap_or(session.as_str())
         .to_owned();
     set(&mut reply_headers, "x-loom-session", &shown);
     if let Some(call) = call {
         set(&mut reply_headers, "x-loom-call", &call.to_string());
     }
-    if let Some(from) = &synced.diverged_from {
+    if let Some(from) = &diverged_from {
         state.metrics.diverged();
         set(
             &mut reply_headers,
@@ -356,7 +357,7 @@ async fn prepare(
         model,
         mode,
         target: LogTarget {
-            session: synced.session,
+            session,
             call,
             guard: Some(lock),
         },
@@ -510,7 +511,7 @@ async fn count_tokens(
                 "messages: expected a list",
             ));
         }
-        let (tokenizer, _) = state.engine.model(model, "model")?;
+        let (tokenizer, _) = state.engine.model(model, "model", false)?;
         let images = state
             .engine
             .registry

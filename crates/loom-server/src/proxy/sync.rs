@@ -13,10 +13,13 @@
 //! (id, name, arguments). Reasoning is not compared: Chat clients cannot send it back, and the
 //! log keeps what the provider produced.
 
+use std::sync::{Arc, Mutex};
+
 use loom_core::{AgentId, Event, EventBody, NewEvent, SessionId};
 use loom_store::{NewSession, Store};
 
 use crate::error::{ApiError, Result};
+use crate::live::{lock_live, Backend, Live};
 use crate::state::now_ms;
 
 /// Forks of one conversation are named `ID~2`, `ID~3`, ...
@@ -26,10 +29,11 @@ const FORK_MARK: char = '~';
 const MAX_FORKS: u32 = 64;
 
 /// Where a history landed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Synced {
-    /// The session the call belongs to (the base id or a fork of it).
-    pub session: SessionId,
+    /// The session the call belongs to (the base id or a fork of it), caught up with the store
+    /// and holding the whole history.
+    pub live: Arc<Mutex<Live>>,
     /// Events appended by this call.
     pub appended: usize,
     /// The session the history departed from, when this call started a fork.
@@ -39,42 +43,39 @@ pub(crate) struct Synced {
 /// Appends the new part of `history` to the session `base` (or one of its forks), creating it if
 /// needed. The caller holds the conversation's lock.
 pub(crate) fn sync(
-    store: &dyn Store,
+    b: Backend<'_>,
     base: &SessionId,
     agent: &AgentId,
     history: &[NewEvent],
 ) -> Result<Synced> {
-    let Some(_) = store.session(base)? else {
-        create(store, base, agent, None, history)?;
+    if b.store.session(base)?.is_none() {
+        create(b.store, base, agent, None, history)?;
         return Ok(Synced {
-            session: base.clone(),
+            live: loaded(b, base)?,
             appended: history.len(),
             diverged_from: None,
         });
-    };
+    }
     // The newest fork first: a conversation most often continues where it was last seen.
     let mut forks = vec![base.clone()];
     for n in 2..=MAX_FORKS {
         let id = fork_id(base, n)?;
-        if store.session(&id)?.is_none() {
+        if b.store.session(&id)?.is_none() {
             break;
         }
         forks.push(id);
     }
     for id in forks.iter().rev() {
-        let log_len = store.latest_seq(id)?;
-        if log_len > history.len() as u64 {
-            continue;
-        }
-        let log = store.read(id, 1..=log_len)?;
-        if extends(&log, history) {
-            let new = &history[log.len()..];
-            if !new.is_empty() {
-                store.append(id, new)?;
-            }
+        let live = loaded(b, id)?;
+        let mut state = lock_live(&live);
+        if extends(&state.events, history) {
+            let new = &history[state.events.len()..];
+            state.append(b, new)?;
+            let appended = new.len();
+            drop(state);
             return Ok(Synced {
-                session: id.clone(),
-                appended: new.len(),
+                live,
+                appended,
                 diverged_from: None,
             });
         }
@@ -82,19 +83,26 @@ pub(crate) fn sync(
     let newest = forks.last().unwrap_or(base).clone();
     let next = u32::try_from(forks.len() + 1).unwrap_or(u32::MAX);
     let id = fork_id(base, next)?;
-    if next > MAX_FORKS || store.session(&id)?.is_some() {
+    if next > MAX_FORKS || b.store.session(&id)?.is_some() {
         return Err(ApiError::conflict(format!(
             "session `{base}`: the history diverged from all of its {} forks; name a new \
              session with X-Loom-Session",
             forks.len()
         )));
     }
-    create(store, &id, agent, Some(newest.clone()), history)?;
+    create(b.store, &id, agent, Some(newest.clone()), history)?;
     Ok(Synced {
-        session: id,
+        live: loaded(b, &id)?,
         appended: history.len(),
         diverged_from: Some(newest),
     })
+}
+
+/// The live state of a session that exists.
+fn loaded(b: Backend<'_>, id: &SessionId) -> Result<Arc<Mutex<Live>>> {
+    b.live
+        .get(b, id)?
+        .ok_or_else(|| ApiError::internal(format!("loading session `{id}` just written")))
 }
 
 fn create(
@@ -171,8 +179,10 @@ fn same_arguments(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::LiveSessions;
+    use loom_core::ReduceConfig;
     use loom_core::{MessageContent, ToolCall};
-    use loom_store::MemoryStore;
+    use loom_store::{MemoryBlobStore, MemoryStore};
 
     fn user(text: &str) -> NewEvent {
         NewEvent::new(
@@ -207,51 +217,59 @@ mod tests {
     #[test]
     fn only_the_new_part_is_appended_and_a_divergence_forks() {
         let store = MemoryStore::new();
+        let blobs = MemoryBlobStore::new();
+        let reduce = ReduceConfig::default();
+        let live = LiveSessions::new(8);
+        let b = Backend {
+            store: &store,
+            blobs: &blobs,
+            reduce: &reduce,
+            live: &live,
+        };
+        let sync = |history: &[NewEvent]| {
+            let r = sync(
+                b,
+                &SessionId::new("s").unwrap(),
+                &AgentId::new("a").unwrap(),
+                history,
+            )
+            .unwrap();
+            let id = lock_live(&r.live).id().clone();
+            (id, r.appended, r.diverged_from)
+        };
         let base = SessionId::new("s").unwrap();
-        let agent = AgentId::new("a").unwrap();
         let mut history = vec![user("hi")];
-        let r = sync(&store, &base, &agent, &history).unwrap();
-        assert_eq!((r.appended, r.diverged_from), (1, None));
+        let (_, appended, diverged) = sync(&history);
+        assert_eq!((appended, diverged), (1, None));
+        // The reply is logged behind the live session's back, as another server would.
         store.append(&base, &[assistant("hello", &[])]).unwrap();
         // The client sends the reply back (re-serialised), and a new message.
         history.push(assistant("hello", &[]));
         history.push(user("more"));
-        let r = sync(&store, &base, &agent, &history).unwrap();
-        assert_eq!((r.session.as_str(), r.appended), ("s", 1));
+        let (id, appended, _) = sync(&history);
+        assert_eq!((id.as_str(), appended), ("s", 1));
         assert_eq!(store.latest_seq(&base).unwrap(), 3);
         // The same history again appends nothing.
-        assert_eq!(sync(&store, &base, &agent, &history).unwrap().appended, 0);
+        assert_eq!(sync(&history).1, 0);
         // An edited message starts a fork that records where it came from.
         let edited = vec![user("hi"), assistant("hello", &[]), user("other")];
-        let r = sync(&store, &base, &agent, &edited).unwrap();
-        assert_eq!(r.session.as_str(), "s~2");
-        assert_eq!(r.diverged_from.as_ref().map(SessionId::as_str), Some("s"));
+        let (fork_id, _, diverged) = sync(&edited);
+        assert_eq!(fork_id.as_str(), "s~2");
+        assert_eq!(diverged.as_ref().map(SessionId::as_str), Some("s"));
         assert_eq!(
             store.latest_seq(&base).unwrap(),
             3,
             "the log is never rewritten"
         );
-        let fork = store.session(&r.session).unwrap().unwrap();
+        let fork = store.session(&fork_id).unwrap().unwrap();
         assert_eq!(fork.parent.as_ref().map(SessionId::as_str), Some("s"));
         // Each history continues the fork it extends.
         let mut first = history.clone();
         first.push(user("again"));
-        assert_eq!(
-            sync(&store, &base, &agent, &first)
-                .unwrap()
-                .session
-                .as_str(),
-            "s"
-        );
+        assert_eq!(sync(&first).0.as_str(), "s");
         let mut second = edited.clone();
         second.push(user("again"));
-        assert_eq!(
-            sync(&store, &base, &agent, &second)
-                .unwrap()
-                .session
-                .as_str(),
-            "s~2"
-        );
+        assert_eq!(sync(&second).0.as_str(), "s~2");
     }
 
     #[test]

@@ -1,4 +1,5 @@
 mod api;
 mod isolation;
+mod props;
 mod proxy;
 mod support;

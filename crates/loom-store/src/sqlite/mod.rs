@@ -460,6 +460,20 @@ impl Store for SqliteStore {
         })
     }
 
+    fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            Ok(query_all(
+                tx,
+                &format!("{MODEL_CALL_COLUMNS} WHERE session = ?1 ORDER BY id DESC LIMIT 1"),
+                [pk],
+                ("model_calls", "reading the last model call"),
+                |row| model_call(row, session),
+            )?
+            .pop())
+        })
+    }
+
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
         self.write(|tx| {
             let SessionRow { pk, .. } = find_session(tx, session)?

@@ -112,13 +112,16 @@ pub(crate) fn summaries_are_checked_and_versioned<H: StoreHarness>(h: &mut H) {
 pub(crate) fn model_calls_are_numbered<H: StoreHarness>(h: &mut H) {
     let store = h.store();
     let id = with_session(store, "s");
+    assert_eq!(store.last_model_call(&id).unwrap(), None);
     let first = store.record_model_call(&receipt(&id, 0, 1)).unwrap();
+    assert_eq!(store.last_model_call(&id).unwrap().as_ref(), Some(&first));
     store.append(&id, &[user("a")]).unwrap();
     let err = store.record_model_call(&receipt(&id, 2, 9)).unwrap_err();
     assert!(invalid_record(&err, "model call"), "{err}");
     let second = store.record_model_call(&receipt(&id, 1, 2)).unwrap();
     assert_eq!((first.id, second.id), (1, 2));
     assert_eq!(second.call, receipt(&id, 1, 2));
+    assert_eq!(store.last_model_call(&id).unwrap().as_ref(), Some(&second));
     assert_eq!(store.model_calls(&id).unwrap(), vec![first, second]);
     let other = with_session(store, "t");
     assert_eq!(

@@ -1,0 +1,224 @@
+//! One run's world: the mock upstream and `loom serve` in this process, on loopback ports, over a
+//! fresh SQLite database with durable commits, and the client pool that drives them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use loom_mock_upstream::{Mock, MockHandle};
+use loom_server::{AuthMode, Engine, ServeArgs, ServeConfig, ServeError};
+use loom_store::{ProxyMode, Workspace};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// What a run needs from the server's configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ServerOptions {
+    /// Overrides `limits.live_sessions`.
+    pub(crate) live_sessions: Option<usize>,
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// Through Loom, in this mode, with this budget (fit only).
+    Loom(ProxyMode, Option<u64>),
+    /// Straight to the mock, as a client without Loom would.
+    Direct,
+}
+
+/// A call's reply and how long it took, from the first byte sent to the last byte received.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) took: Duration,
+    /// `choices[0].message`.
+    pub(crate) message: Value,
+}
+
+/// The mock, the server and the client.
+#[derive(Debug)]
+pub(crate) struct Harness {
+    loom: String,
+    direct: String,
+    mock: MockHandle,
+    http: reqwest::Client,
+    db: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::result::Result<(), ServeError>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// Starts both servers. The database sits under Cargo's target folder, on the project's disk,
+    /// so commits cost what they cost in production (no tmpfs).
+    pub(crate) async fn start(options: ServerOptions) -> Result<Self> {
+        let mock = Mock::spawn().await.context("starting the mock upstream")?;
+        let dir = tempfile::Builder::new()
+            .prefix("loom-load-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .context("creating the database folder")?;
+        let db = dir.path().join("loom.db");
+        let mut config = ServeConfig::resolve(
+            ServeArgs {
+                listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+                db: db.clone(),
+                config: None,
+                upstream_openai: Some(format!("{}/v1", mock.base_url())),
+                upstream_anthropic: Some(mock.base_url()),
+                auth: Some(AuthMode::None),
+            },
+            &|_| None,
+        )
+        .context("resolving the server's configuration")?;
+        if let Some(n) = options.live_sessions {
+            config.limits.live_sessions = n;
+        }
+        let ws = Workspace::open(&db).context("opening the database")?;
+        let engine = Engine {
+            registry: loom_tokens::Registry::built_in().context("loading the model registry")?,
+            policy: loom_core::render::Policy::default(),
+            reduce: loom_core::ReduceConfig::default(),
+        };
+        let state = loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine)
+            .context("building the server's state")?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding the server's port")?;
+        let loom = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(loom_server::serve(state, listener, async {
+            let _ = stopped.await;
+        }));
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1024)
+            .build()
+            .context("building the client")?;
+        Ok(Self {
+            direct: format!("{}/v1/chat/completions", mock.base_url()),
+            loom,
+            mock,
+            http,
+            db,
+            stop: Some(stop),
+            task: Some(task),
+            _dir: dir,
+        })
+    }
+
+    /// Sends one Chat request and reads the whole reply.
+    pub(crate) async fn chat(&self, via: Via, session: &str, body: Bytes) -> Result<Answer> {
+        let req = match via {
+            Via::Direct => self.http.post(&self.direct),
+            Via::Loom(mode, budget) => {
+                let mut req = self
+                    .http
+                    .post(format!("{}/v1/chat/completions", self.loom))
+                    .header("x-loom-session", session)
+                    .header("x-loom-mode", mode.as_str());
+                if let (ProxyMode::Fit, Some(b)) = (mode, budget) {
+                    req = req.header("x-loom-budget", b.to_string());
+                }
+                req
+            }
+        };
+        let started = Instant::now();
+        let response = req
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .with_context(|| format!("session {session}: sending ({via:?})"))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .with_context(|| format!("session {session}: reading the reply ({via:?})"))?;
+        let took = started.elapsed();
+        if !status.is_success() {
+            bail!(
+                "session {session}: {via:?} answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        let reply: Value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("session {session}: the reply is not JSON ({via:?})"))?;
+        let message = reply["choices"][0]["message"].clone();
+        Ok(Answer { took, message })
+    }
+
+    /// The body the mock received last (what Loom sent upstream), serialised again.
+    pub(crate) fn last_upstream_body(&self) -> Result<Bytes> {
+        let last = self
+            .mock
+            .requests()
+            .pop()
+            .context("the mock received no request")?;
+        Ok(Bytes::from(serde_json::to_vec(&last.body)?))
+    }
+
+    /// Forgets what the mock recorded: it keeps every request, which would otherwise be most of
+    /// the process's memory.
+    pub(crate) fn forget(&self) {
+        self.mock.clear();
+    }
+
+    /// The mock, for a task that forgets its requests while clients run.
+    pub(crate) fn mock(&self) -> Mock {
+        self.mock.mock().clone()
+    }
+
+    /// The client pool.
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// `GET /metrics`.
+    pub(crate) async fn metrics(&self) -> Result<super::metrics::Snapshot> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.loom))
+            .send()
+            .await
+            .context("reading /metrics")?
+            .text()
+            .await
+            .context("reading /metrics")?;
+        Ok(super::metrics::Snapshot::parse(&text))
+    }
+
+    /// The database's size on disk, its WAL included.
+    pub(crate) fn db_bytes(&self) -> u64 {
+        let wal = self.db.with_extension("db-wal");
+        [&self.db, &wal]
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Stops the server, letting in-flight requests finish.
+    pub(crate) async fn stop(mut self) -> Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.context("the server task failed")??;
+        }
+        Ok(())
+    }
+}
+
+/// This process's resident memory and its peak, in KiB, from `/proc/self/status`.
+pub(crate) fn rss_kib() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}

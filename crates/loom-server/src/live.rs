@@ -1,0 +1,326 @@
+//! Live sessions: what a server keeps in memory per session so that a call costs O(new events),
+//! not a pass over the whole log.
+//!
+//! A [`Live`] session holds the log as read, its projection (pushed one event at a time), its
+//! steps (derived as results arrive) and the render's cost memo. It is a cache over the store,
+//! never the truth: every use starts with [`Live::refresh`], one indexed query that picks up
+//! what another process appended, and every write goes to the store first. [`LiveSessions`]
+//! bounds how many are kept (least recently used go first), so memory stays bounded however
+//! many sessions a server sees.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use loom_core::render::{Audience, CostMemo, Projection, StepIndex};
+use loom_core::{AgentId, Event, EventBody, Ingest, NewEvent, ReduceConfig, SessionId};
+use loom_store::{BlobStore, Offloader, Store};
+
+use crate::error::Result;
+
+/// What a live session reads and writes through.
+#[derive(Debug, Clone, Copy)]
+pub struct Backend<'a> {
+    /// The log.
+    pub store: &'a dyn Store,
+    /// Offloaded outputs.
+    pub blobs: &'a dyn BlobStore,
+    /// Reduction settings for deriving steps.
+    pub reduce: &'a ReduceConfig,
+    /// The cache of live sessions.
+    pub live: &'a LiveSessions,
+}
+
+/// One session's render state.
+#[derive(Debug)]
+pub struct Live {
+    id: SessionId,
+    /// The agent whose session it is.
+    pub agent: AgentId,
+    /// When the session was created.
+    pub created_ms: i64,
+    /// The log, in seq order.
+    pub events: Vec<Event>,
+    projection: Projection,
+    /// A direct message with a time to live was seen: which messages are included depends on
+    /// the render's clock, so the projection is rebuilt for each render.
+    has_ttl: bool,
+    ingest: Ingest,
+    /// Steps by call id.
+    pub steps: StepIndex,
+    /// Token costs kept across renders.
+    pub memo: CostMemo,
+}
+
+impl Live {
+    /// Reads the session whole; `None` when it does not exist.
+    fn load(b: Backend<'_>, id: &SessionId) -> Result<Option<Self>> {
+        let Some(info) = b.store.session(id)? else {
+            return Ok(None);
+        };
+        let off = Offloader::new(b.store, b.blobs, b.reduce);
+        let steps: StepIndex = off
+            .steps(id)?
+            .into_iter()
+            .map(|s| (s.call_id.clone(), s))
+            .collect();
+        let events = b.store.read(id, 1..=info.event_count.max(1))?;
+        let mut ingest = Ingest::new();
+        for e in &events {
+            // Steps are already derived; the ingest only has to count them.
+            ingest.next(e);
+        }
+        let mut live = Self {
+            id: id.clone(),
+            agent: info.agent,
+            created_ms: info.created_ms,
+            events: Vec::new(),
+            projection: Projection::default(),
+            has_ttl: false,
+            ingest,
+            steps,
+            memo: CostMemo::new(),
+        };
+        let audience = live.audience_at(events.last().map_or(info.created_ms, |e| e.ts_ms));
+        for e in &events {
+            live.note(e);
+            live.projection.push(e, &audience);
+        }
+        live.events = events;
+        Ok(Some(live))
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// Who the session's renders are for, at `now_ms`.
+    pub fn audience_at(&self, now_ms: i64) -> Audience {
+        Audience {
+            agent: Some(self.agent.clone()),
+            now_ms,
+        }
+    }
+
+    /// The render's clock: the time of the last event (so renders repeat).
+    pub fn now_ms(&self) -> i64 {
+        self.events.last().map_or(self.created_ms, |e| e.ts_ms)
+    }
+
+    /// What a render reads, borrowed apart: the log, the steps, the projection at `audience`
+    /// and the cost memo (the one thing a render updates).
+    pub fn parts(
+        &mut self,
+        audience: &Audience,
+    ) -> (&[Event], &StepIndex, Cow<'_, Projection>, &mut CostMemo) {
+        let projection = if self.has_ttl {
+            Cow::Owned(Projection::build(&self.events, audience))
+        } else {
+            Cow::Borrowed(&self.projection)
+        };
+        (&self.events, &self.steps, projection, &mut self.memo)
+    }
+
+    fn note(&mut self, e: &Event) {
+        if let EventBody::DirectMessage {
+            ttl_seconds: Some(_),
+            ..
+        } = e.body
+        {
+            self.has_ttl = true;
+        }
+    }
+
+    /// Catches up with the store: the events another process appended since.
+    pub fn refresh(&mut self, b: Backend<'_>) -> Result<()> {
+        let have = self.events.len() as u64;
+        let latest = b.store.latest_seq(&self.id)?;
+        if latest > have {
+            let new = b.store.read(&self.id, have + 1..=latest)?;
+            self.absorb(b, new)?;
+        }
+        Ok(())
+    }
+
+    /// Appends `new` to the log (durably, through the store) and to this state.
+    pub fn append(&mut self, b: Backend<'_>, new: &[NewEvent]) -> Result<()> {
+        if new.is_empty() {
+            return Ok(());
+        }
+        let seqs = b.store.append(&self.id, new)?;
+        let events = new
+            .iter()
+            .zip(*seqs.start()..=*seqs.end())
+            .map(|(e, seq)| Event {
+                seq,
+                ts_ms: e.ts_ms,
+                body: e.body.clone(),
+            })
+            .collect();
+        self.absorb(b, events)
+    }
+
+    fn absorb(&mut self, b: Backend<'_>, events: Vec<Event>) -> Result<()> {
+        let off = Offloader::new(b.store, b.blobs, b.reduce);
+        for step in off.derive_next(&self.id, &mut self.ingest, &events)? {
+            self.steps.insert(step.call_id.clone(), step);
+        }
+        let audience = self.audience_at(events.last().map_or(self.now_ms(), |e| e.ts_ms));
+        for e in &events {
+            self.note(e);
+            self.projection.push(e, &audience);
+        }
+        self.events.extend(events);
+        Ok(())
+    }
+}
+
+/// The live sessions of a server, least recently used dropped past a bound.
+#[derive(Debug)]
+pub struct LiveSessions {
+    capacity: usize,
+    inner: Mutex<Lru>,
+}
+
+#[derive(Debug, Default)]
+struct Lru {
+    map: HashMap<SessionId, (Arc<Mutex<Live>>, u64)>,
+    order: BTreeMap<u64, SessionId>,
+    tick: u64,
+}
+
+/// A live session, locked for one call.
+pub type LiveGuard<'a> = MutexGuard<'a, Live>;
+
+impl LiveSessions {
+    /// A cache of at most `capacity` sessions.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            inner: Mutex::new(Lru::default()),
+        }
+    }
+
+    /// How many sessions are live.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lru> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The live session `id`, loaded from the store when it is not cached, and caught up with
+    /// the store; `None` when the session does not exist.
+    pub fn get(&self, b: Backend<'_>, id: &SessionId) -> Result<Option<Arc<Mutex<Live>>>> {
+        let cached = {
+            let mut lru = self.lock();
+            lru.tick += 1;
+            let tick = lru.tick;
+            let found = lru.map.get_mut(id).map(|(live, used)| {
+                let old = std::mem::replace(used, tick);
+                (Arc::clone(live), old)
+            });
+            if let Some((_, old)) = &found {
+                lru.order.remove(old);
+                lru.order.insert(tick, id.clone());
+            }
+            found.map(|(live, _)| live)
+        };
+        if let Some(live) = cached {
+            lock_live(&live).refresh(b)?;
+            return Ok(Some(live));
+        }
+        let Some(live) = Live::load(b, id)? else {
+            return Ok(None);
+        };
+        let live = Arc::new(Mutex::new(live));
+        let mut lru = self.lock();
+        lru.tick += 1;
+        let tick = lru.tick;
+        // Another call may have loaded it meanwhile: keep the first, so both use one state.
+        if let Some((existing, _)) = lru.map.get(id) {
+            return Ok(Some(Arc::clone(existing)));
+        }
+        lru.map.insert(id.clone(), (Arc::clone(&live), tick));
+        lru.order.insert(tick, id.clone());
+        while lru.map.len() > self.capacity {
+            let Some((_, oldest)) = lru.order.pop_first() else {
+                break;
+            };
+            lru.map.remove(&oldest);
+        }
+        Ok(Some(live))
+    }
+}
+
+/// Locks a live session (a panic in another call leaves a state that a refresh repairs).
+pub fn lock_live(live: &Mutex<Live>) -> MutexGuard<'_, Live> {
+    live.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loom_core::MessageContent;
+    use loom_store::{MemoryBlobStore, MemoryStore, NewSession};
+
+    fn user(text: &str) -> NewEvent {
+        NewEvent::new(
+            5,
+            EventBody::User {
+                content: MessageContent::from(text),
+                name: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_live_session_sees_other_writers_and_the_cache_is_bounded() {
+        let store = MemoryStore::new();
+        let blobs = MemoryBlobStore::new();
+        let reduce = ReduceConfig::default();
+        let live = LiveSessions::new(2);
+        let b = Backend {
+            store: &store,
+            blobs: &blobs,
+            reduce: &reduce,
+            live: &live,
+        };
+        for name in ["a", "b", "c"] {
+            store
+                .create_session(
+                    &NewSession {
+                        id: SessionId::new(name).unwrap(),
+                        agent: AgentId::new("x").unwrap(),
+                        parent: None,
+                        created_ms: 1,
+                    },
+                    &[user("hi")],
+                )
+                .unwrap();
+        }
+        let a = SessionId::new("a").unwrap();
+        let la = live.get(b, &a).unwrap().unwrap();
+        lock_live(&la).append(b, &[user("mine")]).unwrap();
+        // Another process appends behind the cache's back.
+        store.append(&a, &[user("theirs")]).unwrap();
+        let la = live.get(b, &a).unwrap().unwrap();
+        let texts: Vec<u64> = lock_live(&la).events.iter().map(|e| e.seq).collect();
+        assert_eq!(texts, [1, 2, 3]);
+        for name in ["b", "c"] {
+            live.get(b, &SessionId::new(name).unwrap()).unwrap();
+        }
+        assert_eq!(live.len(), 2, "the least recently used was dropped");
+        assert!(live
+            .get(b, &SessionId::new("nope").unwrap())
+            .unwrap()
+            .is_none());
+    }
+}
