@@ -1,12 +1,14 @@
 //! Anthropic Messages to events.
 //!
 //! The top-level `system` becomes a system event. An assistant message becomes one assistant
-//! event: its text and image blocks are the content, `thinking` blocks the reasoning, `tool_use`
-//! blocks the calls (the `input` object as compact JSON text, key order kept). A user message's
+//! event: its text and image blocks are the content, `thinking` blocks the reasoning (and, with
+//! their signatures, the native items sent back to Anthropic unchanged), `tool_use` blocks the
+//! calls (the `input` object as compact JSON text, key order kept). A user message's
 //! `tool_result` blocks become tool_result events in order; its other blocks become user events
 //! between them, so nothing is reordered.
 
-use loom_core::{ContentPart, EventBody, MessageContent, ToolCall};
+use loom_core::{ContentPart, EventBody, MessageContent, NativeApi, NativeReasoning, ToolCall};
+use serde_json::{json, Value};
 
 use crate::build::{arguments_text, Builder, Spot};
 use crate::error::{ImportError, Result};
@@ -151,13 +153,30 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, content: Option<Content>) -> Resu
     };
     let mut parts = Vec::new();
     let mut reasoning: Vec<String> = Vec::new();
+    let mut native: Vec<Value> = Vec::new();
     let mut calls = Vec::new();
     for (i, block) in blocks.into_iter().enumerate() {
         let field = format!("content[{i}]");
         match block.kind.as_deref() {
-            Some("thinking") => reasoning.push(block.thinking.unwrap_or_default()),
-            // The encrypted payload is only meaningful to the provider that made it.
-            Some("redacted_thinking") => reasoning.push("[redacted thinking]".into()),
+            Some("thinking") => {
+                let text = block.thinking.unwrap_or_default();
+                // Anthropic accepts a thinking block back only with its signature; one without
+                // can be read but not replayed.
+                if let Some(signature) = block.signature {
+                    native.push(
+                        json!({"type": "thinking", "thinking": text, "signature": signature}),
+                    );
+                }
+                reasoning.push(text);
+            }
+            // The encrypted payload is only meaningful to the provider that made it: it is kept
+            // to be sent back, never read.
+            Some("redacted_thinking") => {
+                if let Some(data) = block.data {
+                    native.push(json!({"type": "redacted_thinking", "data": data}));
+                }
+                reasoning.push("[redacted thinking]".into());
+            }
             Some("tool_use") => {
                 let Some(id) = block.id.filter(|s| !s.is_empty()) else {
                     return Err(b.invalid(spot, &format!("{field}.id"), "missing"));
@@ -180,7 +199,10 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, content: Option<Content>) -> Resu
         reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),
         tool_calls: calls,
         name: None,
-        native: None,
+        native: (!native.is_empty()).then_some(NativeReasoning {
+            api: NativeApi::Anthropic,
+            items: native,
+        }),
     };
     b.push(spot, "content", body)
 }

@@ -59,6 +59,10 @@ pub(crate) struct RawBlock {
     pub(crate) content: Option<Content>,
     pub(crate) is_error: Option<bool>,
     pub(crate) thinking: Option<String>,
+    /// Anthropic's signature of a `thinking` block, needed to send the block back.
+    pub(crate) signature: Option<String>,
+    /// The encrypted payload of an Anthropic `redacted_thinking` block.
+    pub(crate) data: Option<String>,
     pub(crate) refusal: Option<String>,
 }
 
@@ -96,6 +100,10 @@ pub(crate) struct RawItem {
     pub(crate) output: Option<Content>,
     pub(crate) summary: Option<Vec<RawBlock>>,
     pub(crate) input: Option<Box<RawValue>>,
+    /// A Responses item's id (a string; other values are not ids and are ignored).
+    pub(crate) id: Option<String>,
+    /// A Responses reasoning item's `encrypted_content`, as given (a string or null).
+    pub(crate) encrypted_content: Option<serde_json::Value>,
 }
 
 /// Where a record keeps its items, for error paths.
@@ -243,6 +251,9 @@ enum Field {
     ToolUseId,
     IsError,
     Thinking,
+    Signature,
+    Data,
+    EncryptedContent,
     Messages,
     System,
     Instructions,
@@ -250,7 +261,7 @@ enum Field {
 }
 
 impl Field {
-    const ALL: [(Self, &'static str); 26] = [
+    const ALL: [(Self, &'static str); 29] = [
         (Self::Role, "role"),
         (Self::Type, "type"),
         (Self::Content, "content"),
@@ -274,6 +285,9 @@ impl Field {
         (Self::ToolUseId, "tool_use_id"),
         (Self::IsError, "is_error"),
         (Self::Thinking, "thinking"),
+        (Self::Signature, "signature"),
+        (Self::Data, "data"),
+        (Self::EncryptedContent, "encrypted_content"),
         (Self::Messages, "messages"),
         (Self::System, "system"),
         (Self::Instructions, "instructions"),
@@ -442,6 +456,9 @@ impl<'de> Visitor<'de> for BlockSeed<'_, '_> {
                     Field::Content => b.content = Some(map.next_value_seed(ContentSeed(ctx))?),
                     Field::IsError => b.is_error = map.next_value()?,
                     Field::Thinking => b.thinking = map.next_value()?,
+                    // Other formats may use these names for other things: only strings count.
+                    Field::Signature => b.signature = string_only(map.next_value()?),
+                    Field::Data => b.data = string_only(map.next_value()?),
                     Field::Refusal => b.refusal = map.next_value()?,
                     _ => {
                         map.next_value::<IgnoredAny>()?;
@@ -492,6 +509,8 @@ impl<'de> Visitor<'de> for ItemSeed<'_, '_> {
                     Field::Output => it.output = Some(map.next_value_seed(ContentSeed(ctx))?),
                     Field::Summary => it.summary = Some(map.next_value_seed(BlocksSeed(ctx))?),
                     Field::Input => it.input = Some(map.next_value()?),
+                    Field::Id => it.id = string_only(map.next_value()?),
+                    Field::EncryptedContent => it.encrypted_content = Some(map.next_value()?),
                     _ => {
                         map.next_value::<IgnoredAny>()?;
                     }
@@ -597,6 +616,14 @@ impl<'de> Visitor<'de> for RecordSeed<'_, '_> {
             })?;
         }
         Ok(r)
+    }
+}
+
+/// A string, or nothing for any other value.
+fn string_only(v: serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s),
+        _ => None,
     }
 }
 

@@ -3,9 +3,11 @@
 //! `instructions` becomes a system event. What the model produced in one turn arrives as several
 //! items (reasoning, an assistant message, function calls); consecutive ones are merged into one
 //! assistant event, so parallel calls share it as in every other format. A `reasoning` item or an
-//! assistant message that follows text or calls starts a new turn.
+//! assistant message that follows text or calls starts a new turn. Reasoning items are kept as
+//! given besides their text, to be sent back to the Responses API unchanged.
 
-use loom_core::{ContentPart, EventBody, MessageContent, ToolCall};
+use loom_core::{ContentPart, EventBody, MessageContent, NativeApi, NativeReasoning, ToolCall};
+use serde_json::{Map, Value};
 
 use crate::build::{arguments_text, Builder, Spot};
 use crate::error::{ImportError, Result};
@@ -17,6 +19,8 @@ struct Turn {
     spot: Spot,
     content: Option<MessageContent>,
     reasoning: Vec<String>,
+    /// The reasoning items as given, sent back to the Responses API unchanged.
+    native: Vec<Value>,
     calls: Vec<ToolCall>,
 }
 
@@ -26,6 +30,7 @@ impl Turn {
             spot: spot.clone(),
             content: None,
             reasoning: Vec::new(),
+            native: Vec::new(),
             calls: Vec::new(),
         }
     }
@@ -45,7 +50,10 @@ fn flush(b: &mut Builder<'_>, turn: &mut Option<Turn>) -> Result<()> {
         reasoning: (!t.reasoning.is_empty()).then(|| t.reasoning.join("\n\n")),
         tool_calls: t.calls,
         name: None,
-        native: None,
+        native: (!t.native.is_empty()).then_some(NativeReasoning {
+            api: NativeApi::OpenaiResponses,
+            items: t.native,
+        }),
     };
     b.push(&t.spot, "", body)
 }
@@ -108,10 +116,10 @@ pub(crate) fn convert(
                 if turn.as_ref().is_some_and(Turn::has_output) {
                     flush(b, &mut turn)?;
                 }
-                let text = reasoning_text(b, &spot, item)?;
-                turn.get_or_insert_with(|| Turn::new(&spot))
-                    .reasoning
-                    .push(text);
+                let (text, native) = reasoning(b, &spot, item)?;
+                let t = turn.get_or_insert_with(|| Turn::new(&spot));
+                t.reasoning.push(text);
+                t.native.push(native);
             }
             "function_call_output" | "custom_tool_call_output" => {
                 flush(b, &mut turn)?;
@@ -190,26 +198,69 @@ fn message(b: &mut Builder<'_>, spot: &Spot, turn: &mut Option<Turn>, item: RawI
     }
 }
 
-/// The summary of a reasoning item, or its full text when it has no summary.
-fn reasoning_text(b: &Builder<'_>, spot: &Spot, item: RawItem) -> Result<String> {
-    let mut texts = Vec::new();
-    for (i, block) in item.summary.unwrap_or_default().into_iter().enumerate() {
+/// A reasoning item's text (its summary, or its full text when it has no summary) and the item
+/// itself as given: `type`, `id`, `summary`, `content` and `encrypted_content`.
+fn reasoning(b: &Builder<'_>, spot: &Spot, item: RawItem) -> Result<(String, Value)> {
+    let mut native = Map::new();
+    native.insert("type".into(), "reasoning".into());
+    if let Some(id) = item.id {
+        native.insert("id".into(), Value::String(id));
+    }
+    let mut summary = Vec::new();
+    if let Some(blocks) = item.summary {
+        native.insert(
+            "summary".into(),
+            parts(b, spot, "summary", blocks, &mut summary)?,
+        );
+    }
+    let mut full = Vec::new();
+    match item.content {
+        None => {}
+        Some(Content::Null) => {
+            native.insert("content".into(), Value::Null);
+        }
+        Some(Content::Text(t)) => {
+            let text = b.inline(spot, "content", t)?;
+            native.insert("content".into(), Value::String(text.clone()));
+            full.push(text);
+        }
+        Some(Content::Blocks(blocks)) => {
+            native.insert(
+                "content".into(),
+                parts(b, spot, "content", blocks, &mut full)?,
+            );
+        }
+    }
+    if let Some(encrypted) = item.encrypted_content {
+        native.insert("encrypted_content".into(), encrypted);
+    }
+    let texts = if summary.is_empty() { full } else { summary };
+    Ok((texts.join("\n\n"), Value::Object(native)))
+}
+
+/// Summary or content parts of a reasoning item as given (`type` and `text`, the only fields the
+/// API describes for them), collecting their texts.
+fn parts(
+    b: &Builder<'_>,
+    spot: &Spot,
+    field: &str,
+    blocks: Vec<RawBlock>,
+    texts: &mut Vec<String>,
+) -> Result<Value> {
+    let mut out = Vec::with_capacity(blocks.len());
+    for (i, block) in blocks.into_iter().enumerate() {
+        let mut part = Map::new();
+        if let Some(kind) = block.kind {
+            part.insert("type".into(), Value::String(kind));
+        }
         if let Some(t) = block.text {
-            texts.push(b.inline(spot, &format!("summary[{i}].text"), t)?);
+            let text = b.inline(spot, &format!("{field}[{i}].text"), t)?;
+            part.insert("text".into(), Value::String(text.clone()));
+            texts.push(text);
         }
+        out.push(Value::Object(part));
     }
-    if texts.is_empty() {
-        if let Some(Content::Blocks(blocks)) = item.content {
-            for (i, block) in blocks.into_iter().enumerate() {
-                if let Some(t) = block.text {
-                    texts.push(b.inline(spot, &format!("content[{i}].text"), t)?);
-                }
-            }
-        } else if let Some(Content::Text(t)) = item.content {
-            texts.push(b.inline(spot, "content", t)?);
-        }
-    }
-    Ok(texts.join("\n\n"))
+    Ok(Value::Array(out))
 }
 
 /// A content part with the Responses part types.

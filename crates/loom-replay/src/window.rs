@@ -52,6 +52,7 @@ mod tests {
             content: None,
             reasoning: None,
             name: None,
+            native: None,
             calls: Vec::new(),
         }
     }

@@ -171,6 +171,9 @@ pub fn check_responses(body: &Value) -> Result<(), Violation> {
                     return Err(malformed(i, format!("unknown role `{role}`")));
                 }
             }
+            "reasoning" => {
+                str_field(item, "id", i)?;
+            }
             "function_call" => {
                 let id = str_field(item, "call_id", i)?.to_owned();
                 str_field(item, "name", i)?;
@@ -209,7 +212,7 @@ pub fn check_responses(body: &Value) -> Result<(), Violation> {
 
 /// Anthropic Messages: the first message is the user's; an assistant message's `tool_use` blocks
 /// are all answered by `tool_result` blocks in the user message right after it, and a
-/// `tool_result` answers only the message right before it.
+/// `tool_result` answers only the message right before it; thinking blocks come first.
 pub fn check_anthropic(body: &Value) -> Result<(), Violation> {
     let messages = array(body, "messages")?;
     if body.get("max_tokens").and_then(Value::as_u64).is_none() {
@@ -239,8 +242,19 @@ pub fn check_anthropic(body: &Value) -> Result<(), Violation> {
         }
         let mut answered = Vec::new();
         let mut calls = Vec::new();
+        let mut other_seen = false;
         for b in blocks {
-            match str_field(b, "type", i)? {
+            let kind = str_field(b, "type", i)?;
+            let thinking = matches!(kind, "thinking" | "redacted_thinking");
+            if thinking && other_seen {
+                return Err(malformed(
+                    i,
+                    format!("`{kind}` block after a text or tool_use block"),
+                ));
+            }
+            other_seen |= !thinking;
+            match kind {
+                "thinking" | "redacted_thinking" if role == "assistant" => {}
                 "tool_result" if role == "user" => {
                     answered.push(str_field(b, "tool_use_id", i)?.to_owned());
                 }
@@ -328,6 +342,21 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "no result"}]},
         ]});
         assert!(check_anthropic(&bad).unwrap_err().is_orphan());
+        let late_thinking = json!({"max_tokens": 10, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "hm"},
+                {"type": "thinking", "thinking": "x", "signature": "s"}]},
+        ]});
+        assert!(check_anthropic(&late_thinking).is_err());
+        let thinking_first = json!({"max_tokens": 10, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "x", "signature": "s"},
+                {"type": "redacted_thinking", "data": "d"},
+                {"type": "text", "text": "hm"}]},
+        ]});
+        check_anthropic(&thinking_first).unwrap();
     }
 
     #[test]

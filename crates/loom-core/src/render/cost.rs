@@ -563,6 +563,7 @@ fn one_call(paired: &super::projection::Paired, content: MessageContent, form: R
         content: None,
         reasoning: None,
         name: None,
+        native: None,
         calls: vec![super::request::RenderedCall {
             call: paired.call.clone(),
             content,

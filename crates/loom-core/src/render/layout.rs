@@ -185,28 +185,30 @@ fn message(
             content: MessageContent::Text(text.clone()),
             name: None,
         },
-        UnitBody::Turn(turn) => Msg::Assistant {
-            content: if state.thinned.contains(&unit.seq) && !turn.calls.is_empty() {
-                None
-            } else {
-                turn.content.clone()
-            },
-            reasoning: turn.reasoning.clone(),
-            name: turn.name.clone(),
-            calls: turn
-                .calls
-                .iter()
-                .map(|p| {
-                    let form = form_of(p, state);
-                    RenderedCall {
-                        call: p.call.clone(),
-                        content: content(p, form),
-                        is_error: p.result.as_ref().is_some_and(|r| r.is_error),
-                        form,
-                    }
-                })
-                .collect(),
-        },
+        UnitBody::Turn(turn) => {
+            let thinned = state.thinned.contains(&unit.seq) && !turn.calls.is_empty();
+            Msg::Assistant {
+                content: if thinned { None } else { turn.content.clone() },
+                reasoning: turn.reasoning.clone(),
+                name: turn.name.clone(),
+                // A thinned turn is no longer the provider's turn as sent, and both providers accept
+                // an earlier turn without its reasoning: the native items go with the text.
+                native: if thinned { None } else { turn.native.clone() },
+                calls: turn
+                    .calls
+                    .iter()
+                    .map(|p| {
+                        let form = form_of(p, state);
+                        RenderedCall {
+                            call: p.call.clone(),
+                            content: content(p, form),
+                            is_error: p.result.as_ref().is_some_and(|r| r.is_error),
+                            form,
+                        }
+                    })
+                    .collect(),
+            }
+        }
     }
 }
 

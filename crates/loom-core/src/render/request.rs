@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{MessageContent, ToolCall};
+use crate::event::{MessageContent, NativeReasoning, ToolCall};
 
 /// A tool the model may call (passed in by the caller; not part of the log).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +185,9 @@ pub enum Msg {
         reasoning: Option<String>,
         /// Participant name.
         name: Option<String>,
+        /// Reasoning as the provider sent it: sent back only by that provider's format, and only
+        /// while the turn is rendered verbatim.
+        native: Option<NativeReasoning>,
         /// Calls with results.
         calls: Vec<RenderedCall>,
     },

@@ -114,7 +114,9 @@ fn anthropic_blocks_map_to_events_in_order() {
         json!({"kind": "assistant", "content": [{"type": "text", "text": "Reading."}],
                "reasoning": "read first", "tool_calls": [
                  {"id": "t1", "name": "read", "arguments": "{\"path\":\"a.rs\",\"n\":[1,2]}"},
-                 {"id": "t2", "name": "grep", "arguments": "{}"}]})
+                 {"id": "t2", "name": "grep", "arguments": "{}"}],
+               "native": {"api": "anthropic", "items": [
+                 {"type": "thinking", "thinking": "read first", "signature": "zzz"}]}})
     );
     assert_eq!(bodies[3]["call_id"], "t1");
     assert_eq!(bodies[3]["is_error"], false);
@@ -126,6 +128,10 @@ fn anthropic_blocks_map_to_events_in_order() {
         json!({"kind": "user", "content": [{"type": "text", "text": "and?"}]})
     );
     assert_eq!(bodies[6]["reasoning"], "[redacted thinking]");
+    assert_eq!(
+        bodies[6]["native"],
+        json!({"api": "anthropic", "items": [{"type": "redacted_thinking", "data": "abc"}]})
+    );
     assert_eq!(bodies.as_array().unwrap().len(), 7);
 }
 
@@ -164,7 +170,9 @@ fn responses_items_merge_one_turn_into_one_assistant_event() {
         json!({"kind": "assistant", "content": [{"type": "text", "text": "On it."}],
                "reasoning": "two sums", "tool_calls": [
                  {"id": "c1", "name": "add", "arguments": "{\"a\":1,\"b\":2}"},
-                 {"id": "c2", "name": "add", "arguments": "{\"a\":3,\"b\":4}"}]})
+                 {"id": "c2", "name": "add", "arguments": "{\"a\":3,\"b\":4}"}],
+               "native": {"api": "openai-responses", "items": [{"type": "reasoning", "id": "rs",
+                 "summary": [{"type": "summary_text", "text": "two sums"}]}]}})
     );
     assert_eq!(bodies[3]["call_id"], "c2");
     assert_eq!(bodies[4]["call_id"], "c1");

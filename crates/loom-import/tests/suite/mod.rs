@@ -4,6 +4,7 @@ mod docs;
 mod errors;
 mod formats;
 mod large;
+mod native;
 mod reimport;
 mod traces;
 

@@ -202,6 +202,7 @@ impl MessageConverter {
                             content: Some(c),
                             reasoning: None,
                             name: None,
+                            native: None,
                             calls: Vec::new(),
                         }
                     }));
@@ -211,6 +212,7 @@ impl MessageConverter {
                         content: Some(MessageContent::Text(calling_text(item))),
                         reasoning: None,
                         name: None,
+                        native: None,
                         calls: Vec::new(),
                     }));
                 }
@@ -242,6 +244,7 @@ impl MessageConverter {
                             content: None,
                             reasoning: None,
                             name: None,
+                            native: None,
                             calls: vec![RenderedCall {
                                 call,
                                 content: MessageContent::Text(content),

@@ -4,13 +4,14 @@
 //! user text (the API has no mid-conversation system role). Each assistant turn is followed by one
 //! user message holding all its `tool_result` blocks. Cache breakpoints go on the last block of
 //! the stable prefix and on the last block of the request, so both the prefix and the growing tail
-//! are cached between compaction points. Reasoning is not sent back: the API only accepts
-//! thinking blocks with the provider's signature.
+//! are cached between compaction points. Reasoning text is not sent back (the API only accepts
+//! thinking blocks with the provider's signature); a turn that came from Anthropic sends its
+//! native `thinking` / `redacted_thinking` blocks back unchanged instead.
 
 use serde_json::{json, Map, Value};
 
 use super::{arguments_object, text_only};
-use crate::event::{ContentPart, MessageContent};
+use crate::event::{ContentPart, MessageContent, NativeApi};
 use crate::render::request::{Msg, Request, ToolSpec};
 
 /// Text sent before a conversation that would otherwise open with the assistant.
@@ -47,8 +48,20 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
             {"type": "text", "text": format!("[system]\n{}", text_only(c))}
         ]})],
         Msg::User { content, .. } => vec![json!({"role": "user", "content": blocks(content)})],
-        Msg::Assistant { content, calls, .. } => {
-            let mut out_blocks = content.as_ref().map(blocks).unwrap_or_default();
+        Msg::Assistant {
+            content,
+            calls,
+            native,
+            ..
+        } => {
+            // Thinking blocks go first, exactly as Anthropic sent them: the API checks their
+            // signatures and requires them before the turn's text and tool_use blocks.
+            let mut out_blocks: Vec<Value> = native
+                .as_ref()
+                .filter(|n| n.api == NativeApi::Anthropic)
+                .map(|n| n.items.clone())
+                .unwrap_or_default();
+            out_blocks.extend(content.as_ref().map(blocks).unwrap_or_default());
             // An assistant message must not be empty.
             if out_blocks.is_empty() && calls.is_empty() {
                 out_blocks.push(json!({"type": "text", "text": ""}));

@@ -3,21 +3,16 @@
 use serde_json::{json, Map, Value};
 
 use super::text_only;
-use crate::event::{ContentPart, MessageContent};
+use crate::event::{ContentPart, MessageContent, NativeApi};
 use crate::render::request::{Msg, Request, ToolSpec};
 
 fn message(role: &str, c: &MessageContent) -> Value {
-    let text_type = if role == "assistant" {
-        "output_text"
-    } else {
-        "input_text"
-    };
     let parts: Vec<Value> = match c {
-        MessageContent::Text(s) => vec![json!({"type": text_type, "text": s})],
+        MessageContent::Text(s) => vec![json!({"type": "input_text", "text": s})],
         MessageContent::Parts(parts) => parts
             .iter()
             .map(|p| match p {
-                ContentPart::Text { text } => json!({"type": text_type, "text": text}),
+                ContentPart::Text { text } => json!({"type": "input_text", "text": text}),
                 ContentPart::Image { url, detail } => json!({
                     "type": "input_image",
                     "image_url": url,
@@ -29,17 +24,36 @@ fn message(role: &str, c: &MessageContent) -> Value {
     json!({"type": "message", "role": role, "content": parts})
 }
 
+/// An earlier assistant turn's text. The API describes `output_text` parts only as part of an
+/// output message, which needs the `id` and `status` the API assigned; Loom's log has neither, so
+/// the turn goes back as an input message with string content, which the API accepts for the
+/// assistant role.
+fn assistant_message(c: &MessageContent) -> Value {
+    json!({"type": "message", "role": "assistant", "content": text_only(c)})
+}
+
 pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     match msg {
         Msg::System(c) => vec![message("system", c)],
         Msg::User { content, .. } => vec![message("user", content)],
-        Msg::Assistant { content, calls, .. } => {
-            let mut out = Vec::new();
+        Msg::Assistant {
+            content,
+            calls,
+            native,
+            ..
+        } => {
+            // Reasoning items come before the message and calls they led to, as the API returned
+            // them; their `encrypted_content` lets the model resume its reasoning.
+            let mut out: Vec<Value> = native
+                .as_ref()
+                .filter(|n| n.api == NativeApi::OpenaiResponses)
+                .map(|n| n.items.clone())
+                .unwrap_or_default();
             match content {
-                Some(c) => out.push(message("assistant", c)),
+                Some(c) => out.push(assistant_message(c)),
                 // An empty turn still takes its place in the conversation.
                 None if calls.is_empty() => {
-                    out.push(message("assistant", &MessageContent::Text(String::new())));
+                    out.push(assistant_message(&MessageContent::Text(String::new())));
                 }
                 None => {}
             }

@@ -55,8 +55,8 @@ pub(super) fn reduce(
     st
 }
 
-/// Drops the text of old turns that made calls, oldest first: the calls, their arguments and
-/// their (stubbed) results stay, so what the agent did stays visible.
+/// Drops the text (and provider-native reasoning) of old turns that made calls, oldest first: the
+/// calls, their arguments and their (stubbed) results stay, so what the agent did stays visible.
 pub(super) fn thin(
     proj: &Projection,
     goal: &Goal<'_>,
@@ -71,7 +71,8 @@ pub(super) fn thin(
         let UnitBody::Turn(turn) = &unit.body else {
             continue;
         };
-        if turn.calls.is_empty() || turn.content.is_none() || st.thinned.contains(&unit.seq) {
+        let nothing_to_thin = turn.content.is_none() && turn.native.is_none();
+        if turn.calls.is_empty() || nothing_to_thin || st.thinned.contains(&unit.seq) {
             continue;
         }
         let before = cx.coster.unit(proj, i, &st);

@@ -1,6 +1,7 @@
 //! Tests of the whole pipeline on small, hand-written logs.
 
 mod grouping;
+mod native;
 
 use std::collections::HashMap;
 

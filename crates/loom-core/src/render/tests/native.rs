@@ -1,0 +1,205 @@
+//! Provider-native reasoning: sent back unchanged, first, in its own format only, metered like
+//! everything sent, and only while its turn is rendered in place.
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::event::{NativeApi, NativeReasoning};
+
+fn thinking(id: &str) -> Value {
+    json!({"type": "thinking", "thinking": format!("plan for {id}"), "signature": format!("sig_{id}")})
+}
+
+fn reasoning_item(id: &str) -> Value {
+    json!({
+        "type": "reasoning",
+        "id": format!("rs_{id}"),
+        "summary": [{"type": "summary_text", "text": format!("plan for {id}")}],
+        "encrypted_content": format!("enc_{id}"),
+    })
+}
+
+/// A step whose assistant turn carries native items of `api`.
+fn native_step(log: &mut Log, id: &str, api: NativeApi, output: &str) {
+    let item = match api {
+        NativeApi::Anthropic => thinking(id),
+        NativeApi::OpenaiResponses => reasoning_item(id),
+    };
+    log.push(EventBody::Assistant {
+        content: Some(format!("looking at {id}").into()),
+        reasoning: Some(format!("plan for {id}")),
+        tool_calls: vec![ToolCall {
+            id: id.into(),
+            name: "bash".into(),
+            arguments: format!("{{\"command\":\"cat {id}\"}}"),
+        }],
+        name: None,
+        native: Some(NativeReasoning {
+            api,
+            items: vec![item],
+        }),
+    });
+    log.push(EventBody::ToolResult {
+        call_id: id.into(),
+        tool_name: "bash".into(),
+        content: ToolOutput::Text(output.into()),
+        is_error: false,
+        stats: ContentStats::of(output.as_bytes()),
+    });
+}
+
+fn native_log(api: NativeApi, steps: usize, output_words: usize) -> Log {
+    let mut log = Log::new();
+    log.system("You are a careful agent.");
+    log.user("Fix the bug in parser.py");
+    for i in 0..steps {
+        native_step(&mut log, &format!("c{i}"), api, &words(output_words, "w"));
+    }
+    log
+}
+
+fn render_all(fx: &Fixture, log: &Log, format: Format) -> Rendered {
+    render(
+        &fx.input(&log.events, format),
+        &CompactionState::default(),
+        &mut CostMemo::new(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn anthropic_thinking_blocks_come_first_and_unchanged() {
+    let fx = Fixture::new(100_000);
+    let log = native_log(NativeApi::Anthropic, 2, 5);
+    let body = render_all(&fx, &log, Format::Anthropic).body();
+    let turn = &body["messages"][1];
+    assert_eq!(turn["role"], "assistant");
+    assert_eq!(turn["content"][0], thinking("c0"));
+    assert_eq!(turn["content"][1]["type"], "text");
+    assert_eq!(turn["content"][2]["type"], "tool_use");
+    insta::assert_snapshot!(
+        "anthropic_native",
+        serde_json::to_string_pretty(&body).unwrap()
+    );
+}
+
+#[test]
+fn responses_reasoning_items_precede_the_turns_message_and_calls() {
+    let fx = Fixture::new(100_000);
+    let log = native_log(NativeApi::OpenaiResponses, 2, 5);
+    let body = render_all(&fx, &log, Format::OpenaiResponses).body();
+    let input = body["input"].as_array().unwrap();
+    let kinds: Vec<&str> = input
+        .iter()
+        .map(|i| i["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "message",
+            "reasoning",
+            "message",
+            "function_call",
+            "function_call_output",
+            "reasoning",
+            "message",
+            "function_call",
+            "function_call_output",
+        ]
+    );
+    assert_eq!(input[2], reasoning_item("c0"));
+    assert_eq!(input[6], reasoning_item("c1"));
+    insta::assert_snapshot!(
+        "responses_native",
+        serde_json::to_string_pretty(&body).unwrap()
+    );
+}
+
+#[test]
+fn native_items_are_sent_only_to_their_own_api() {
+    let fx = Fixture::new(100_000);
+    for (api, marker) in [
+        (NativeApi::Anthropic, "sig_c0"),
+        (NativeApi::OpenaiResponses, "enc_c0"),
+    ] {
+        let log = native_log(api, 1, 5);
+        for format in Format::ALL {
+            let text = render_all(&fx, &log, format).body().to_string();
+            let own = matches!(
+                (api, format),
+                (NativeApi::Anthropic, Format::Anthropic)
+                    | (NativeApi::OpenaiResponses, Format::OpenaiResponses)
+            );
+            assert_eq!(text.contains(marker), own, "{api:?} in {format:?}");
+        }
+    }
+}
+
+#[test]
+fn native_items_are_metered() {
+    let fx = Fixture::new(100_000);
+    for (api, format) in [
+        (NativeApi::Anthropic, Format::Anthropic),
+        (NativeApi::OpenaiResponses, Format::OpenaiResponses),
+    ] {
+        let with = native_log(api, 3, 5);
+        let mut without = Log::new();
+        for e in &with.events {
+            let mut body = e.body.clone();
+            if let EventBody::Assistant { native, .. } = &mut body {
+                *native = None;
+            }
+            without.push(body);
+        }
+        let (a, b) = (
+            render_all(&fx, &with, format),
+            render_all(&fx, &without, format),
+        );
+        assert!(a.receipt.estimate > b.receipt.estimate, "{format:?}");
+        assert_eq!(a.tokens(), a.receipt.estimate);
+        for (piece, msg) in a.pieces.iter().zip(&a.request.messages) {
+            assert_eq!(piece.tokens, format.msg_tokens(msg, &ApproxMeter));
+        }
+    }
+}
+
+/// Folded and thinned turns lose their native items; turns rendered in place keep them. Every
+/// turn here has text, so a turn whose thinking block is sent must still have its text.
+#[test]
+fn only_turns_rendered_in_place_keep_their_native_items() {
+    let fx = Fixture::new(2_000);
+    let log = native_log(NativeApi::Anthropic, 80, 40);
+    let renders = replay(&fx, &log, Format::Anthropic);
+    let last = renders.last().unwrap();
+    assert!(!last.receipt.grouped.is_empty() || !last.receipt.dropped.is_empty());
+    assert!(
+        !last.receipt.thinned.is_empty(),
+        "the fixture must thin turns"
+    );
+    let body = last.body();
+    let mut sent = 0;
+    for msg in body["messages"].as_array().unwrap() {
+        let blocks = msg["content"].as_array().cloned().unwrap_or_default();
+        let Some(first) = blocks.iter().position(|b| b["type"] == "thinking") else {
+            continue;
+        };
+        sent += 1;
+        assert_eq!(first, 0, "thinking must come first: {msg}");
+        let call = blocks
+            .iter()
+            .find(|b| b["type"] == "tool_use")
+            .and_then(|b| b["id"].as_str())
+            .unwrap();
+        assert_eq!(blocks[0], thinking(call), "a turn got another turn's block");
+        assert!(
+            blocks.iter().any(|b| b["type"] == "text"),
+            "a thinned turn kept its thinking: {msg}"
+        );
+    }
+    assert!(sent > 0, "the recent turns keep their thinking");
+    assert!(
+        sent < 79,
+        "folded or thinned turns must drop their thinking ({sent} sent)"
+    );
+}

@@ -1,0 +1,201 @@
+//! Provider-native reasoning survives import and a render in its own format unchanged: the
+//! signed Anthropic thinking blocks and the Responses reasoning items come back as they came in.
+
+use std::collections::HashMap;
+
+use loom_core::render::{
+    check_request, render, ApproxMeter, Audience, CompactionState, CostMemo, Format as Wire,
+    Policy, RenderInput,
+};
+use loom_core::{Event, EventBody, NativeApi};
+use loom_import::Format;
+use loom_store::MemoryBlobStore;
+use serde_json::{json, Value};
+
+use super::parse_as;
+
+/// Imports `input` and renders the whole session in `wire`; returns the events and the body.
+fn import_and_render(input: &Value, format: Format, wire: Wire) -> (Vec<Event>, Value) {
+    let blobs = MemoryBlobStore::new();
+    let sessions = parse_as(&input.to_string(), format, &blobs).unwrap();
+    let events: Vec<Event> = sessions[0]
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| Event {
+            seq: i as u64 + 1,
+            ts_ms: e.ts_ms,
+            body: e.body.clone(),
+        })
+        .collect();
+    let policy = Policy::default();
+    let steps = HashMap::new();
+    let audience = Audience {
+        agent: None,
+        now_ms: 0,
+    };
+    let r = render(
+        &RenderInput {
+            events: &events,
+            steps: &steps,
+            summaries: &[],
+            policy: &policy,
+            format: wire,
+            model: "m",
+            tools: &[],
+            injections: &[],
+            audience: &audience,
+            meter: &ApproxMeter,
+        },
+        &CompactionState::default(),
+        &mut CostMemo::new(),
+    )
+    .unwrap();
+    let body = r.body();
+    check_request(wire, &body).unwrap();
+    (events, body)
+}
+
+/// Canonical bytes of a JSON value (ordered keys), for byte-for-byte comparisons.
+fn bytes(v: &Value) -> String {
+    serde_json::to_string(v).unwrap()
+}
+
+fn anthropic_history() -> Value {
+    json!({"system": "You are a coder.", "messages": [
+        {"role": "user", "content": "Is main.rs empty?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Read it first.\nCarefully.", "signature": "EqQBCkYIARgCKkD3+/=="},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "main.rs"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "fn main() {}"}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "It has main.", "signature": "c2lnMg=="},
+            {"type": "text", "text": "It is not empty."}]},
+        {"role": "user", "content": "Thanks."}
+    ]})
+}
+
+#[test]
+fn anthropic_thinking_blocks_round_trip_byte_for_byte() {
+    let input = anthropic_history();
+    let (events, body) = import_and_render(&input, Format::Anthropic, Wire::Anthropic);
+    let EventBody::Assistant {
+        reasoning, native, ..
+    } = &events[2].body
+    else {
+        panic!("expected an assistant event, got {:?}", events[2].body)
+    };
+    assert_eq!(
+        reasoning.as_deref(),
+        Some("Read it first.\nCarefully.\n\n[redacted thinking]")
+    );
+    assert_eq!(native.as_ref().map(|n| n.api), Some(NativeApi::Anthropic));
+    // Every assistant message of the render starts with the thinking blocks it was imported with.
+    let sent: Vec<&Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    let given: Vec<&Value> = input["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(sent.len(), given.len());
+    for (s, g) in sent.iter().zip(&given) {
+        let thinking: Vec<&Value> = g["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["type"] == "thinking" || b["type"] == "redacted_thinking")
+            .collect();
+        assert!(!thinking.is_empty());
+        for (i, block) in thinking.iter().enumerate() {
+            let mut out = s["content"][i].clone();
+            // The render marks the last block of the request for caching; that is not the block.
+            if let Some(o) = out.as_object_mut() {
+                o.remove("cache_control");
+            }
+            assert_eq!(bytes(&out), bytes(block), "block {i} of {s}");
+        }
+    }
+}
+
+#[test]
+fn responses_reasoning_items_round_trip_byte_for_byte() {
+    let item_1 = json!({"type": "reasoning", "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "Two additions."}],
+        "encrypted_content": "gAAAAABoZ_enc+/1=="});
+    let item_2 = json!({"type": "reasoning", "id": "rs_2", "summary": [],
+        "content": [{"type": "reasoning_text", "text": "Both are small."}],
+        "encrypted_content": null});
+    let input = json!({"instructions": "Answer with numbers.", "input": [
+        {"role": "user", "content": "Add 1+2 and 3+4."},
+        item_1,
+        {"type": "function_call", "call_id": "fc_1", "name": "add", "arguments": "{\"a\":1,\"b\":2}"},
+        {"type": "function_call_output", "call_id": "fc_1", "output": "3"},
+        item_2,
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "3 and 7."}]},
+        {"role": "user", "content": "Thanks."}
+    ]});
+    let (events, body) = import_and_render(&input, Format::Responses, Wire::OpenaiResponses);
+    let EventBody::Assistant { reasoning, .. } = &events[4].body else {
+        panic!("expected an assistant event, got {:?}", events[4].body)
+    };
+    // Without a summary, the reasoning text is the item's content.
+    assert_eq!(reasoning.as_deref(), Some("Both are small."));
+    let sent: Vec<&Value> = body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "reasoning")
+        .collect();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(bytes(sent[0]), bytes(&item_1));
+    assert_eq!(bytes(sent[1]), bytes(&item_2));
+    // Each reasoning item comes right before the item it led to.
+    let items = body["input"].as_array().unwrap();
+    let at = |id: &str| items.iter().position(|i| i["id"] == id).unwrap();
+    assert_eq!(items[at("rs_1") + 1]["type"], "function_call");
+    assert_eq!(items[at("rs_2") + 1]["role"], "assistant");
+}
+
+#[test]
+fn native_items_stay_with_their_own_provider() {
+    let (_, chat) = import_and_render(&anthropic_history(), Format::Anthropic, Wire::OpenaiChat);
+    let (_, responses) = import_and_render(
+        &anthropic_history(),
+        Format::Anthropic,
+        Wire::OpenaiResponses,
+    );
+    for body in [chat, responses] {
+        let text = body.to_string();
+        assert!(!text.contains("EqQBCkYIARgCKkD3"), "{text}");
+        assert!(!text.contains("redacted_thinking"), "{text}");
+    }
+}
+
+#[test]
+fn a_thinking_block_without_signature_is_reasoning_text_only() {
+    let input = json!({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "unsigned"},
+            {"type": "text", "text": "hello"}]}
+    ]});
+    let blobs = MemoryBlobStore::new();
+    let sessions = parse_as(&input.to_string(), Format::Anthropic, &blobs).unwrap();
+    let EventBody::Assistant {
+        reasoning, native, ..
+    } = &sessions[0].events[1].body
+    else {
+        panic!("expected an assistant event")
+    };
+    assert_eq!(reasoning.as_deref(), Some("unsigned"));
+    assert!(native.is_none());
+}
