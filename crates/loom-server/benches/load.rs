@@ -125,8 +125,7 @@ impl Options {
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Self>> {
         let args: Vec<String> = args.into_iter().collect();
         // Cargo passes `--bench` to a benchmark; without it this is a test run.
-        let mut o = if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--quick")
-        {
+        let mut o = if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--quick") {
             Self::default()
         } else {
             Self::default().quick()
@@ -170,7 +169,12 @@ impl Options {
                 "--session-turns" => o.session_turns = number(&flag, &value()?)?,
                 "--live-sessions" => o.live_sessions = Some(number(&flag, &value()?)?),
                 "--time-limit" => o.time_limit = Duration::from_secs(number(&flag, &value()?)?),
-                "--seed" => o.seed = value()?.parse().with_context(|| format!("{flag}"))?,
+                "--seed" => {
+                    let text = value()?;
+                    o.seed = text
+                        .parse()
+                        .with_context(|| format!("{flag}: `{text}`: expected a whole number"))?;
+                }
                 other => bail!("unknown option `{other}` (see --help)"),
             }
         }
@@ -256,7 +260,8 @@ fn run(o: &Options) -> Result<()> {
             }
             println!("{}", report::throughput(&runs, o.conversation_turns));
             check(
-                runs.iter().all(|r| r.errors == 0 && !r.latencies.is_empty()),
+                runs.iter()
+                    .all(|r| r.errors == 0 && !r.latencies.is_empty()),
                 "throughput",
             )?;
         }

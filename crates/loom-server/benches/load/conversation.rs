@@ -188,14 +188,55 @@ fn tools() -> Value {
 }
 
 const CODE_WORDS: &[&str] = &[
-    "let", "fn", "self", "match", "Ok", "Err", "return", "impl", "pub", "struct", "session",
-    "budget", "render", "store", "append", "events", "config", "request", "reply", "?;", "=>",
-    "&mut", "Vec::new()", "iter()", "map(|e|", "collect()", "String", "u64", "Option", "None",
+    "let",
+    "fn",
+    "self",
+    "match",
+    "Ok",
+    "Err",
+    "return",
+    "impl",
+    "pub",
+    "struct",
+    "session",
+    "budget",
+    "render",
+    "store",
+    "append",
+    "events",
+    "config",
+    "request",
+    "reply",
+    "?;",
+    "=>",
+    "&mut",
+    "Vec::new()",
+    "iter()",
+    "map(|e|",
+    "collect()",
+    "String",
+    "u64",
+    "Option",
+    "None",
 ];
 
 const LOG_WORDS: &[&str] = &[
-    "Compiling", "test", "ok", "running", "passed", "warning:", "unused", "variable", "finished",
-    "target/debug", "src/lib.rs", "error[E0308]:", "mismatched", "types", "expected", "found",
+    "Compiling",
+    "test",
+    "ok",
+    "running",
+    "passed",
+    "warning:",
+    "unused",
+    "variable",
+    "finished",
+    "target/debug",
+    "src/lib.rs",
+    "error[E0308]:",
+    "mismatched",
+    "types",
+    "expected",
+    "found",
 ];
 
 /// A numbered source listing of `size` bytes, as a read-file tool prints it.
@@ -212,12 +253,7 @@ fn shell_output(rng: &mut Rng, size: usize) -> String {
     })
 }
 
-fn text(
-    rng: &mut Rng,
-    size: usize,
-    words: &[&str],
-    prefix: impl Fn(&mut String, usize),
-) -> String {
+fn text(rng: &mut Rng, size: usize, words: &[&str], prefix: impl Fn(&mut String, usize)) -> String {
     let mut s = String::with_capacity(size + 64);
     let mut line = 1;
     while s.len() < size {

@@ -170,11 +170,6 @@ impl Harness {
         self.mock.mock().clone()
     }
 
-    /// The client pool.
-    pub(crate) fn http(&self) -> &reqwest::Client {
-        &self.http
-    }
-
     /// `GET /metrics`.
     pub(crate) async fn metrics(&self) -> Result<super::metrics::Snapshot> {
         let text = self
@@ -218,7 +213,13 @@ pub(crate) fn rss_kib() -> Option<(u64, u64)> {
         status
             .lines()
             .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }

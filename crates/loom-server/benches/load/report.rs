@@ -73,7 +73,12 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
          |---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
-        let added: Vec<f64> = r.through.iter().zip(&r.direct).map(|(t, d)| t - d).collect();
+        let added: Vec<f64> = r
+            .through
+            .iter()
+            .zip(&r.direct)
+            .map(|(t, d)| t - d)
+            .collect();
         let _ = writeln!(
             out,
             "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
@@ -103,11 +108,7 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
             r.outputs,
             r.compaction_points,
             r.run.as_secs_f64(),
-            if r.stopped_early {
-                " (time limit)"
-            } else {
-                ""
-            },
+            if r.stopped_early { " (time limit)" } else { "" },
             r.db_bytes as f64 / 1e6,
         );
     }

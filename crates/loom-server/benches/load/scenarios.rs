@@ -292,7 +292,10 @@ pub(crate) struct Checkpoint {
 }
 
 /// Runs `count` sessions of `turns` calls each over `clients` workers.
-#[expect(clippy::too_many_arguments, reason = "one scenario's knobs, named at the call")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one scenario's knobs, named at the call"
+)]
 pub(crate) async fn sessions(
     mode: ProxyMode,
     count: usize,
