@@ -4,7 +4,7 @@
 //! the same rows.
 
 use loom_core::AgentId;
-use rusqlite::{params, Connection, Transaction};
+use rusqlite::{params, Connection};
 
 use super::backend;
 use super::rows::{corrupt, query_all, Cols};
@@ -71,7 +71,7 @@ fn find(conn: &Connection, by: By, value: &str, action: &'static str) -> Result<
     Ok(found.into_iter().next())
 }
 
-pub(super) fn create(tx: &Transaction<'_>, key: &NewApiKey) -> Result<ApiKey> {
+pub(super) fn create(tx: &Connection, key: &NewApiKey) -> Result<ApiKey> {
     keys::check(key)?;
     for (by, value) in [(By::Id, &key.id), (By::Hash, &key.hash)] {
         if find(tx, by, value, "checking a new api key")?.is_some() {
@@ -116,7 +116,7 @@ pub(super) fn all(conn: &Connection) -> Result<Vec<ApiKey>> {
     )
 }
 
-pub(super) fn revoke(tx: &Transaction<'_>, id: &str, now_ms: i64) -> Result<ApiKey> {
+pub(super) fn revoke(tx: &Connection, id: &str, now_ms: i64) -> Result<ApiKey> {
     let mut key = find(tx, By::Id, id, "revoking an api key")?
         .ok_or_else(|| StoreError::KeyNotFound(id.to_owned()))?;
     if key.revoked_ms.is_none() {

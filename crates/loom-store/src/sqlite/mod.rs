@@ -7,6 +7,7 @@
 //! (`BEGIN IMMEDIATE`) so two writers can never read the same last seq, and a busy timeout makes a
 //! writer wait its turn instead of failing.
 
+mod group;
 mod keys;
 mod rows;
 mod schema;
@@ -17,9 +18,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use loom_core::{AgentId, BlobRef, Event, Ledger, NewEvent, Seq, SessionId, SessionInfo};
-use rusqlite::{
-    params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
-};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
@@ -47,7 +46,11 @@ pub(crate) fn backend(action: &'static str) -> impl FnOnce(rusqlite::Error) -> S
 /// The log and its derived records in one SQLite file.
 #[derive(Debug)]
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
+    /// Writes, committed in groups (see `group`).
+    writer: group::Writer,
+    /// Reads: a connection of its own, so they never wait for a write's sync (WAL lets readers
+    /// run beside the writer and shows them only committed data).
+    reader: Mutex<Connection>,
     path: PathBuf,
 }
 
@@ -64,8 +67,12 @@ impl SqliteStore {
             Connection::open_with_flags(path, flags).map_err(backend("opening the database"))?;
         configure(&conn)?;
         schema::migrate(&mut conn)?;
+        let reader =
+            Connection::open_with_flags(path, flags).map_err(backend("opening the database"))?;
+        configure(&reader)?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            writer: group::Writer::new(conn),
+            reader: Mutex::new(reader),
             path: path.to_owned(),
         })
     }
@@ -80,27 +87,23 @@ impl SqliteStore {
         schema::latest_version()
     }
 
+    /// The read connection.
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while the lock was held dropped its transaction, which rolls it back, so the
         // connection is in a clean state and can be used again.
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` in a transaction that holds the write lock from its start, and commits on `Ok`.
+    /// Runs `f` in a transaction that holds the write lock, and returns once it is durable.
     ///
-    /// On `Err` the transaction is dropped, which rolls it back: nothing partial is ever written.
-    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(backend("starting a write transaction"))?;
-        let out = f(&tx)?;
-        tx.commit().map_err(backend("committing a write"))?;
-        Ok(out)
+    /// On `Err` everything `f` did is rolled back: nothing partial is ever written. Concurrent
+    /// writes may share one commit (see `group`); an `Ok` still means this write is durable.
+    fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.writer.write(f)
     }
 
     /// Runs `f` in a read transaction, so that it sees one consistent snapshot.
-    fn read_tx<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    fn read_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let mut conn = self.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Deferred)
@@ -113,11 +116,7 @@ impl SqliteStore {
 }
 
 /// Creates a session and writes its first events inside `tx`.
-fn create_in(
-    tx: &Transaction<'_>,
-    session: &NewSession,
-    events: &[NewEvent],
-) -> Result<SessionInfo> {
+fn create_in(tx: &Connection, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
     if find_session(tx, &session.id)?.is_some() {
         return Err(StoreError::SessionExists(session.id.clone()));
     }
@@ -174,7 +173,7 @@ fn configure(conn: &Connection) -> Result<()> {
 /// Writes already validated events from seq `first`, the touched calls' states, and the new
 /// length of the log.
 fn write_events(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session_pk: i64,
     first: Seq,
     events: &[NewEvent],

@@ -122,3 +122,48 @@ fn workspace_holds_the_log_and_the_blobs() {
     );
     assert!(ws.store.session(&sid("s")).unwrap().is_some());
 }
+
+#[test]
+fn concurrent_writers_share_commits_and_a_failing_one_fails_alone() {
+    let h = SqliteHarness::open();
+    let store = std::sync::Arc::new(SqliteStore::open(h.path()).unwrap());
+    let shared = with_session(&*store, "shared");
+    for t in 0..8 {
+        with_session(&*store, &format!("own-{t}"));
+    }
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = std::sync::Arc::clone(&store);
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let own = sid(&format!("own-{t}"));
+                let mut refused = 0;
+                for i in 0..40 {
+                    store.append(&own, &[user(&format!("{t}/{i}"))]).unwrap();
+                    store.append(&shared, &[user(&format!("{t}/{i}"))]).unwrap();
+                    // A result that answers no call: refused, and nothing of it written, while
+                    // the writes it may have shared a commit with go through.
+                    if store.append(&own, &[result("ghost", "bash", false)]).is_err() {
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(refused, 8 * 40);
+    // Everything acknowledged is there, with contiguous seqs, after reopening the file.
+    drop(store);
+    let store = SqliteStore::open(h.path()).unwrap();
+    let seqs: Vec<Seq> = store
+        .read(&shared, 1..=Seq::MAX)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, (1..=8 * 40).collect::<Vec<Seq>>());
+    for t in 0..8 {
+        assert_eq!(store.latest_seq(&sid(&format!("own-{t}"))).unwrap(), 40);
+    }
+}
