@@ -91,6 +91,24 @@ impl ApiError {
         )
     }
 
+    /// An error answered by the HTTP layer itself (a path that does not decode, a body over the
+    /// limit, a wrong method), with its text as the message.
+    pub fn from_status(status: StatusCode, message: impl Into<String>) -> Self {
+        let kind = match status {
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            StatusCode::CONFLICT => "conflict",
+            StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+            StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::REQUEST_TIMEOUT | StatusCode::GATEWAY_TIMEOUT => "timeout",
+            StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+            s if s.is_server_error() => "internal",
+            _ => "invalid_request",
+        };
+        Self::new(status, kind, message)
+    }
+
     /// Names the field at fault.
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());

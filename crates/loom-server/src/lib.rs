@@ -165,22 +165,45 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
 }
 
-/// Counts every request by its route and status, and times it.
+/// Counts every request by its route and status, and times it; an error the HTTP layer answered
+/// itself in plain text (a path that does not decode, a body over the limit, a wrong method) is
+/// given the shape its caller expects: the provider's on the proxy, the API's elsewhere.
 async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let path = req.uri().path().to_owned();
     let response = next.run(req).await;
     let status = response.status();
-    let response = if status == StatusCode::PAYLOAD_TOO_LARGE {
-        // axum's own rejection is plain text; say it in the API's shape.
-        ApiError::too_large(format!(
-            "the body is larger than the limit of {} bytes",
-            state.config.limits.max_body_bytes
-        ))
-        .into_response()
+    let plain = !response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+    let response = if (status.is_client_error() || status.is_server_error()) && plain {
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!(
+                "the body is larger than the limit of {} bytes",
+                state.config.limits.max_body_bytes
+            )
+        } else {
+            let bytes = axum::body::to_bytes(response.into_body(), 64 << 10)
+                .await
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+            if text.is_empty() {
+                status.canonical_reason().unwrap_or("error").to_owned()
+            } else {
+                text
+            }
+        };
+        let e = ApiError::from_status(status, message);
+        match proxy::api_of_path(&path) {
+            Some(api) => proxy::provider_error(api, &e),
+            None => e.into_response(),
+        }
     } else {
         response
     };

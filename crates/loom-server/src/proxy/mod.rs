@@ -75,6 +75,19 @@ impl SessionLocks {
     }
 }
 
+/// The provider API whose error shape a proxy path answers in (`None` off the proxy).
+pub(crate) fn api_of_path(path: &str) -> Option<Api> {
+    if path.starts_with("/v1/messages") {
+        Some(Api::Messages)
+    } else if path.starts_with("/v1/responses") {
+        Some(Api::Responses)
+    } else if path.starts_with("/v1/") {
+        Some(Api::ChatCompletions)
+    } else {
+        None
+    }
+}
+
 /// A Loom error in the provider's shape.
 pub(crate) fn provider_error(api: Api, e: &ApiError) -> Response {
     let body = error_body(api, e.status.as_u16(), &e.message, e.field.as_deref());

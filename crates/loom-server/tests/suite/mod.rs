@@ -1,5 +1,6 @@
 mod api;
 mod isolation;
+mod openapi;
 mod props;
 mod proxy;
 mod support;

@@ -7,7 +7,7 @@ use loom_server::AuthMode;
 use loom_store::ProxyMode;
 use serde_json::{json, Value};
 
-use super::support::{start, text, Server};
+use super::support::{assert_forwarded_valid, start, text, Server};
 
 fn tools_chat() -> Value {
     json!([
@@ -162,6 +162,7 @@ async fn chat_conversations_are_logged_with_usage_in_both_modes_streaming_and_no
                 "append-only ({mode:?})"
             );
         }
+        assert_forwarded_valid(&s, "/v1/chat/completions", "CreateChatCompletionRequest");
         if mode == ProxyMode::Observe {
             // Observe forwards the body unchanged.
             assert_eq!(s.mock.requests()[0].body["temperature"], 0);
@@ -203,6 +204,7 @@ async fn fit_mode_keeps_long_conversations_within_the_budget() {
     }
     // The full history would be 61 messages; what went upstream stayed bounded.
     assert!(*sizes.last().unwrap() < 61, "{sizes:?}");
+    assert_forwarded_valid(&s, "/v1/chat/completions", "CreateChatCompletionRequest");
     assert_eq!(session(&s, "long").len(), 61, "the log keeps everything");
 }
 

@@ -128,3 +128,31 @@ impl Server {
 pub(crate) async fn text(r: reqwest::Response) -> String {
     r.text().await.unwrap()
 }
+
+/// OpenAI's published API description, or `None` (said loudly) when `../shared` is absent.
+#[expect(clippy::print_stderr, reason = "a skipped check says so")]
+pub(crate) fn openai_spec() -> Option<loom_testkit::OpenApi> {
+    match loom_testkit::OpenApi::load() {
+        Ok(api) => Some(api),
+        Err(e) => {
+            eprintln!("SKIPPED: validating forwarded bodies against OpenAI's description: {e}");
+            None
+        }
+    }
+}
+
+/// Every body the mock received on `path` is valid against `schema` of OpenAI's description.
+pub(crate) fn assert_forwarded_valid(s: &Server, path: &str, schema: &str) {
+    let Some(api) = openai_spec() else { return };
+    let mut checked = 0;
+    for r in s.mock.requests().iter().filter(|r| r.path == path) {
+        if let Err(errors) = api.validate(schema, &r.body) {
+            panic!(
+                "a forwarded {path} body is invalid against {schema}: {errors:?}\n{}",
+                r.body
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no {path} request was forwarded");
+}

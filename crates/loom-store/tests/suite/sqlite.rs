@@ -143,7 +143,10 @@ fn concurrent_writers_share_commits_and_a_failing_one_fails_alone() {
                     store.append(&shared, &[user(&format!("{t}/{i}"))]).unwrap();
                     // A result that answers no call: refused, and nothing of it written, while
                     // the writes it may have shared a commit with go through.
-                    if store.append(&own, &[result("ghost", "bash", false)]).is_err() {
+                    if store
+                        .append(&own, &[result("ghost", "bash", false)])
+                        .is_err()
+                    {
                         refused += 1;
                     }
                 }

@@ -1,0 +1,257 @@
+//! `/openapi.json` describes the API as it answers: every operation is exercised, and every
+//! response body is checked against the schema the description gives for its status.
+
+use std::collections::BTreeSet;
+
+use loom_server::AuthMode;
+use loom_store::ProxyMode;
+use loom_testkit::OpenApi;
+use serde_json::{json, Value};
+
+use super::support::{start, Server};
+
+struct Checker {
+    doc: Value,
+    api: OpenApi,
+    seen: BTreeSet<(String, String)>,
+}
+
+impl Checker {
+    /// Checks one response against the description of (method, path template).
+    async fn check(&mut self, method: &str, template: &str, response: reqwest::Response) -> Value {
+        let status = response.status().as_u16().to_string();
+        let op = &self.doc["paths"][template][method];
+        assert!(op.is_object(), "{method} {template} is not described");
+        let described = &op["responses"][&status];
+        assert!(
+            described.is_object(),
+            "{method} {template} answered {status}, which is not described"
+        );
+        let (media, schema) = described["content"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap();
+        let name = schema["schema"]["$ref"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        let bytes = response.bytes().await.unwrap();
+        let body = if media == "application/json" {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{method} {template}: not JSON: {e}"))
+        } else {
+            Value::String(String::from_utf8_lossy(&bytes).into_owned())
+        };
+        if let Err(errors) = self.api.validate(&name, &body) {
+            panic!(
+                "{method} {template} {status}: the body does not match {name}: {errors:?}\n{body}"
+            );
+        }
+        self.seen.insert((method.to_owned(), template.to_owned()));
+        body
+    }
+}
+
+#[tokio::test]
+async fn every_endpoint_answers_as_the_description_says() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let doc: Value = s.get("/openapi.json", None).await.json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let api = OpenApi::from_value(doc.clone()).unwrap();
+    // The check can fail: a body that breaks a schema is refused.
+    assert!(api.validate("Session", &json!({"id": 3})).is_err());
+    let mut c = Checker {
+        doc,
+        api,
+        seen: BTreeSet::new(),
+    };
+    run(&s, &mut c).await;
+    let described: BTreeSet<(String, String)> = c.doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (m.clone(), path.clone()))
+        })
+        .collect();
+    let missed: Vec<_> = described.difference(&c.seen).collect();
+    assert!(missed.is_empty(), "operations never exercised: {missed:?}");
+}
+
+async fn run(s: &Server, c: &mut Checker) {
+    let big = "entry\n".repeat(20_000);
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(big.as_bytes()))
+    };
+    let r = s.post("/loom/v1/sessions", None, &[], &json!({"id": "s1", "events": [
+        {"ts_ms": 1, "kind": "user", "content": "List."},
+        {"ts_ms": 2, "kind": "assistant", "tool_calls": [{"id": "c1", "name": "bash", "arguments": "{\"command\":\"ls\"}"}]},
+    ]})).await;
+    c.check("post", "/loom/v1/sessions", r).await;
+    let r = s
+        .post("/loom/v1/sessions", None, &[], &json!({"id": "s1"}))
+        .await;
+    c.check("post", "/loom/v1/sessions", r).await;
+    let r = s.post("/loom/v1/sessions/s1/events", None, &[], &json!({"events": [
+        {"ts_ms": 3, "kind": "tool_result", "call_id": "c1", "tool_name": "bash", "content": {"text": big},
+         "stats": {"bytes": big.len(), "lines": 20_000, "sha256": sha, "content_type": "text"}},
+    ]})).await;
+    c.check("post", "/loom/v1/sessions/{id}/events", r).await;
+    let r = s
+        .post(
+            "/loom/v1/sessions/s1/events",
+            None,
+            &[],
+            &json!({"events": [{"ts_ms": 4, "kind": "bogus"}]}),
+        )
+        .await;
+    c.check("post", "/loom/v1/sessions/{id}/events", r).await;
+    c.check(
+        "get",
+        "/loom/v1/sessions",
+        s.get("/loom/v1/sessions", None).await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}",
+        s.get("/loom/v1/sessions/s1", None).await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}",
+        s.get("/loom/v1/sessions/none", None).await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/events",
+        s.get("/loom/v1/sessions/s1/events?from=1&to=2", None).await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/events",
+        s.get("/loom/v1/sessions/s1/events?from=x", None).await,
+    )
+    .await;
+    let r = s
+        .post(
+            "/loom/v1/sessions/s1/render",
+            None,
+            &[],
+            &json!({"model": "gpt-4o", "budget": 3000}),
+        )
+        .await;
+    c.check("post", "/loom/v1/sessions/{id}/render", r).await;
+    let r = s
+        .post(
+            "/loom/v1/sessions/s1/render",
+            None,
+            &[],
+            &json!({"model": 7}),
+        )
+        .await;
+    c.check("post", "/loom/v1/sessions/{id}/render", r).await;
+    let steps = c
+        .check(
+            "get",
+            "/loom/v1/sessions/{id}/steps",
+            s.get("/loom/v1/sessions/s1/steps", None).await,
+        )
+        .await;
+    let reference = steps["steps"][0]["outcome_ref"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = s
+        .get(
+            &format!("/loom/v1/sessions/s1/recall?ref={reference}"),
+            None,
+        )
+        .await;
+    c.check("get", "/loom/v1/sessions/{id}/recall", r).await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/recall",
+        s.get("/loom/v1/sessions/s1/recall?ref=outputs/none.txt", None)
+            .await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/explain",
+        s.get("/loom/v1/sessions/s1/explain?event=3", None).await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/explain",
+        s.get("/loom/v1/sessions/s1/explain?event=99", None).await,
+    )
+    .await;
+    let r = s
+        .post(
+            "/loom/v1/sessions/s1/usage",
+            None,
+            &[],
+            &json!({"call": 1, "input_tokens": 10}),
+        )
+        .await;
+    c.check("post", "/loom/v1/sessions/{id}/usage", r).await;
+    let r = s
+        .post(
+            "/loom/v1/sessions/s1/usage",
+            None,
+            &[],
+            &json!({"call": 5, "input_tokens": 10}),
+        )
+        .await;
+    c.check("post", "/loom/v1/sessions/{id}/usage", r).await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/receipts",
+        s.get("/loom/v1/sessions/s1/receipts", None).await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/receipts/{call}",
+        s.get("/loom/v1/sessions/s1/receipts/1", None).await,
+    )
+    .await;
+    c.check(
+        "get",
+        "/loom/v1/sessions/{id}/receipts/{call}",
+        s.get("/loom/v1/sessions/s1/receipts/2", None).await,
+    )
+    .await;
+    let history = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let r = s
+        .post("/loom/v1/import?session=imp", None, &[], &history)
+        .await;
+    c.check("post", "/loom/v1/import", r).await;
+    let r = s
+        .post("/loom/v1/import?session=imp", None, &[], &history)
+        .await;
+    c.check("post", "/loom/v1/import", r).await;
+    let r = s
+        .post(
+            "/loom/v1/import?session=imp",
+            None,
+            &[],
+            &json!({"messages": [{"role": "user", "content": "other"}]}),
+        )
+        .await;
+    c.check("post", "/loom/v1/import", r).await;
+}
