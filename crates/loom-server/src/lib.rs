@@ -94,7 +94,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .route("/openapi.json", get(openapi::serve))
-        .merge(api::routes())
+        .merge(api::routes(state.config.limits.request_timeout))
         .merge(proxy::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))

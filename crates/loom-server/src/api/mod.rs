@@ -32,8 +32,8 @@ pub(crate) use body::parse_json;
 /// The agent of sessions created without one.
 pub const DEFAULT_AGENT: &str = "agent";
 
-/// The `/loom/v1` routes.
-pub fn routes() -> Router<Arc<AppState>> {
+/// The `/loom/v1` routes; each request ends within `timeout` (a 503 past it).
+pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
     Router::new()
         .route("/loom/v1/sessions", get(list_sessions).post(create_session))
         .route("/loom/v1/sessions/{id}", get(get_session))
@@ -49,6 +49,15 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/loom/v1/sessions/{id}/usage", post(usage))
         .route("/loom/v1/sessions/{id}/receipts", get(receipts))
         .route("/loom/v1/sessions/{id}/receipts/{call}", get(receipt))
+        .layer((
+            axum::error_handling::HandleErrorLayer::new(move |_: axum::BoxError| async move {
+                ApiError::unavailable(format!(
+                    "the request took longer than {} s; retry",
+                    timeout.as_secs()
+                ))
+            }),
+            tower::timeout::TimeoutLayer::new(timeout),
+        ))
 }
 
 /// A session as the tenant sees it: its own id, and its parent's when that is its own too.

@@ -502,15 +502,22 @@ fn credentials(
 
 /// `POST /v1/messages/count_tokens`, answered locally: Loom's calibrated estimate for Claude
 /// models (which have no public tokenizer), exact counts for models that have one.
+///
+/// The estimate is anchored on what the provider reported for the conversation: when the
+/// session's last call was rendered by Loom (its receipt holds Loom's estimate of what it sent)
+/// and its usage is known, the estimate is scaled by the provider's count over Loom's for that
+/// call, so the answer tracks the provider's own tokenizer as the conversation goes. The factor
+/// used is returned in `X-Loom-Anchor`.
 async fn count_tokens(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
     let api = Api::Messages;
-    if let Err(e) = state.authenticate(&headers).await {
-        return provider_error(api, &e);
-    }
+    let principal = match state.authenticate(&headers).await {
+        Ok(p) => p,
+        Err(e) => return provider_error(api, &e),
+    };
     let counted = (|| {
         let value: Value = serde_json::from_slice(&raw)
             .map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}")))?;
@@ -538,12 +545,59 @@ async fn count_tokens(
             &images,
         )
         .map_err(|e| ApiError::invalid(e.to_string()))?;
-        Ok(count.messages + count.tool_calls + count.tools + count.images + count.overhead)
+        Ok((
+            count.messages + count.tool_calls + count.tools + count.images + count.overhead,
+            count.exact,
+        ))
     })();
-    match counted {
-        Ok(n) => Json(json!({ "input_tokens": n })).into_response(),
-        Err(e) => provider_error(api, &e),
+    let (estimate, exact) = match counted {
+        Ok(c) => c,
+        Err(e) => return provider_error(api, &e),
+    };
+    let anchor = if exact {
+        None
+    } else {
+        anchor(&state, &principal, &headers, &raw).await
+    };
+    let tokens = anchor.map_or(estimate, |f| (estimate as f64 * f).ceil() as u64);
+    let mut response = Json(json!({ "input_tokens": tokens })).into_response();
+    if let Some(f) = anchor {
+        set(response.headers_mut(), "x-loom-anchor", &format!("{f:.4}"));
     }
+    response
+}
+
+/// Bounds on the anchoring factor: a provider's count and Loom's estimate of the same request
+/// never differ more than this unless something else is wrong (then the estimate stands).
+const ANCHOR_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
+
+/// The provider's count over Loom's estimate for the conversation's last rendered call.
+async fn anchor(
+    state: &Arc<AppState>,
+    principal: &Principal,
+    headers: &HeaderMap,
+    raw: &Bytes,
+) -> Option<f64> {
+    let id = match header(headers, "x-loom-session") {
+        Some(id) => id.to_owned(),
+        None => derived_session(principal, Api::Messages, raw, state)
+            .await
+            .ok()?,
+    };
+    let session = principal.scope(&id, "X-Loom-Session").ok()?;
+    let last = state
+        .blocking("reading the last call", move |s| {
+            if s.store.session(&session)?.is_none() {
+                return Ok(None);
+            }
+            Ok(s.store.last_model_call(&session)?)
+        })
+        .await
+        .ok()??;
+    let reported = last.usage?.input_tokens as f64;
+    let estimated = last.call.receipt["receipt"]["estimate"].as_u64()? as f64;
+    let factor = reported / estimated;
+    (estimated > 0.0 && ANCHOR_RANGE.contains(&factor)).then_some(factor)
 }
 
 /// `GET /v1/models`, forwarded to the OpenAI upstream.

@@ -409,3 +409,107 @@ async fn upstream_errors_and_dropped_streams_reach_the_client_and_log_no_partial
     let log = session(&s, "d");
     assert_eq!(log.len(), 1, "only the user message: {log:?}");
 }
+
+#[tokio::test]
+async fn shutdown_lets_a_stream_in_flight_finish_and_be_logged() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    s.mock.push_fault(Fault {
+        chunk_bytes: Some(48),
+        chunk_delay_ms: Some(20),
+        ..Fault::default()
+    });
+    let body = json!({"model": "gpt-4o", "stream": true, "messages": [{"role": "user", "content": "a slow answer please"}]});
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            None,
+            &[("x-loom-session", "sd")],
+            &body,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let state = std::sync::Arc::clone(&s.state);
+    let url = s.url.clone();
+    let stopping = tokio::spawn(s.stop());
+    // The stream in flight is relayed to its end.
+    let sse = r.text().await.unwrap();
+    assert!(sse.contains("[DONE]"), "{sse}");
+    stopping.await.unwrap();
+    let log = state
+        .store
+        .read(&SessionId::new("sd").unwrap(), 1..=u64::MAX)
+        .unwrap();
+    assert_eq!(log.len(), 2, "the reply the client received is logged");
+    // New requests are refused once it has stopped.
+    assert!(reqwest::get(format!("{url}/healthz")).await.is_err());
+}
+
+#[tokio::test]
+async fn count_tokens_is_answered_locally_and_anchored_on_reported_usage() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let mut body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "count these words for me, all of them"}]});
+    let count = |b: &Value| {
+        let mut b = b.clone();
+        b.as_object_mut().unwrap().remove("max_tokens");
+        b
+    };
+    let r = s
+        .post(
+            "/v1/messages/count_tokens",
+            None,
+            &[("x-loom-session", "ct")],
+            &count(&body),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers().get("x-loom-anchor").is_none(),
+        "nothing to anchor on yet"
+    );
+    let plain = r.json::<Value>().await.unwrap()["input_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(plain > 0);
+    assert!(s.mock.requests().is_empty(), "answered locally");
+    // One call through the proxy: the provider's usage is recorded against Loom's estimate.
+    let r = s
+        .post("/v1/messages", None, &[("x-loom-session", "ct")], &body)
+        .await;
+    let reply: Value = r.json().await.unwrap();
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": reply["content"]}));
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "and these"}));
+    let call = s
+        .store()
+        .last_model_call(&SessionId::new("ct").unwrap())
+        .unwrap()
+        .unwrap();
+    let factor = call.usage.unwrap().input_tokens as f64
+        / call.call.receipt["receipt"]["estimate"].as_u64().unwrap() as f64;
+    let r = s
+        .post(
+            "/v1/messages/count_tokens",
+            None,
+            &[("x-loom-session", "ct")],
+            &count(&body),
+        )
+        .await;
+    let anchored: f64 = r.headers()["x-loom-anchor"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((anchored - factor).abs() < 1e-3, "{anchored} vs {factor}");
+    assert!(
+        r.json::<Value>().await.unwrap()["input_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
