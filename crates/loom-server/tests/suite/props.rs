@@ -29,7 +29,8 @@ use loom_mock_upstream::{Mock, MockHandle};
 use loom_server::{AppState, AuthMode, Engine, ServeArgs, ServeConfig};
 use loom_store::{new_api_key, ProxyMode, Store, TenantId, Workspace};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::sample::select;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -116,16 +117,17 @@ fn fixture(auth: AuthMode) -> Fixture {
         reference: String::new(),
         _dir: dir,
     };
-    fx.seed();
+    fx.reference = fx.seed();
     fx
 }
 
 impl Fixture {
     /// Session `s1` (a tool call whose long output is offloaded, one rendered call) and the
-    /// proxied conversation `p1`, so that requests naming them reach past the lookups.
-    fn seed(&mut self) {
+    /// proxied conversation `p1`, so that requests naming them reach past the lookups. Returns
+    /// the reference of the offloaded output.
+    fn seed(&self) -> String {
         let auth = self.auth_header();
-        let mut send = |method: Method, uri: &str, body: Value, extra: &[(&str, &str)]| {
+        let send = |method: Method, uri: &str, body: Value, extra: &[(&str, &str)]| {
             let mut headers: Vec<(String, Vec<u8>)> = auth.clone().into_iter().collect();
             headers.extend(
                 extra
@@ -156,7 +158,7 @@ impl Fixture {
         );
         let steps = send(Method::GET, "/loom/v1/sessions/s1/steps", Value::Null, &[]);
         let steps: Value = serde_json::from_slice(&steps).unwrap();
-        self.reference = steps["steps"][0]["outcome_ref"]
+        let reference = steps["steps"][0]["outcome_ref"]
             .as_str()
             .expect("the long output is offloaded")
             .to_owned();
@@ -166,18 +168,24 @@ impl Fixture {
             chat_body(0),
             &[("x-loom-session", "p1")],
         );
+        reference
     }
 
     fn auth_header(&self) -> Option<(String, Vec<u8>)> {
-        self.key
-            .as_ref()
-            .map(|k| ("authorization".to_owned(), format!("Bearer {k}").into_bytes()))
+        self.key.as_ref().map(|k| {
+            (
+                "authorization".to_owned(),
+                format!("Bearer {k}").into_bytes(),
+            )
+        })
     }
 
     /// Sends a case; `Ok(None)` when it cannot be expressed as an HTTP request (a header value
     /// with a line break, a URI with a space), which no client could send either.
     fn send(&self, case: &Case) -> Result<Option<(u16, Vec<u8>)>, String> {
-        let mut builder = Request::builder().method(case.method.clone()).uri(&case.uri);
+        let mut builder = Request::builder()
+            .method(case.method.clone())
+            .uri(&case.uri);
         for (name, value) in &case.headers {
             let (Ok(n), Ok(v)) = (
                 HeaderName::from_bytes(name.as_bytes()),
@@ -245,7 +253,10 @@ impl Fixture {
         if let Err(why) = error_shape(case.shape, &body) {
             return Err(fail(
                 case,
-                &format!("{status} with a body of the wrong shape ({why}): {}", lossy(&body)),
+                &format!(
+                    "{status} with a body of the wrong shape ({why}): {}",
+                    lossy(&body)
+                ),
             ));
         }
         if self.mock.requests().len() != forwarded_before {
@@ -260,10 +271,7 @@ impl Fixture {
         if self.snapshot() != before {
             return Err(fail(
                 case,
-                &format!(
-                    "{status} but the store changed: {}",
-                    lossy(&body)
-                ),
+                &format!("{status} but the store changed: {}", lossy(&body)),
             ));
         }
         Ok(())
@@ -272,13 +280,20 @@ impl Fixture {
     /// Runs `CASES` generated requests; a failure panics with the shrunk request.
     fn run(&self, strategy: impl Strategy<Value = Case>) {
         let mut runner = TestRunner::new(Config {
-            cases: CASES,
+            // `PROPTEST_CASES` runs more (or fewer) cases, as proptest's own default does.
+            cases: std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(CASES),
             failure_persistence: None,
             max_shrink_iters: 256,
             ..Config::default()
         });
-        if let Err(e) = runner.run(&strategy, |case| self.check(&self.authorised(case))) {
-            panic!("{e}");
+        match runner.run(&strategy, |case| self.check(&self.authorised(case))) {
+            Ok(()) => {}
+            // The reason names the shrunk request; the value itself is only bytes.
+            Err(TestError::Fail(why, _)) => panic!("{why}"),
+            Err(TestError::Abort(why)) => panic!("gave up: {why}"),
         }
     }
 
@@ -312,7 +327,7 @@ fn fail(case: &Case, why: &str) -> TestCaseError {
 
 /// Bytes as text for a message, shortened.
 fn lossy(bytes: &[u8]) -> String {
-    const SHOWN: usize = 1500;
+    const SHOWN: usize = 600;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(SHOWN)]).into_owned();
     if bytes.len() > SHOWN {
         format!("{text}...")
@@ -338,7 +353,10 @@ fn error_shape(shape: Shape, body: &[u8]) -> Result<(), String> {
             if !e.get("field").is_some_and(|f| f.is_null() || f.is_string()) {
                 return Err("`error.field` is not a string or null".into());
             }
-            let keys: Vec<&String> = e.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+            let keys: Vec<&String> = e
+                .as_object()
+                .map(|o| o.keys().collect())
+                .unwrap_or_default();
             if keys.len() != 3 || v.as_object().is_some_and(|o| o.len() != 1) {
                 return Err(format!("unexpected keys: {keys:?}"));
             }
@@ -495,6 +513,15 @@ enum RawText {
 }
 
 impl RawText {
+    const ALL: &[Self] = &[
+        Self::BadUtf8,
+        Self::LoneSurrogate,
+        Self::HugeNumber,
+        Self::LongInteger,
+        Self::DeepNesting,
+        Self::DuplicateKey,
+    ];
+
     fn bytes(self) -> Vec<u8> {
         match self {
             Self::BadUtf8 => b"\"ok \xff\xfe\xc0\x80 \xed\xa0\x80 end\"".to_vec(),
@@ -683,35 +710,27 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Strings that mean something somewhere in a request (roles, kinds, models).
+#[rustfmt::skip]
+const WORDS: &[&str] = &[
+    "", "user", "tool", "assistant", "system", "developer", "gpt-4o", "claude-sonnet-4-5",
+    "function", "function_call", "function_call_output", "tool_use", "tool_result", "text",
+];
+
 fn leaf() -> impl Strategy<Value = Leaf> {
     prop_oneof![
         Just(Leaf::Null),
         any::<bool>().prop_map(Leaf::Bool),
-        prop_oneof![
-            any::<i64>(),
-            Just(-1i64),
-            Just(0),
-            Just(i64::MAX),
-            Just(i64::MIN)
-        ]
-        .prop_map(Leaf::Int),
-        prop_oneof![Just(1e308), Just(-0.5), Just(0.1), Just(f64::MIN_POSITIVE)].prop_map(Leaf::Float),
+        any::<i64>().prop_map(Leaf::Int),
+        select(&[-1, 0, i64::MAX, i64::MIN][..]).prop_map(Leaf::Int),
+        select(&[1e308, -0.5, 0.1, f64::MIN_POSITIVE][..]).prop_map(Leaf::Float),
         ".{0,24}".prop_map(Leaf::Text),
-        prop_oneof![Just(""), Just("user"), Just("tool"), Just("assistant"), Just("gpt-4o"), Just("claude-sonnet-4-5"), Just("function_call_output"), Just("tool_use"), Just("tool_result")]
-            .prop_map(|s| Leaf::Text(s.to_owned())),
+        select(WORDS).prop_map(|s| Leaf::Text(s.to_owned())),
         (1usize..150_000).prop_map(Leaf::Huge),
         Just(Leaf::Controls),
         Just(Leaf::EmptyArray),
         Just(Leaf::EmptyObject),
-        prop_oneof![
-            Just(RawText::BadUtf8),
-            Just(RawText::LoneSurrogate),
-            Just(RawText::HugeNumber),
-            Just(RawText::LongInteger),
-            Just(RawText::DeepNesting),
-            Just(RawText::DuplicateKey),
-        ]
-        .prop_map(Leaf::Raw),
+        select(RawText::ALL).prop_map(Leaf::Raw),
     ]
 }
 
@@ -726,6 +745,12 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => (at, "[a-z_]{1,12}", leaf()).prop_map(|(a, k, l)| Edit::Add(a, k, l)),
     ]
 }
+
+/// Whole bodies that are JSON but not an object, or not quite JSON.
+#[rustfmt::skip]
+const BARE: &[&[u8]] = &[
+    b"", b"null", b"[]", b"{}", b"\"text\"", b"12", b"\xef\xbb\xbf{}", b"{} {}", b"{\"model\":",
+];
 
 /// A body built from a valid one (`base(tag)`): as it is, mutated, cut short, or replaced by
 /// random bytes, a bare JSON value, or a body over the size limit.
@@ -746,11 +771,8 @@ fn body(base: fn(u32) -> Value) -> impl Strategy<Value = Vec<u8>> {
             bytes[..at.index(bytes.len())].to_vec()
         }),
         1 => proptest::collection::vec(any::<u8>(), 0..256),
-        1 => prop_oneof![
-            Just(&b""[..]), Just(&b"null"[..]), Just(&b"[]"[..]), Just(&b"{}"[..]),
-            Just(&b"\"text\""[..]), Just(&b"12"[..]), Just(&b"\xef\xbb\xbf{}"[..]), Just(&b"{} {}"[..]),
-        ].prop_map(<[u8]>::to_vec),
-        1 => (tag, prop_oneof![Just(BODY_LIMIT + 1), Just(BODY_LIMIT * 3)]).prop_map(move |(n, size)| {
+        1 => select(BARE).prop_map(<[u8]>::to_vec),
+        1 => (tag, select(&[BODY_LIMIT + 1, BODY_LIMIT * 3][..])).prop_map(move |(n, size)| {
             let mut v = base(n);
             if let Some(o) = v.as_object_mut() {
                 o.insert("padding".into(), json!("p".repeat(size)));
@@ -763,34 +785,30 @@ fn body(base: fn(u32) -> Value) -> impl Strategy<Value = Vec<u8>> {
 // ---------------------------------------------------------------------------------------------
 // Headers, path segments and query strings.
 
+/// Headers Loom reads or forwards.
+#[rustfmt::skip]
+const HEADER_NAMES: &[&str] = &[
+    "x-loom-session", "x-loom-mode", "x-loom-budget", "content-type", "authorization", "x-api-key",
+    "anthropic-version", "anthropic-beta", "openai-organization", "accept",
+];
+
+/// Values that mean something to one of them, or almost do.
+#[rustfmt::skip]
+const HEADER_VALUES: &[&str] = &[
+    "p1", "s1", "fit", "observe", "FIT", "", "0", "-5", "1", "100", "99999999999999999999999",
+    "1e3", "a/b", "../../etc", "p1~2", "p1~99", "~", "Bearer ", "Bearer lk_bogus",
+    "application/json", "text/event-stream", "2023-06-01",
+];
+
 /// A value for one of the headers Loom reads or forwards.
 fn header() -> impl Strategy<Value = (String, Vec<u8>)> {
-    let name = prop_oneof![
-        Just("x-loom-session"),
-        Just("x-loom-mode"),
-        Just("x-loom-budget"),
-        Just("content-type"),
-        Just("authorization"),
-        Just("x-api-key"),
-        Just("anthropic-version"),
-        Just("anthropic-beta"),
-        Just("openai-organization"),
-        Just("accept"),
-    ];
     let value = prop_oneof![
-        prop_oneof![
-            Just("p1"), Just("s1"), Just("fit"), Just("observe"), Just("FIT"), Just(""), Just("0"),
-            Just("-5"), Just("1"), Just("100"), Just("99999999999999999999999"), Just("1e3"),
-            Just("a/b"), Just("../../etc"), Just("p1~2"), Just("p1~99"), Just("~"), Just("Bearer "),
-            Just("Bearer lk_bogus"), Just("application/json"), Just("text/event-stream"),
-            Just("2023-06-01"),
-        ]
-        .prop_map(|s| s.as_bytes().to_vec()),
+        select(HEADER_VALUES).prop_map(|s| s.as_bytes().to_vec()),
         "[ -~]{0,40}".prop_map(String::into_bytes),
         (1usize..9000).prop_map(|n| "s".repeat(n).into_bytes()),
         proptest::collection::vec(any::<u8>(), 0..40),
     ];
-    (name, value).prop_map(|(n, v)| (n.to_owned(), v))
+    (select(HEADER_NAMES), value).prop_map(|(n, v)| (n.to_owned(), v))
 }
 
 fn headers() -> impl Strategy<Value = Vec<(String, Vec<u8>)>> {
@@ -800,29 +818,34 @@ fn headers() -> impl Strategy<Value = Vec<(String, Vec<u8>)>> {
 /// A path segment naming a session: known ones, unknown ones, and text that is no valid id.
 fn segment() -> impl Strategy<Value = String> {
     prop_oneof![
-        4 => prop_oneof![Just("s1"), Just("p1")].prop_map(str::to_owned),
-        1 => Just("nope".to_owned()),
+        4 => select(&["s1", "p1"][..]).prop_map(str::to_owned),
         1 => "[a-zA-Z0-9._~-]{1,12}",
         1 => ".{1,16}".prop_map(|s| encode(&s)),
-        1 => prop_oneof![Just("%ff%fe"), Just("%00"), Just("%2F"), Just(".."), Just("%2e%2e"), Just("p1~2")]
-            .prop_map(str::to_owned),
+        1 => select(&["nope", "%ff%fe", "%00", "%2F", "..", "%2e%2e", "p1~2"][..]).prop_map(str::to_owned),
         1 => (1usize..5000).prop_map(|n| "s".repeat(n)),
     ]
 }
 
+/// Query values: numbers in and out of range, non-numbers, formats, and bad encodings.
+#[rustfmt::skip]
+const QUERY_VALUES: &[&str] = &[
+    "1", "2", "0", "-1", "18446744073709551616", "abc", "", "%ff", "%", "1.5", "s1", "openai",
+    "anthropic", "responses", "bogus", "sha256%3A00",
+];
+
 /// A query string over `keys` (and a stray one), with numbers, non-numbers and bad encodings.
 fn query(keys: &'static [&'static str]) -> impl Strategy<Value = String> {
+    let known = if keys.is_empty() {
+        &["unknown"][..]
+    } else {
+        keys
+    };
     let key = prop_oneof![
-        6 => proptest::sample::select(keys),
+        6 => select(known),
         1 => Just("unknown"),
     ];
     let value = prop_oneof![
-        prop_oneof![
-            Just("1"), Just("2"), Just("0"), Just("-1"), Just("18446744073709551616"), Just("abc"),
-            Just(""), Just("%ff"), Just("%"), Just("1.5"), Just("s1"), Just("openai"),
-            Just("anthropic"), Just("responses"), Just("bogus"), Just("sha256%3A00"),
-        ]
-        .prop_map(str::to_owned),
+        select(QUERY_VALUES).prop_map(str::to_owned),
         ".{0,12}".prop_map(|s| encode(&s)),
     ];
     proptest::collection::vec((key, value), 0..4).prop_map(|pairs| {
@@ -864,8 +887,7 @@ fn case(
 
 /// A POST with a generated body to a fixed path.
 fn post(path: &'static str, base: fn(u32) -> Value, shape: Shape) -> impl Strategy<Value = Case> {
-    (body(base), headers())
-        .prop_map(move |(b, h)| case(Method::POST, path.to_owned(), h, b, shape))
+    (body(base), headers()).prop_map(move |(b, h)| case(Method::POST, path.to_owned(), h, b, shape))
 }
 
 /// A POST with a generated body to `/loom/v1/sessions/{id}/{tail}`.
@@ -922,12 +944,7 @@ fn proxy_count_tokens() {
 
 #[test]
 fn proxy_models_and_service_endpoints() {
-    let paths = prop_oneof![
-        Just("/v1/models"),
-        Just("/healthz"),
-        Just("/metrics"),
-        Just("/openapi.json"),
-    ];
+    let paths = select(&["/v1/models", "/healthz", "/metrics", "/openapi.json"][..]);
     let fx = fixture(AuthMode::None);
     fx.run((paths, headers()).prop_map(|(p, h)| {
         let shape = if p == "/v1/models" {
@@ -942,8 +959,15 @@ fn proxy_models_and_service_endpoints() {
 #[test]
 fn api_sessions_create_and_list() {
     let fx = fixture(AuthMode::None);
-    let list = headers()
-        .prop_map(|h| case(Method::GET, "/loom/v1/sessions".into(), h, Vec::new(), Shape::Api));
+    let list = headers().prop_map(|h| {
+        case(
+            Method::GET,
+            "/loom/v1/sessions".into(),
+            h,
+            Vec::new(),
+            Shape::Api,
+        )
+    });
     fx.run(prop_oneof![
         1 => list,
         4 => post("/loom/v1/sessions", create_body, Shape::Api),
@@ -984,7 +1008,11 @@ fn api_render() {
 fn api_explain_steps_and_recall() {
     let fx = fixture(AuthMode::None);
     let reference = fx.reference.clone();
-    let recall = (segment(), prop_oneof![Just(reference), ".{0,20}".prop_map(|s| encode(&s))], headers())
+    let recall = (
+        segment(),
+        prop_oneof![Just(reference), ".{0,20}".prop_map(|s| encode(&s))],
+        headers(),
+    )
         .prop_map(|(id, r, h)| {
             case(
                 Method::GET,
@@ -1005,8 +1033,12 @@ fn api_explain_steps_and_recall() {
 #[test]
 fn api_usage_and_receipts() {
     let fx = fixture(AuthMode::None);
-    let one = (segment(), "[0-9]{1,3}|-1|x|18446744073709551616|%ff", headers()).prop_map(
-        |(id, call, h)| {
+    let one = (
+        segment(),
+        "[0-9]{1,3}|-1|x|18446744073709551616|%ff",
+        headers(),
+    )
+        .prop_map(|(id, call, h)| {
             case(
                 Method::GET,
                 format!("/loom/v1/sessions/{id}/receipts/{call}"),
@@ -1014,8 +1046,7 @@ fn api_usage_and_receipts() {
                 Vec::new(),
                 Shape::Api,
             )
-        },
-    );
+        });
     fx.run(prop_oneof![
         post_session("/usage", |_| usage_body()),
         get_session("/receipts", &[]),
@@ -1032,7 +1063,11 @@ fn every_route_under_keys() {
         post("/v1/chat/completions", chat_body, Shape::OpenAi),
         post("/v1/responses", responses_body, Shape::OpenAi),
         post("/v1/messages", messages_body, Shape::Anthropic),
-        post("/v1/messages/count_tokens", count_tokens_body, Shape::Anthropic),
+        post(
+            "/v1/messages/count_tokens",
+            count_tokens_body,
+            Shape::Anthropic
+        ),
         post("/loom/v1/sessions", create_body, Shape::Api),
         post_session("/events", append_body),
         post_session("/render", |_| render_body()),
