@@ -163,6 +163,13 @@ fn responses_reasoning_items_round_trip_byte_for_byte() {
     let at = |id: &str| items.iter().position(|i| i["id"] == id).unwrap();
     assert_eq!(items[at("rs_1") + 1]["type"], "function_call");
     assert_eq!(items[at("rs_2") + 1]["role"], "assistant");
+    // And the request, reasoning items included, is one OpenAI's description accepts.
+    if loom_testkit::shared_dir().is_some() {
+        let api = loom_testkit::OpenApi::load().unwrap();
+        api.validate("CreateResponse", &body).unwrap();
+    } else {
+        eprintln!("SKIPPED: ../shared (OpenAI's API description) is absent; body not validated");
+    }
 }
 
 #[test]
