@@ -206,3 +206,22 @@ fn a_thinking_block_without_signature_is_reasoning_text_only() {
     assert_eq!(reasoning.as_deref(), Some("unsigned"));
     assert!(native.is_none());
 }
+
+#[test]
+fn a_reasoning_item_without_id_is_reasoning_text_only() {
+    let input = json!({"input": [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "no id"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}
+    ]});
+    let blobs = MemoryBlobStore::new();
+    let sessions = parse_as(&input.to_string(), Format::Responses, &blobs).unwrap();
+    let EventBody::Assistant {
+        reasoning, native, ..
+    } = &sessions[0].events[1].body
+    else {
+        panic!("expected an assistant event")
+    };
+    assert_eq!(reasoning.as_deref(), Some("no id"));
+    assert!(native.is_none());
+}
