@@ -236,6 +236,42 @@ pub struct NativeReasoning {
     pub items: Vec<serde_json::Value>,
 }
 
+impl NativeReasoning {
+    /// Checks that every item is a reasoning item of its API, with what that API needs to accept
+    /// it back: an item that is not would turn every later request of the session into a
+    /// provider error, so it is refused when it is appended instead.
+    fn validate(&self) -> Result<()> {
+        for (i, item) in self.items.iter().enumerate() {
+            let field = |name: &str| format!("native.items[{i}].{name}");
+            let kind = item.get("type").and_then(serde_json::Value::as_str);
+            let required = match (self.api, kind) {
+                (NativeApi::Anthropic, Some("thinking")) => "signature",
+                (NativeApi::Anthropic, Some("redacted_thinking")) => "data",
+                (NativeApi::OpenaiResponses, Some("reasoning")) => "id",
+                (NativeApi::Anthropic, _) => {
+                    return Err(LogError::invalid(
+                        field("type"),
+                        "expected `thinking` or `redacted_thinking` for the anthropic api",
+                    ))
+                }
+                (NativeApi::OpenaiResponses, _) => {
+                    return Err(LogError::invalid(
+                        field("type"),
+                        "expected `reasoning` for the openai-responses api",
+                    ))
+                }
+            };
+            if !item.get(required).is_some_and(serde_json::Value::is_string) {
+                return Err(LogError::invalid(
+                    field(required),
+                    "must be a string: the provider accepts the item back only with it",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Which provider API a [`NativeReasoning`] came from (its items are meaningless to another).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -422,7 +458,12 @@ impl EventBody {
     /// [`Ledger`](crate::Ledger)'s job).
     pub fn validate(&self) -> Result<()> {
         match self {
-            Self::Assistant { tool_calls, .. } => {
+            Self::Assistant {
+                tool_calls, native, ..
+            } => {
+                if let Some(native) = native {
+                    native.validate()?;
+                }
                 for (i, call) in tool_calls.iter().enumerate() {
                     if call.id.is_empty() {
                         return Err(LogError::invalid(
@@ -543,6 +584,63 @@ mod tests {
         assert!(
             matches!(bad.validate(), Err(LogError::InvalidField { field, .. }) if field == "priority")
         );
+    }
+
+    #[test]
+    fn native_items_must_be_replayable_by_their_api() {
+        let turn = |api: NativeApi, item: serde_json::Value| EventBody::Assistant {
+            content: Some("ok".into()),
+            reasoning: None,
+            tool_calls: Vec::new(),
+            name: None,
+            native: Some(NativeReasoning {
+                api,
+                items: vec![item],
+            }),
+        };
+        let field = |body: EventBody| match body.validate() {
+            Err(LogError::InvalidField { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        };
+        let signed = serde_json::json!({"type": "thinking", "thinking": "t", "signature": "s"});
+        turn(NativeApi::Anthropic, signed.clone())
+            .validate()
+            .unwrap();
+        turn(
+            NativeApi::OpenaiResponses,
+            serde_json::json!({"type": "reasoning", "id": "rs_1", "summary": []}),
+        )
+        .validate()
+        .unwrap();
+        assert_eq!(
+            field(turn(NativeApi::OpenaiResponses, signed)),
+            "native.items[0].type"
+        );
+        assert_eq!(
+            field(turn(
+                NativeApi::Anthropic,
+                serde_json::json!({"type": "thinking", "thinking": "t"})
+            )),
+            "native.items[0].signature"
+        );
+        assert_eq!(
+            field(turn(
+                NativeApi::Anthropic,
+                serde_json::json!({"type": "redacted_thinking", "data": 5})
+            )),
+            "native.items[0].data"
+        );
+        assert_eq!(
+            field(turn(NativeApi::Anthropic, serde_json::json!("thinking"))),
+            "native.items[0].type"
+        );
+        // The JSON form names the api in kebab-case.
+        let json = serde_json::to_value(turn(
+            NativeApi::OpenaiResponses,
+            serde_json::json!({"type": "reasoning", "id": "rs_1"}),
+        ))
+        .unwrap();
+        assert_eq!(json["native"]["api"], "openai-responses");
     }
 
     #[test]

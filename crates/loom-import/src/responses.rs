@@ -119,7 +119,11 @@ pub(crate) fn convert(
                 let (text, native) = reasoning(b, &spot, item)?;
                 let t = turn.get_or_insert_with(|| Turn::new(&spot));
                 t.reasoning.push(text);
-                t.native.push(native);
+                // The API accepts a reasoning item back only with its id; one without can be
+                // read but not replayed.
+                if native.get("id").is_some() {
+                    t.native.push(native);
+                }
             }
             "function_call_output" | "custom_tool_call_output" => {
                 flush(b, &mut turn)?;

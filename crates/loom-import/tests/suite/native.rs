@@ -163,6 +163,13 @@ fn responses_reasoning_items_round_trip_byte_for_byte() {
     let at = |id: &str| items.iter().position(|i| i["id"] == id).unwrap();
     assert_eq!(items[at("rs_1") + 1]["type"], "function_call");
     assert_eq!(items[at("rs_2") + 1]["role"], "assistant");
+    // And the request, reasoning items included, is one OpenAI's description accepts.
+    if loom_testkit::shared_dir().is_some() {
+        let api = loom_testkit::OpenApi::load().unwrap();
+        api.validate("CreateResponse", &body).unwrap();
+    } else {
+        eprintln!("SKIPPED: ../shared (OpenAI's API description) is absent; body not validated");
+    }
 }
 
 #[test]
@@ -197,5 +204,24 @@ fn a_thinking_block_without_signature_is_reasoning_text_only() {
         panic!("expected an assistant event")
     };
     assert_eq!(reasoning.as_deref(), Some("unsigned"));
+    assert!(native.is_none());
+}
+
+#[test]
+fn a_reasoning_item_without_id_is_reasoning_text_only() {
+    let input = json!({"input": [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "no id"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}
+    ]});
+    let blobs = MemoryBlobStore::new();
+    let sessions = parse_as(&input.to_string(), Format::Responses, &blobs).unwrap();
+    let EventBody::Assistant {
+        reasoning, native, ..
+    } = &sessions[0].events[1].body
+    else {
+        panic!("expected an assistant event")
+    };
+    assert_eq!(reasoning.as_deref(), Some("no id"));
     assert!(native.is_none());
 }

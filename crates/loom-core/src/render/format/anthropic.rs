@@ -121,9 +121,22 @@ pub(super) fn tools(tools: &[ToolSpec]) -> Vec<Value> {
         .collect()
 }
 
+/// Puts a cache breakpoint on the message's last block that may carry one: thinking blocks are
+/// sent back exactly as Anthropic signed them, so they never get one.
 fn mark_last_block(message: &mut Value) {
     if let Some(Value::Array(content)) = message.get_mut("content") {
-        if let Some(Value::Object(block)) = content.last_mut() {
+        let markable = content.iter_mut().rev().find_map(|b| match b {
+            Value::Object(block)
+                if !matches!(
+                    block.get("type").and_then(Value::as_str),
+                    Some("thinking" | "redacted_thinking")
+                ) =>
+            {
+                Some(block)
+            }
+            _ => None,
+        });
+        if let Some(block) = markable {
             block.insert("cache_control".into(), json!({"type": "ephemeral"}));
         }
     }

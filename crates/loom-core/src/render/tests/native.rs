@@ -203,3 +203,32 @@ fn only_turns_rendered_in_place_keep_their_native_items() {
         "folded or thinned turns must drop their thinking ({sent} sent)"
     );
 }
+
+/// A turn that holds only thinking (no text, no calls) is the last message: the tail's cache
+/// breakpoint must not land on a signed block.
+#[test]
+fn cache_breakpoints_never_land_on_thinking_blocks() {
+    let fx = Fixture::new(100_000);
+    let mut log = Log::new();
+    log.system("sys");
+    log.user("think about it");
+    log.push(EventBody::Assistant {
+        content: None,
+        reasoning: Some("hm".into()),
+        tool_calls: Vec::new(),
+        name: None,
+        native: Some(NativeReasoning {
+            api: NativeApi::Anthropic,
+            items: vec![thinking("only")],
+        }),
+    });
+    let body = render_all(&fx, &log, Format::Anthropic).body();
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["content"][0], thinking("only"), "{last}");
+    for block in last["content"].as_array().unwrap() {
+        if block["type"] == "thinking" {
+            assert!(block.get("cache_control").is_none(), "{block}");
+        }
+    }
+    check_request(Format::Anthropic, &body).unwrap();
+}

@@ -1,0 +1,3 @@
+//! One file per topic.
+
+mod openapi;
