@@ -322,9 +322,30 @@ async fn prepare(
                 state.metrics.compaction_point();
             }
             let merged = fit::merge(api, client, &out.body);
-            let bytes = serde_json::to_vec(&merged)
-                .map_err(|_| ApiError::internal("serialising the request"))?;
-            (Bytes::from(bytes), out.model_call)
+            // The render pairs every call with its result by construction; this check is the
+            // net under it. Should it ever fail, the client's own (valid) request goes instead
+            // of a malformed one, and the failure is loud.
+            let checked = loom_core::render::check_request(fit::format_of(api), &merged)
+                .map_err(|v| v.to_string())
+                .and_then(|()| check_request(api, &merged).map_err(|e| e.to_string()));
+            match checked {
+                Ok(()) => {
+                    let bytes = serde_json::to_vec(&merged)
+                        .map_err(|_| ApiError::internal("serialising the request"))?;
+                    (Bytes::from(bytes), out.model_call)
+                }
+                Err(why) => {
+                    tracing::error!("{session}: the fitted request failed its check ({why}); forwarding the client's own");
+                    state
+                        .metrics
+                        .upstream_error(upstream::provider(api), "fit_check_failed");
+                    warnings.push(format!(
+                        "the fitted request failed Loom's check ({why}): forwarded unfitted"
+                    ));
+                    mode = ProxyMode::Observe;
+                    (raw, out.model_call)
+                }
+            }
         }
         None => {
             let call = state
