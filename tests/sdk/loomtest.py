@@ -218,7 +218,8 @@ class MockControl:
         assert r.status < 300, r
 
     def default_fault(self, fault: dict | None) -> None:
-        r = http("POST", f"{self.url}/_mock/default_fault", body=fault)
+        r = http("POST", f"{self.url}/_mock/default_fault", raw=json.dumps(fault).encode(),
+                 headers={"content-type": "application/json"})
         assert r.status < 300, r
 
 
