@@ -592,7 +592,7 @@ fn node_mut<'a>(v: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
     })
 }
 
-fn pick<'a>(paths: &'a [Vec<Step>], at: usize) -> Option<&'a Vec<Step>> {
+fn pick(paths: &[Vec<Step>], at: usize) -> Option<&Vec<Step>> {
     (!paths.is_empty()).then(|| &paths[at % paths.len()])
 }
 
@@ -1075,4 +1075,99 @@ fn every_route_under_keys() {
         get_session("/explain", &["event"]),
     ];
     fx.run(routes);
+}
+
+/// Requests that once broke a property, each named by what broke, checked every run (the
+/// generated cases find such requests only some of the time). Every failure is reported, not
+/// only the first.
+#[test]
+fn regressions() {
+    let fx = fixture(AuthMode::None);
+    let post = |path: &str, session: &str, extra: &[(&str, &str)], body: Value, shape: Shape| {
+        let mut headers = vec![("x-loom-session".to_owned(), session.as_bytes().to_vec())];
+        headers.extend(
+            extra
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec())),
+        );
+        case(
+            Method::POST,
+            path.to_owned(),
+            headers,
+            serde_json::to_vec(&body).unwrap(),
+            shape,
+        )
+    };
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let mut oversized = messages_body(7);
+    oversized["padding"] = json!("p".repeat(BODY_LIMIT));
+    let cases = [
+        // `fit` synced the history into the log, then refused the model it cannot count.
+        post(
+            "/v1/chat/completions",
+            "fit-unknown-model",
+            &[],
+            json!({"model": "no-such-model", "messages": hi}),
+            Shape::OpenAi,
+        ),
+        // `fit` synced the history into the log, then refused a budget below the floor.
+        post(
+            "/v1/chat/completions",
+            "fit-budget-below-floor",
+            &[("x-loom-budget", "1")],
+            json!({"model": "gpt-4o", "messages": hi}),
+            Shape::OpenAi,
+        ),
+        // `stream` of the wrong type went upstream (and the provider refused it).
+        post(
+            "/v1/chat/completions",
+            "stream-string",
+            &[("x-loom-mode", "observe")],
+            json!({"model": "gpt-4o", "stream": "yes", "messages": hi}),
+            Shape::OpenAi,
+        ),
+        post(
+            "/v1/responses",
+            "stream-number",
+            &[],
+            json!({"model": "gpt-4o", "stream": 0, "input": "hi"}),
+            Shape::OpenAi,
+        ),
+        post(
+            "/v1/messages",
+            "stream-number-messages",
+            &[],
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "stream": 0, "messages": hi}),
+            Shape::Anthropic,
+        ),
+        // An empty Responses `input` went upstream.
+        post(
+            "/v1/responses",
+            "empty-input",
+            &[("x-loom-mode", "observe")],
+            json!({"model": "gpt-4o", "input": []}),
+            Shape::OpenAi,
+        ),
+        // A body over the limit on an Anthropic route was answered in the API's shape.
+        post(
+            "/v1/messages",
+            "oversized",
+            &[],
+            oversized,
+            Shape::Anthropic,
+        ),
+        // A path segment that is not UTF-8 was answered in plain text.
+        case(
+            Method::GET,
+            "/loom/v1/sessions/%ff%fe/events".into(),
+            Vec::new(),
+            Vec::new(),
+            Shape::Api,
+        ),
+    ];
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| fx.check(c).err().map(|e| e.to_string()))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
