@@ -27,6 +27,8 @@ mod conversation;
 mod harness;
 #[path = "load/metrics.rs"]
 mod metrics;
+#[path = "load/phases.rs"]
+mod phases;
 #[path = "load/report.rs"]
 mod report;
 #[path = "load/scenarios.rs"]
@@ -244,8 +246,10 @@ fn run(o: &Options) -> Result<()> {
                 duration: o.duration.min(o.time_limit),
                 requests: o.requests,
             };
+            // The clients and the mock alone first: the baseline Loom's rows compare with.
             let mut runs = Vec::new();
-            for mode in o.modes(&both) {
+            let targets = std::iter::once(None).chain(o.modes(&both).into_iter().map(Some));
+            for mode in targets {
                 runs.push(
                     scenarios::throughput(
                         mode,

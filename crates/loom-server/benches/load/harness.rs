@@ -223,3 +223,15 @@ pub(crate) fn rss_kib() -> Option<(u64, u64)> {
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
+
+/// CPU time this process has used (user and system, all threads), in seconds, from
+/// `/proc/self/stat`, whose tick is the kernel's fixed `USER_HZ` of 100 per second.
+pub(crate) fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces; the fields after it are plain numbers.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    // utime and stime are the 14th and 15th fields; `rest` starts at the 3rd.
+    Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+}

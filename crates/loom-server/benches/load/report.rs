@@ -112,6 +112,30 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
             r.db_bytes as f64 / 1e6,
         );
     }
+    out.push_str(
+        "\nWhere the overhead goes, on the last client body (ms, median of a few runs in this \
+         process; \"rest\" is the overhead's mean minus the timed steps: sync, render, receipt, \
+         commits):\n\n| mode |",
+    );
+    let names: Vec<&str> = runs
+        .first()
+        .map(|r| r.phases.iter().map(|(n, _)| *n).collect())
+        .unwrap_or_default();
+    for n in &names {
+        let _ = write!(out, " {n} |");
+    }
+    out.push_str(" rest |\n|---|");
+    out.push_str(&"---:|".repeat(names.len() + 1));
+    out.push('\n');
+    for r in runs {
+        let _ = write!(out, "| {} |", r.mode);
+        for (_, t) in &r.phases {
+            let _ = write!(out, " {t:.2} |");
+        }
+        let timed: f64 = r.phases.iter().map(|(_, t)| t).sum();
+        let rest = r.overhead.mean().map_or(f64::NAN, |m| m * 1e3 - timed);
+        let _ = writeln!(out, " {rest:.2} |");
+    }
     // How a call's cost grows with the conversation: the mean by tenth of the run.
     let tenth = (turns / 10).max(1);
     out.push_str("\nMean latency through Loom by tenth of the conversation (ms):\n\n| mode |");
@@ -136,18 +160,25 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
 pub(crate) fn throughput(runs: &[Throughput], turns: usize) -> String {
     let mut out = String::new();
     let clients = runs.first().map_or(0, |r| r.clients);
+    let cpu_per_call = |r: &Throughput| r.cpu * 1e3 / r.latencies.len() as f64;
+    let baseline = runs.iter().find(|r| r.mode.is_none()).map(cpu_per_call);
     let _ = writeln!(
         out,
         "### throughput: {clients} clients, {turns}-call conversations\n\n\
-         | mode | calls | errors | conversations | seconds | calls/s | p50 (ms) | p99 (ms) | max (ms) | overhead mean (ms) | p50 (bucket) | p99 (bucket) | calls seen |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+         | target | calls | errors | conversations | seconds | calls/s | p50 (ms) | p99 (ms) | max (ms) | CPU ms/call | Loom's CPU ms/call | overhead mean (ms) | p50 (bucket) | p99 (bucket) | calls seen |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in runs {
         let secs = r.elapsed.as_secs_f64();
+        let cpu = cpu_per_call(r);
+        let loom = match (r.mode, baseline) {
+            (Some(_), Some(b)) => format!("{:.2}", cpu - b),
+            _ => "–".to_owned(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
-            r.mode,
+            "| {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {loom} | {} |",
+            r.mode.map_or("mock alone (no Loom)", |m| m.as_str()),
             r.latencies.len(),
             r.errors,
             r.conversations,
@@ -156,12 +187,21 @@ pub(crate) fn throughput(runs: &[Throughput], turns: usize) -> String {
             quantile(&r.latencies, 0.5),
             quantile(&r.latencies, 0.99),
             quantile(&r.latencies, 1.0),
+            cpu,
             buckets(&r.overhead),
         );
     }
+    out.push_str(
+        "\nCPU is the whole process's (server, mock and clients); Loom's share is the \
+         difference with the mock-alone row.\n",
+    );
     for r in runs {
         if let Some(e) = &r.first_error {
-            let _ = writeln!(out, "\n{} first error: {e}", r.mode);
+            let _ = writeln!(
+                out,
+                "\n{} first error: {e}",
+                r.mode.map_or("direct", |m| m.as_str())
+            );
         }
     }
     out

@@ -10,8 +10,9 @@ use bytes::Bytes;
 use loom_store::ProxyMode;
 
 use super::conversation::Conversation;
-use super::harness::{rss_kib, Harness, ServerOptions, Via};
+use super::harness::{cpu_seconds, rss_kib, Harness, ServerOptions, Via};
 use super::metrics::Histogram;
+use super::phases::{self, Phase};
 
 /// The route every scenario calls.
 const ROUTE: &str = "/v1/chat/completions";
@@ -48,6 +49,8 @@ pub(crate) struct Latency {
     pub(crate) overhead: Histogram,
     pub(crate) compaction_points: f64,
     pub(crate) db_bytes: u64,
+    /// The proxy's public steps timed on the last client body.
+    pub(crate) phases: Vec<Phase>,
 }
 
 /// Runs one conversation of `turns` calls and measures the last `sample`.
@@ -80,7 +83,9 @@ pub(crate) async fn latency(
         overhead: Histogram::default(),
         compaction_points: 0.0,
         db_bytes: 0,
+        phases: Vec::new(),
     };
+    let mut last_body = Bytes::new();
     let mut before = h.metrics().await?;
     for turn in 0..turns {
         if started.elapsed() > limit {
@@ -92,6 +97,7 @@ pub(crate) async fn latency(
         }
         let body = Bytes::from(conv.body()?);
         out.client_bytes = body.len();
+        last_body = body.clone();
         let answer = if turn >= from {
             // The client's body to the mock alone, then through Loom, then what Loom sent
             // upstream to the mock alone: the difference is Loom's, and the last tells how much
@@ -134,13 +140,21 @@ pub(crate) async fn latency(
     out.outputs = conv.outputs();
     out.db_bytes = h.db_bytes();
     h.stop().await?;
+    if !last_body.is_empty() {
+        out.phases = tokio::task::spawn_blocking(move || phases::time(&last_body))
+            .await
+            .context("timing the phases")??;
+    }
     Ok(out)
 }
 
 /// `throughput`: many clients, each running short conversations one after another.
 #[derive(Debug)]
 pub(crate) struct Throughput {
-    pub(crate) mode: ProxyMode,
+    /// `None`: the clients call the mock directly, the baseline.
+    pub(crate) mode: Option<ProxyMode>,
+    /// Process CPU time (server, mock and clients) over the run, in seconds.
+    pub(crate) cpu: f64,
     pub(crate) clients: usize,
     pub(crate) elapsed: Duration,
     /// Every successful call, in milliseconds.
@@ -158,9 +172,10 @@ pub(crate) struct Bound {
     pub(crate) requests: Option<u64>,
 }
 
-/// Runs `clients` concurrent clients of `turns`-call conversations until `bound`.
+/// Runs `clients` concurrent clients of `turns`-call conversations until `bound`, through Loom
+/// in `mode`, or straight to the mock when `mode` is `None`.
 pub(crate) async fn throughput(
-    mode: ProxyMode,
+    mode: Option<ProxyMode>,
     clients: usize,
     turns: usize,
     budget: u64,
@@ -168,9 +183,13 @@ pub(crate) async fn throughput(
     bound: Bound,
 ) -> Result<Throughput> {
     let h = Arc::new(Harness::start(ServerOptions::default()).await?);
+    let via = mode.map_or(Via::Direct, |m| Via::Loom(m, Some(budget)));
+    let label = mode.map_or("direct", ProxyMode::as_str);
+    warm_up(&h, via, seed).await?;
     let forgetting = forget_while_running(&h);
     let before = h.metrics().await?;
     let issued = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_seconds().unwrap_or(f64::NAN);
     let started = Instant::now();
     let deadline = started + bound.duration;
     let mut tasks = Vec::with_capacity(clients);
@@ -186,13 +205,13 @@ pub(crate) async fn throughput(
                         .is_none_or(|max| issued.fetch_add(1, Ordering::Relaxed) < max)
             };
             for k in 0_u64.. {
-                let session = format!("throughput-{mode}-{client}-{k}");
+                let session = format!("throughput-{label}-{client}-{k}");
                 let mut conv = Conversation::new(seed ^ ((client as u64) << 32) ^ k);
                 for _ in 0..turns {
                     if !take() {
                         return done;
                     }
-                    match call(&h, &mut conv, Via::Loom(mode, Some(budget)), &session).await {
+                    match call(&h, &mut conv, via, &session).await {
                         Ok(took) => done.latencies.push(took),
                         Err(e) => {
                             done.errors += 1;
@@ -217,12 +236,14 @@ pub(crate) async fn throughput(
         }
     }
     let elapsed = started.elapsed();
+    let cpu = cpu_seconds().unwrap_or(f64::NAN) - cpu_before;
     forgetting.store(true, Ordering::Relaxed);
     let after = h.metrics().await?;
     let h = Arc::into_inner(h).context("a client still holds the server")?;
     h.stop().await?;
     Ok(Throughput {
         mode,
+        cpu,
         clients,
         elapsed,
         latencies: all.latencies,
@@ -250,6 +271,17 @@ async fn call(h: &Harness, conv: &mut Conversation, via: Via, session: &str) -> 
     conv.answer(answer.message)
         .map_err(|e| anyhow::anyhow!("session {session}: {e}"))?;
     Ok(ms(answer.took))
+}
+
+/// A short conversation before the clock starts, so one-time costs (loading the tokenizer's
+/// tables, opening the store's connections) are not counted as load.
+async fn warm_up(h: &Harness, via: Via, seed: u64) -> Result<()> {
+    let mut conv = Conversation::new(seed);
+    for _ in 0..2 {
+        call(h, &mut conv, via, "warm-up").await?;
+    }
+    h.forget();
+    Ok(())
 }
 
 /// Drops the mock's recorded requests every so often until the returned flag is set.
@@ -307,6 +339,7 @@ pub(crate) async fn sessions(
     limit: Duration,
 ) -> Result<Sessions> {
     let h = Arc::new(Harness::start(ServerOptions { live_sessions }).await?);
+    warm_up(&h, Via::Loom(mode, Some(budget)), seed).await?;
     let forgetting = forget_while_running(&h);
     let rss_start_kib = rss_kib().map_or(0, |(rss, _)| rss);
     let next = Arc::new(AtomicUsize::new(0));
