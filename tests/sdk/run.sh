@@ -104,6 +104,7 @@ mock_url=$url
 start loom "$loom_bin" serve --db "$work/main.db" --listen 127.0.0.1:0 \
     --upstream-openai "$mock_url/v1" --upstream-anthropic "$mock_url" --auth none
 loom_url=$url
+loom_pid=${pids[-1]}
 
 echo "-- pytest tests/sdk"
 set +e
@@ -114,5 +115,24 @@ result=$?
 set -e
 if [ "$result" -eq 124 ]; then
     echo "pytest did not finish within ${pytest_timeout}s" >&2
+fi
+if [ "$result" -eq 0 ]; then
+    # SIGTERM is a graceful stop: loom serve must exit 0 within a few seconds.
+    kill -TERM "$loom_pid"
+    for _ in $(seq 1 100); do
+        kill -0 "$loom_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$loom_pid" 2>/dev/null; then
+        echo "loom serve did not stop within 10s of SIGTERM" >&2
+        exit 1
+    fi
+    loom_status=0
+    wait "$loom_pid" || loom_status=$?
+    if [ "$loom_status" -ne 0 ]; then
+        echo "loom serve exited with status $loom_status after SIGTERM" >&2
+        exit 1
+    fi
+    echo "-- loom serve stopped cleanly on SIGTERM"
 fi
 exit "$result"

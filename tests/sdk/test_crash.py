@@ -163,7 +163,9 @@ def test_sigkill_mid_storm_loses_no_acknowledged_turn(workdir):
         assert not any(t.is_alive() for t in threads), "clients still running after the storm's time"
         errors = [f"client {c.n}:\n{c.error}" for c in clients if c.error]
         assert not errors, "\n".join(errors)
-        print(f"\ncrash test: {completed_at_kill} calls before the kill, {storm.cut_off} clients cut off")
+        forks = sum(1 for c in clients if c.driver.calls[-1].session != c.driver.session)
+        print(f"\ncrash test: {completed_at_kill} calls before the kill, {storm.cut_off} clients cut off, "
+              f"{forks} finished in a fork")
 
         api = LoomApi(restarted.url)
         for c in clients:

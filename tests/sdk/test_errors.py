@@ -62,7 +62,11 @@ def test_anthropic_upstream_errors(ant, loom, mock, status, error, stream):
     assert kinds(loom, d.session) == ["system", "user"]
 
 
-@pytest.mark.parametrize("make,client", [(ChatDriver, "oai"), (MessagesDriver, "ant")], ids=["chat", "messages"])
+ALL = [(ChatDriver, "oai"), (ResponsesDriver, "oai"), (MessagesDriver, "ant")]
+ALL_IDS = ["chat", "responses", "messages"]
+
+
+@pytest.mark.parametrize("make,client", ALL, ids=ALL_IDS)
 def test_stream_cut_midway_is_an_error_and_logs_nothing(request, loom, mock, make, client):
     d = make(request.getfixturevalue(client), new_id("cut"), stream=True)
     d.say("find the config loader")
@@ -120,3 +124,14 @@ def test_bad_loom_headers_are_refused(oai, mock):
         oai.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
                                     extra_headers={"X-Loom-Budget": "-3"})
     assert mock.requests() == []
+
+
+@pytest.mark.parametrize("make,client", ALL, ids=ALL_IDS)
+def test_streams_arriving_a_byte_at_a_time(request, loom, mock, make, client):
+    """Upstream SSE split at every byte: Loom relays it, the SDK parses it, the log is whole."""
+    d = make(request.getfixturevalue(client), new_id("bytes"), stream=True, mode="fit")
+    mock.default_fault({"chunk_bytes": 1})
+    d.turn("check both places in parallel please")
+    mock.default_fault(None)
+    assert [len(c.calls) for c in d.calls] == [2, 0]
+    check_session(loom, d, "fit")
