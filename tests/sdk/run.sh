@@ -56,13 +56,28 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 echo "-- python environment ($venv)"
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$requirements" "$venv/.loom-requirements"; then
+# A virtualenv when the interpreter can make one; otherwise (a Debian python without
+# python3-venv) the packages go into a folder of their own on PYTHONPATH.
+if ! cmp -s "$requirements" "$venv/.loom-requirements"; then
     rm -rf "$venv"
-    "$python" -m venv "$venv"
-    timeout "$pip_timeout" "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements"
+    if "$python" -m venv "$venv" >/dev/null 2>&1 && [ -x "$venv/bin/python" ]; then
+        timeout "$pip_timeout" "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements"
+    else
+        echo "no venv module; installing into $venv/site"
+        rm -rf "$venv"
+        mkdir -p "$venv/site"
+        timeout "$pip_timeout" "$python" -m pip install --disable-pip-version-check -q \
+            --target "$venv/site" -r "$requirements"
+    fi
     cp "$requirements" "$venv/.loom-requirements"
 fi
-"$venv/bin/python" -c 'import openai, anthropic, pytest; print("openai", openai.__version__, "anthropic", anthropic.__version__, "pytest", pytest.__version__)'
+if [ -x "$venv/bin/python" ]; then
+    py=$venv/bin/python
+else
+    py=$python
+    export PYTHONPATH="$venv/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+"$py" -c 'import openai, anthropic, pytest; print("openai", openai.__version__, "anthropic", anthropic.__version__, "pytest", pytest.__version__)'
 
 if [ "${LOOM_SDK_SKIP_BUILD:-0}" != 1 ]; then
     echo "-- building loom and loom-mock-upstream (release)"
@@ -110,7 +125,7 @@ echo "-- pytest tests/sdk"
 set +e
 LOOM_BIN=$loom_bin LOOM_MOCK_BIN=$mock_bin LOOM_SDK_MOCK_URL=$mock_url LOOM_SDK_LOOM_URL=$loom_url \
     LOOM_SDK_WORK=$work \
-    timeout "$pytest_timeout" "$venv/bin/python" -m pytest tests/sdk -p no:cacheprovider -q -rfE "$@"
+    timeout "$pytest_timeout" "$py" -m pytest tests/sdk -p no:cacheprovider -q -rfE "$@"
 result=$?
 set -e
 if [ "$result" -eq 124 ]; then

@@ -71,3 +71,27 @@ def test_session_without_header_is_derived_and_stable(oai, loom, mock):
 def test_models_list(oai, mock):
     names = [m.id for m in oai.models.list()]
     assert "gpt-4o" in names
+
+
+def test_budget_below_the_floor_is_a_400_naming_it(oai, loom, mock):
+    d = ChatDriver(oai, new_id("tiny-budget"), mode="fit", budget=30)
+    d.say("hello")
+    with pytest.raises(openai.BadRequestError) as caught:
+        d.call()
+    assert "floor" in caught.value.message, caught.value.message
+    assert mock.requests() == [], "an over-budget request went upstream"
+
+
+def test_an_edited_history_forks_and_leaves_the_log_alone(oai, loom, mock):
+    d = ChatDriver(oai, new_id("diverge"))
+    d.turn("find the config loader")
+    check_session(loom, d, None)
+    before = loom.events(d.session)
+    d.messages[1]["content"] = "find the edited loader"
+    c = d.call()
+    assert c.diverged == d.session
+    assert c.session and c.session != d.session
+    assert loom.events(d.session) == before, "the original log was rewritten"
+    forked = [e["kind"] for e in loom.events(c.session)]
+    assert forked == [e["kind"] for e in before] + ["assistant"]
+    assert loom.get(f"/loom/v1/sessions/{c.session}").body["parent"] == d.session
