@@ -78,6 +78,21 @@ impl Engine {
         Ok((tokenizer, info.context_window))
     }
 
+    /// The counter and policy `spec` renders with; checking them before anything is written
+    /// lets a request with an unknown model or an impossible budget change nothing.
+    pub fn prepare(&self, spec: &RenderSpec) -> Result<(Tokenizer, Policy)> {
+        let (meter, window) = self.model(&spec.model, "model", spec.budget.is_some())?;
+        let mut policy = self.policy.clone();
+        policy.context_window = match spec.budget {
+            Some(budget) => budget.saturating_add(policy.response_reserve),
+            None => window,
+        };
+        policy
+            .validate()
+            .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
+        Ok((meter, policy))
+    }
+
     /// Renders a live session for `spec` and records the receipt. The caller has caught the
     /// session up with the store ([`Live::refresh`]) and holds it for the call.
     pub fn render(

@@ -37,6 +37,9 @@ impl From<FieldError> for RequestError {
 
 /// Checks a client's request body for `api`; the first problem found is returned.
 pub fn check_request(api: Api, body: &Value) -> Result<(), RequestError> {
+    if let Value::Object(obj) = body {
+        streaming(obj).map_err(RequestError::from)?;
+    }
     match api {
         Api::ChatCompletions => chat::check(body),
         Api::Responses => responses::check(body),
@@ -75,6 +78,21 @@ fn non_empty_array<'a>(obj: &'a Map<String, Value>, path: &str, key: &str) -> Ch
 /// A field that must be a string when present.
 fn string_if_present(obj: &Map<String, Value>, path: &str, key: &str) -> Checked {
     opt_str(obj, path, key).map(drop)
+}
+
+/// `stream` and `stream_options`, which every API reads the same way and which decide how the
+/// reply is shaped (a proxy that relays it must know).
+fn streaming(obj: &Map<String, Value>) -> Checked {
+    match obj.get("stream") {
+        None | Some(Value::Null) | Some(Value::Bool(_)) => {}
+        Some(other) => {
+            return Err(FieldError::new(
+                "stream",
+                format!("expected a boolean, got {}", crate::json::kind(other)),
+            ))
+        }
+    }
+    object_if_present(obj, "", "stream_options")
 }
 
 /// A field that must be an object when present (`null` allowed).

@@ -36,6 +36,13 @@ pub(super) fn check(body: &Value) -> Checked {
             for (i, item) in items.iter().enumerate() {
                 self::item(item, &index("input", i), &mut calls, continues)?;
             }
+            // Without stored turns to complete them, every call needs its output in this body.
+            if let (false, Some((id, path))) = (continues, calls.pending.first()) {
+                return Err(FieldError::new(
+                    path.clone(),
+                    format!("no tool output found for function call `{id}`"),
+                ));
+            }
         }
         Some(other) => {
             return Err(FieldError::new(

@@ -548,3 +548,28 @@ fn any_node_replaced_by_any_value_never_panics() {
         }
     }
 }
+
+#[test]
+fn a_responses_call_without_its_output_and_a_stream_flag_that_is_not_a_boolean_are_refused() {
+    let unanswered = json!({"model": "gpt-4o", "input": [
+        {"role": "user", "content": "read it"},
+        {"type": "function_call", "call_id": "call_0", "name": "read_file", "arguments": "{}"}
+    ]});
+    let err = check_request(Api::Responses, &unanswered).unwrap_err();
+    assert_eq!(err.field, "input[1].call_id");
+    assert!(err.reason.contains("no tool output found"), "{err}");
+    // Continuing a stored conversation, the output may come in a later request.
+    let mut continued = unanswered.clone();
+    continued["previous_response_id"] = json!("resp_1");
+    check_request(Api::Responses, &continued).unwrap();
+    for api in [Api::ChatCompletions, Api::Responses, Api::Messages] {
+        let mut body = match api {
+            Api::ChatCompletions => chat(),
+            Api::Responses => responses(),
+            Api::Messages => messages(),
+        };
+        body["stream"] = json!("yes");
+        let err: RequestError = check_request(api, &body).unwrap_err();
+        assert_eq!(err.field, "stream", "{api:?}");
+    }
+}

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use loom_core::render::Receipt;
@@ -14,7 +13,8 @@ use loom_store::Offloader;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{body, existing};
+use super::body;
+use super::extract::Owned;
 use crate::error::{ApiError, Result};
 use crate::state::AppState;
 
@@ -26,13 +26,10 @@ pub(crate) struct ExplainQuery {
 
 pub(crate) async fn explain(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Owned { id, sid, info, .. }: Owned,
     query: std::result::Result<Query<ExplainQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let Query(q) = query.map_err(body::query_error)?;
-    let (sid, info) = existing(&state, &p, &id).await?;
     let n = q.event;
     if n == 0 || n > info.event_count {
         return Err(ApiError::invalid_field(

@@ -7,13 +7,14 @@
 
 mod body;
 mod explain;
+mod extract;
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -28,6 +29,7 @@ use crate::engine::RenderSpec;
 use crate::error::{ApiError, Result};
 use crate::state::{now_ms, AppState};
 pub(crate) use body::parse_json;
+use extract::{Caller, Owned};
 
 /// The agent of sessions created without one.
 pub const DEFAULT_AGENT: &str = "agent";
@@ -88,8 +90,7 @@ pub(crate) async fn existing(
     Ok((sid, info))
 }
 
-async fn list_sessions(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
+async fn list_sessions(State(state): State<Arc<AppState>>, Caller(p): Caller) -> Result<Response> {
     let all = state
         .blocking("listing sessions", |s| Ok(s.store.sessions()?))
         .await?;
@@ -113,10 +114,9 @@ struct CreateSession {
 
 async fn create_session(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    Caller(p): Caller,
     body: Bytes,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let req: CreateSession = parse_json(&body)?;
     let id = p.scope(&req.id, "id")?;
     let agent = match (&req.agent, &p.agent) {
@@ -157,13 +157,7 @@ async fn create_session(
     Ok((StatusCode::CREATED, Json(session_json(&p, &info))).into_response())
 }
 
-async fn get_session(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
-    let (_, info) = existing(&state, &p, &id).await?;
+async fn get_session(Owned { p, info, .. }: Owned) -> Result<Response> {
     Ok(Json(session_json(&p, &info)).into_response())
 }
 
@@ -176,13 +170,10 @@ struct Range {
 
 async fn read_events(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Owned { sid, .. }: Owned,
     query: std::result::Result<Query<Range>, QueryRejection>,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let Query(range) = query.map_err(body::query_error)?;
-    let (sid, _) = existing(&state, &p, &id).await?;
     let from = range.from.unwrap_or(1).max(1);
     let to = range.to.unwrap_or(u64::MAX);
     let events = state
@@ -201,16 +192,13 @@ struct Append {
 
 async fn append_events(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Owned { id, sid, .. }: Owned,
     body: Bytes,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let req: Append = parse_json(&body)?;
     if req.events.is_empty() {
         return Err(ApiError::invalid_field("events", "no events to append"));
     }
-    let (sid, _) = existing(&state, &p, &id).await?;
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;
     let seqs = state
@@ -232,11 +220,10 @@ struct ImportQuery {
 
 async fn import(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    Caller(p): Caller,
     query: std::result::Result<Query<ImportQuery>, QueryRejection>,
     body: Bytes,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let Query(q) = query.map_err(body::query_error)?;
     let mut opts = loom_import::ParseOptions::new(now_ms());
     if let Some(f) = &q.format {
@@ -293,11 +280,9 @@ struct RenderBody {
 
 async fn render(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Owned { id, sid, .. }: Owned,
     body: Bytes,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let req: RenderBody = parse_json(&body)?;
     let format = match req.format.as_deref() {
         None => Format::OpenaiChat,
@@ -313,7 +298,6 @@ async fn render(
         Some(list) => ToolSpec::parse_list(list)
             .map_err(|e| ApiError::invalid_field("tools", e.to_string()))?,
     };
-    let (sid, _) = existing(&state, &p, &id).await?;
     let id = id.clone();
     let spec = RenderSpec {
         model: req.model,
@@ -345,13 +329,7 @@ async fn render(
     .into_response())
 }
 
-async fn steps(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
-    let (sid, _) = existing(&state, &p, &id).await?;
+async fn steps(State(state): State<Arc<AppState>>, Owned { sid, .. }: Owned) -> Result<Response> {
     let steps = state
         .blocking("deriving steps", move |s| {
             let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
@@ -370,13 +348,10 @@ struct RecallQuery {
 
 async fn recall(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Owned { sid, .. }: Owned,
     query: std::result::Result<Query<RecallQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let Query(q) = query.map_err(body::query_error)?;
-    let (sid, _) = existing(&state, &p, &id).await?;
     let bytes = state
         .blocking("recalling an output", move |s| {
             let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
@@ -420,13 +395,10 @@ struct UsageBody {
 
 async fn usage(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Owned { p, id, sid, .. }: Owned,
     body: Bytes,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let req: UsageBody = parse_json(&body)?;
-    let (sid, _) = existing(&state, &p, &id).await?;
     let usage = Usage {
         input_tokens: req.input_tokens,
         cached_input_tokens: req.cached_input_tokens,
@@ -456,11 +428,8 @@ fn receipt_json(p: &Principal, call: &loom_store::ModelCall) -> Value {
 
 async fn receipts(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Owned { p, sid, .. }: Owned,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
-    let (sid, _) = existing(&state, &p, &id).await?;
     let calls = state
         .blocking("reading receipts", move |s| {
             Ok(s.store.model_calls(&sid)?)
@@ -472,14 +441,12 @@ async fn receipts(
 
 async fn receipt(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path((id, call)): Path<(String, String)>,
+    Owned { p, id, sid, .. }: Owned,
+    Path((_, call)): Path<(String, String)>,
 ) -> Result<Response> {
-    let p = state.authenticate(&headers).await?;
     let call: u64 = call
         .parse()
         .map_err(|_| ApiError::invalid_field("call", format!("`{call}` is not a call number")))?;
-    let (sid, _) = existing(&state, &p, &id).await?;
     let calls = state
         .blocking("reading receipts", move |s| {
             Ok(s.store.model_calls(&sid)?)

@@ -288,7 +288,6 @@ async fn prepare(
             AgentId::new(crate::api::DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
         }
     };
-    let lock = state.session_locks.get(&base).lock_owned().await;
     let format = import_format(api);
     let spec = RenderSpec {
         model: model.clone(),
@@ -297,6 +296,11 @@ async fn prepare(
         tools,
         always_record: true,
     };
+    if mode == ProxyMode::Fit {
+        // An unknown model or an impossible budget is refused before anything is stored.
+        state.engine.prepare(&spec)?;
+    }
+    let lock = state.session_locks.get(&base).lock_owned().await;
     let raw_for_import = raw.clone();
     let observe_receipt = json!({"observe": {"model": model, "api": route(api)}});
     let (synced, outcome) = state
