@@ -125,7 +125,11 @@ echo "-- pytest tests/sdk"
 set +e
 LOOM_BIN=$loom_bin LOOM_MOCK_BIN=$mock_bin LOOM_SDK_MOCK_URL=$mock_url LOOM_SDK_LOOM_URL=$loom_url \
     LOOM_SDK_WORK=$work \
-    timeout "$pytest_timeout" "$py" -m pytest tests/sdk -p no:cacheprovider -q -rfE "$@"
+    timeout "$pytest_timeout" "$py" -m pytest tests/sdk -p no:cacheprovider -q -rfE "$@" &
+# In the background and waited for, so that an interrupted run stops pytest too (its own servers
+# die with it).
+pids+=("$!")
+wait "$!"
 result=$?
 set -e
 if [ "$result" -eq 124 ]; then
