@@ -1140,12 +1140,38 @@ fn regressions() {
             json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "stream": 0, "messages": hi}),
             Shape::Anthropic,
         ),
-        // An empty Responses `input` went upstream.
+        // An empty Responses `input` went upstream (the instructions alone made a history).
         post(
             "/v1/responses",
             "empty-input",
             &[("x-loom-mode", "observe")],
-            json!({"model": "gpt-4o", "input": []}),
+            json!({"model": "gpt-4o", "instructions": "Be brief.", "input": []}),
+            Shape::OpenAi,
+        ),
+        // Tool calls left unanswered at the end of a Chat history went upstream, in both modes.
+        post(
+            "/v1/chat/completions",
+            "trailing-calls-observe",
+            &[("x-loom-mode", "observe")],
+            json!({"model": "gpt-4o", "messages": trailing_calls()}),
+            Shape::OpenAi,
+        ),
+        post(
+            "/v1/chat/completions",
+            "trailing-calls-fit",
+            &[],
+            json!({"model": "gpt-4o", "messages": trailing_calls()}),
+            Shape::OpenAi,
+        ),
+        // A Responses function call with no output before the next message went upstream.
+        post(
+            "/v1/responses",
+            "unanswered-call",
+            &[("x-loom-mode", "observe")],
+            json!({"model": "gpt-4o", "input": [
+                {"type": "message", "role": "user", "content": "read main.rs"},
+                {"type": "function_call", "call_id": "call_0", "name": "read_file", "arguments": "{}"},
+                {"type": "message", "role": "user", "content": "and?"}]}),
             Shape::OpenAi,
         ),
         // A body over the limit on an Anthropic route was answered in the API's shape.
@@ -1170,4 +1196,13 @@ fn regressions() {
         .filter_map(|c| fx.check(c).err().map(|e| e.to_string()))
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// A Chat history that ends with an assistant's tool calls and no results.
+fn trailing_calls() -> Value {
+    json!([
+        {"role": "user", "content": "read main.rs"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_t", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}
+    ])
 }
