@@ -9,7 +9,7 @@
 use loom_core::render::{
     self, CompactionState, Format, Policy, Receipt, RenderInput, SummaryView, ToolSpec,
 };
-use loom_core::ReduceConfig;
+use loom_core::{ReduceConfig, SessionId};
 use loom_store::{NewModelCall, Store};
 
 use crate::live::Live;
@@ -111,16 +111,7 @@ impl Engine {
         policy
             .validate()
             .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
-        let summaries: Vec<SummaryView> = store
-            .summaries(&session)?
-            .into_iter()
-            .filter(|s| s.summary.from_seq == 1)
-            .map(|s| SummaryView {
-                version: s.version,
-                to_seq: s.summary.to_seq,
-                content: s.summary.content,
-            })
-            .collect();
+        let summaries = summary_views(store, &session)?;
         let prev = store
             .last_model_call(&session)?
             .and_then(|last| continued_state(&last, &policy, &spec.model, spec.format));
@@ -163,6 +154,23 @@ impl Engine {
             model_call,
         })
     }
+}
+
+/// The summaries a render of `session` can apply: those that cover the log from its start.
+pub fn summary_views(
+    store: &dyn Store,
+    session: &SessionId,
+) -> loom_store::Result<Vec<SummaryView>> {
+    Ok(store
+        .summaries(session)?
+        .into_iter()
+        .filter(|s| s.summary.from_seq == 1)
+        .map(|s| SummaryView {
+            version: s.version,
+            to_seq: s.summary.to_seq,
+            content: s.summary.content,
+        })
+        .collect())
 }
 
 /// The compaction state of a recorded call to continue from, with the seq it was rendered at:

@@ -11,12 +11,13 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use loom_core::render::{
-    self, Audience, CompactionState, CostMemo, Format, Policy, Receipt, RenderInput, Rendered,
-    StepIndex, SummaryView, TokenMeter, ToolSpec,
+    self, Audience, CompactionState, CostMemo, Format, Policy, RenderInput, Rendered, StepIndex,
+    SummaryView, TokenMeter, ToolSpec,
 };
 use loom_core::{Event, SessionId};
 use loom_replay::EncodingMeter;
-use loom_store::{NewModelCall, Store, Workspace};
+use loom_server::live::{lock_live, Backend, LiveSessions};
+use loom_store::{Store, Workspace};
 
 use super::replay::read_policy;
 use super::Context;
@@ -68,8 +69,18 @@ pub(crate) struct Loaded {
     pub(crate) audience: Audience,
 }
 
-/// Opens the session and derives what rendering needs.
-pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::Result<Loaded> {
+/// What every render of a stored session checks first: the database, the session, an exact
+/// tokenizer for the model, the policy (with the budget applied) and the tools.
+struct Setup {
+    ws: Workspace,
+    session: SessionId,
+    info: loom_core::SessionInfo,
+    encoding: loom_tokens::Encoding,
+    policy: Policy,
+    tools: Vec<ToolSpec>,
+}
+
+fn setup(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::Result<Setup> {
     let ws = super::sessions::open_existing(ctx)?;
     let session = SessionId::new(session).map_err(bad_input)?;
     let info = ws
@@ -90,6 +101,30 @@ pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::R
         None => model.context_window,
     };
     policy.validate().map_err(bad_input)?;
+    let tools = match &args.tools {
+        Some(path) => read_tools(path)?,
+        None => Vec::new(),
+    };
+    Ok(Setup {
+        ws,
+        session,
+        info,
+        encoding,
+        policy,
+        tools,
+    })
+}
+
+/// Opens the session and derives what rendering needs.
+pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::Result<Loaded> {
+    let Setup {
+        ws,
+        session,
+        info,
+        encoding,
+        policy,
+        tools,
+    } = setup(ctx, session, args)?;
     let latest = ws.store.latest_seq(&session)?;
     let events = ws.store.read(&session, 1..=latest)?;
     let config = super::steps::load_config(None)?;
@@ -97,21 +132,7 @@ pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::R
         .into_iter()
         .map(|s| (s.call_id.clone(), s))
         .collect();
-    let summaries = ws
-        .store
-        .summaries(&session)?
-        .into_iter()
-        .filter(|s| s.summary.from_seq == 1)
-        .map(|s| SummaryView {
-            version: s.version,
-            to_seq: s.summary.to_seq,
-            content: s.summary.content,
-        })
-        .collect();
-    let tools = match &args.tools {
-        Some(path) => read_tools(path)?,
-        None => Vec::new(),
-    };
+    let summaries = loom_server::engine::summary_views(&ws.store, &session)?;
     let now_ms = events.last().map_or(info.created_ms, |e| e.ts_ms);
     Ok(Loaded {
         ws,
@@ -164,71 +185,55 @@ impl Loaded {
         };
         render::render(&input, prev, memo)
     }
-
-    /// The stored compaction state to continue from: the last receipt's, when it was made under
-    /// the same policy, model and format.
-    pub(crate) fn last_state(
-        &self,
-        model: &str,
-        format: Format,
-    ) -> anyhow::Result<(CompactionState, Option<u64>)> {
-        let calls = self.ws.store.model_calls(&self.session)?;
-        let Some(last) = calls.last() else {
-            return Ok((CompactionState::default(), None));
-        };
-        let receipt: Option<Receipt> =
-            serde_json::from_value(last.call.receipt["receipt"].clone()).ok();
-        let state: Option<CompactionState> =
-            serde_json::from_value(last.call.receipt["state"].clone()).ok();
-        match (receipt, state) {
-            (Some(r), Some(s))
-                if r.policy_version == self.policy.version()
-                    && r.model == model
-                    && r.format == format.as_str() =>
-            {
-                Ok((s, Some(last.call.at_seq)))
-            }
-            _ => Ok((CompactionState::default(), None)),
-        }
-    }
 }
 
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
-    let loaded = load(ctx, &args.session, &args.render)?;
-    let (prev, last_seq) = loaded.last_state(&args.render.model, args.render.format)?;
-    let rendered = loaded
-        .render(
-            loaded.events.len(),
-            &args.render.model,
-            args.render.format,
-            &prev,
-            &mut CostMemo::new(),
-        )
-        .map_err(bad_input)?;
-    let at_seq = render::last_seq(&loaded.events);
-    // A second render of an unchanged log records nothing new.
-    let recorded = if last_seq == Some(at_seq) {
-        None
-    } else {
-        let call = loaded.ws.store.record_model_call(&NewModelCall {
-            session: loaded.session.clone(),
-            at_seq,
-            created_ms: loaded.audience.now_ms,
-            receipt: serde_json::json!({
-                "receipt": rendered.receipt,
-                "state": rendered.state,
-            }),
-        })?;
-        Some(call.id)
+    // The render itself is the server's engine, so that `loom render` and `loom serve` render a
+    // session alike and continue from the same receipts.
+    let loaded = setup(ctx, &args.session, &args.render)?;
+    let engine = loom_server::Engine {
+        registry: loom_tokens::Registry::built_in().context("loading the model registry")?,
+        policy: loaded.policy,
+        reduce: super::steps::load_config(None)?,
     };
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", rendered.body())?;
+    let spec = loom_server::engine::RenderSpec {
+        model: args.render.model.clone(),
+        budget: args.render.budget,
+        format: args.render.format,
+        tools: loaded.tools,
+        always_record: false,
+    };
+    let live = LiveSessions::new(1);
+    let backend = Backend {
+        store: &loaded.ws.store,
+        blobs: &loaded.ws.blobs,
+        reduce: &engine.reduce,
+        live: &live,
+    };
+    let session = live
+        .get(backend, &loaded.session)
+        .map_err(api_error)?
+        .ok_or_else(|| bad_input(anyhow::anyhow!("session `{}` not found", loaded.session)))?;
+    let out = engine
+        .render(&loaded.ws.store, &mut lock_live(&session), &spec)
+        .map_err(api_error)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", out.body)?;
     let mut err = std::io::stderr().lock();
-    if let Some(id) = recorded {
+    if let Some(id) = out.model_call {
         writeln!(err, "model call {id}")?;
     }
     if args.receipt {
-        writeln!(err, "{}", serde_json::to_string_pretty(&rendered.receipt)?)?;
+        writeln!(err, "{}", serde_json::to_string_pretty(&out.receipt)?)?;
     }
     Ok(())
+}
+
+/// The server's error as the CLI reports it: a 4xx is the user's to fix.
+fn api_error(e: loom_server::ApiError) -> anyhow::Error {
+    if e.status.is_client_error() {
+        bad_input(anyhow::anyhow!("{}", e.message))
+    } else {
+        anyhow::anyhow!("{}", e.message)
+    }
 }
