@@ -58,6 +58,7 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --live-sessions N       sessions: the server's live-session cache size [server default]
   --time-limit SECS       wall-clock bound of each scenario run   [900]
   --seed N                the conversations' seed                 [1]
+  --stream                replies as server-sent events (stream: true)
   --quick                 small sizes, to check the tool works
 ";
 
@@ -87,6 +88,7 @@ struct Options {
     live_sessions: Option<usize>,
     time_limit: Duration,
     seed: u64,
+    stream: bool,
 }
 
 impl Default for Options {
@@ -106,6 +108,7 @@ impl Default for Options {
             live_sessions: None,
             time_limit: Duration::from_secs(900),
             seed: 1,
+            stream: false,
         }
     }
 }
@@ -140,6 +143,7 @@ impl Options {
             };
             match flag.as_str() {
                 "--bench" | "--quick" => {}
+                "--stream" => o.stream = true,
                 "--help" | "-h" => return Ok(None),
                 "--scenario" => {
                     o.scenario = match value()?.as_str() {
@@ -223,6 +227,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(o: &Options) -> Result<()> {
+    let common = scenarios::Common {
+        budget: o.budget,
+        seed: o.seed,
+        stream: o.stream,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -233,10 +242,7 @@ fn run(o: &Options) -> Result<()> {
         if matches!(o.scenario, Scenario::Latency | Scenario::All) {
             let mut runs = Vec::new();
             for mode in o.modes(&both) {
-                runs.push(
-                    scenarios::latency(mode, o.turns, o.sample, o.budget, o.seed, o.time_limit)
-                        .await?,
-                );
+                runs.push(scenarios::latency(mode, o.turns, o.sample, common, o.time_limit).await?);
             }
             println!("{}", report::latency(&runs, o.sample, o.budget));
             check(runs.iter().all(|r| !r.stopped_early), "latency")?;
@@ -251,15 +257,8 @@ fn run(o: &Options) -> Result<()> {
             let targets = std::iter::once(None).chain(o.modes(&both).into_iter().map(Some));
             for mode in targets {
                 runs.push(
-                    scenarios::throughput(
-                        mode,
-                        o.clients,
-                        o.conversation_turns,
-                        o.budget,
-                        o.seed,
-                        bound,
-                    )
-                    .await?,
+                    scenarios::throughput(mode, o.clients, o.conversation_turns, common, bound)
+                        .await?,
                 );
             }
             println!("{}", report::throughput(&runs, o.conversation_turns));
@@ -278,8 +277,7 @@ fn run(o: &Options) -> Result<()> {
                         o.sessions,
                         o.session_turns,
                         o.clients,
-                        o.budget,
-                        o.seed,
+                        common,
                         o.live_sessions,
                         o.time_limit,
                     )

@@ -61,6 +61,10 @@ struct Body<'a> {
     messages: &'a [Value],
     tools: &'a Value,
     temperature: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<Value>,
 }
 
 /// One agent conversation, as its client holds it.
@@ -71,17 +75,20 @@ pub(crate) struct Conversation {
     rng: Rng,
     asked: usize,
     outputs: usize,
+    stream: bool,
 }
 
 impl Conversation {
-    /// A conversation opened with a system prompt and a first request.
-    pub(crate) fn new(seed: u64) -> Self {
+    /// A conversation opened with a system prompt and a first request; `stream` asks for
+    /// replies as server-sent events, with usage, as agents most often do.
+    pub(crate) fn new(seed: u64, stream: bool) -> Self {
         let mut c = Self {
             messages: vec![json!({"role": "system", "content": system_prompt()})],
             tools: tools(),
             rng: Rng::new(seed),
             asked: 0,
             outputs: 0,
+            stream,
         };
         c.ask();
         c
@@ -94,6 +101,8 @@ impl Conversation {
             messages: &self.messages,
             tools: &self.tools,
             temperature: 0,
+            stream: self.stream.then_some(true),
+            stream_options: self.stream.then(|| json!({"include_usage": true})),
         })
     }
 

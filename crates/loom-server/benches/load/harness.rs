@@ -10,7 +10,7 @@ use bytes::Bytes;
 use loom_mock_upstream::{Mock, MockHandle};
 use loom_server::{AuthMode, Engine, ServeArgs, ServeConfig, ServeError};
 use loom_store::{ProxyMode, Workspace};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -34,7 +34,9 @@ pub(crate) enum Via {
 #[derive(Debug)]
 pub(crate) struct Answer {
     pub(crate) took: Duration,
-    /// `choices[0].message`.
+    /// Until the first piece of the body arrived (for a stream, its first event).
+    pub(crate) first_byte: Duration,
+    /// `choices[0].message`, rebuilt from the events for a stream.
     pub(crate) message: Value,
 }
 
@@ -132,10 +134,21 @@ impl Harness {
             .await
             .with_context(|| format!("session {session}: sending ({via:?})"))?;
         let status = response.status();
-        let bytes = response
-            .bytes()
+        let streamed = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let mut response = response;
+        let mut bytes = Vec::new();
+        let mut first_byte = None;
+        while let Some(piece) = response
+            .chunk()
             .await
-            .with_context(|| format!("session {session}: reading the reply ({via:?})"))?;
+            .with_context(|| format!("session {session}: reading the reply ({via:?})"))?
+        {
+            first_byte.get_or_insert_with(|| started.elapsed());
+            bytes.extend_from_slice(&piece);
+        }
         let took = started.elapsed();
         if !status.is_success() {
             bail!(
@@ -143,10 +156,19 @@ impl Harness {
                 String::from_utf8_lossy(&bytes)
             );
         }
-        let reply: Value = serde_json::from_slice(&bytes)
-            .with_context(|| format!("session {session}: the reply is not JSON ({via:?})"))?;
-        let message = reply["choices"][0]["message"].clone();
-        Ok(Answer { took, message })
+        let message = if streamed {
+            assemble(&String::from_utf8_lossy(&bytes))
+                .with_context(|| format!("session {session}: the stream ({via:?})"))?
+        } else {
+            let reply: Value = serde_json::from_slice(&bytes)
+                .with_context(|| format!("session {session}: the reply is not JSON ({via:?})"))?;
+            reply["choices"][0]["message"].clone()
+        };
+        Ok(Answer {
+            took,
+            first_byte: first_byte.unwrap_or(took),
+            message,
+        })
     }
 
     /// The body the mock received last (what Loom sent upstream), serialised again.
@@ -204,6 +226,60 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+/// The assistant message a Chat stream carries, rebuilt as an SDK rebuilds it: text and tool
+/// calls by index, arguments concatenated.
+fn assemble(sse: &str) -> Result<Value> {
+    let mut content = String::new();
+    let mut calls: Vec<(String, String, String)> = Vec::new();
+    let mut done = false;
+    for data in sse.lines().filter_map(|l| l.strip_prefix("data:")) {
+        let data = data.trim_start();
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data).context("an event is not JSON")?;
+        let delta = &chunk["choices"][0]["delta"];
+        if let Some(t) = delta["content"].as_str() {
+            content.push_str(t);
+        }
+        for tc in delta["tool_calls"].as_array().into_iter().flatten() {
+            let i = tc["index"]
+                .as_u64()
+                .context("a tool call delta has no index")? as usize;
+            if calls.len() <= i {
+                calls.resize_with(i + 1, Default::default);
+            }
+            let call = &mut calls[i];
+            if let Some(id) = tc["id"].as_str() {
+                call.0 = id.to_owned();
+            }
+            if let Some(n) = tc["function"]["name"].as_str() {
+                call.1 = n.to_owned();
+            }
+            if let Some(a) = tc["function"]["arguments"].as_str() {
+                call.2.push_str(a);
+            }
+        }
+    }
+    if !done {
+        bail!("the stream ended without [DONE]");
+    }
+    let mut message = json!({
+        "role": "assistant",
+        "content": if content.is_empty() { Value::Null } else { Value::String(content) },
+    });
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .into_iter()
+            .map(|(id, name, arguments)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+            })
+            .collect();
+    }
+    Ok(message)
 }
 
 /// This process's resident memory and its peak, in KiB, from `/proc/self/status`.

@@ -92,8 +92,35 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
             quantile(&r.upstream_only, 0.5),
         );
     }
+    if runs.iter().any(|r| r.stream) {
+        out.push_str(
+            "\nStreamed: until the first event.\n\n\
+             | mode | client → mock p50 | p99 | client → Loom → mock p50 | p99 | added p50 | added p99 |\n\
+             |---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in runs {
+            let added: Vec<f64> = r
+                .through_first
+                .iter()
+                .zip(&r.direct_first)
+                .map(|(t, d)| t - d)
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                r.mode,
+                quantile(&r.direct_first, 0.5),
+                quantile(&r.direct_first, 0.99),
+                quantile(&r.through_first, 0.5),
+                quantile(&r.through_first, 0.99),
+                quantile(&added, 0.5),
+                quantile(&added, 0.99),
+            );
+        }
+    }
     out.push_str(
-        "\nMilliseconds. \"added\" is, per call, through Loom minus the same body straight to the mock.\n\n\
+        "\nMilliseconds, until the whole reply (a stream's last event) was read. \"added\" is, per \
+         call, through Loom minus the same body straight to the mock.\n\n\
          | mode | `loom_proxy_overhead_seconds` mean (ms) | p50 (bucket) | p99 (bucket) | calls | last client body | last upstream body | tool outputs | compaction points | run | database |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );

@@ -21,6 +21,17 @@ pub(crate) const OVERHEAD: &str = "loom_proxy_overhead_seconds";
 /// How often the mock's recorded requests are dropped while clients run.
 const FORGET_EVERY: Duration = Duration::from_millis(200);
 
+/// What every scenario's conversations share.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Common {
+    /// `X-Loom-Budget` in fit mode.
+    pub(crate) budget: u64,
+    /// The conversations' seed.
+    pub(crate) seed: u64,
+    /// Replies streamed (server-sent events) rather than whole.
+    pub(crate) stream: bool,
+}
+
 /// Milliseconds, for tables.
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -42,6 +53,11 @@ pub(crate) struct Latency {
     pub(crate) through: Vec<f64>,
     /// The measured turns: Loom's upstream body straight to the mock.
     pub(crate) upstream_only: Vec<f64>,
+    /// The measured turns, until the first byte: straight to the mock, and through Loom (for a
+    /// stream, the first event).
+    pub(crate) direct_first: Vec<f64>,
+    pub(crate) through_first: Vec<f64>,
+    pub(crate) stream: bool,
     pub(crate) client_bytes: usize,
     pub(crate) upstream_bytes: usize,
     pub(crate) outputs: usize,
@@ -58,14 +74,13 @@ pub(crate) async fn latency(
     mode: ProxyMode,
     turns: usize,
     sample: usize,
-    budget: u64,
-    seed: u64,
+    common: Common,
     limit: Duration,
 ) -> Result<Latency> {
     let h = Harness::start(ServerOptions::default()).await?;
-    let via = Via::Loom(mode, Some(budget));
+    let via = Via::Loom(mode, Some(common.budget));
     let session = format!("latency-{mode}");
-    let mut conv = Conversation::new(seed);
+    let mut conv = Conversation::new(common.seed, common.stream);
     let from = turns.saturating_sub(sample);
     let started = Instant::now();
     let mut out = Latency {
@@ -77,6 +92,9 @@ pub(crate) async fn latency(
         direct: Vec::new(),
         through: Vec::new(),
         upstream_only: Vec::new(),
+        direct_first: Vec::new(),
+        through_first: Vec::new(),
+        stream: common.stream,
         client_bytes: 0,
         upstream_bytes: 0,
         outputs: 0,
@@ -112,6 +130,8 @@ pub(crate) async fn latency(
             out.direct.push(ms(direct.took));
             out.through.push(ms(through.took));
             out.upstream_only.push(ms(alone.took));
+            out.direct_first.push(ms(direct.first_byte));
+            out.through_first.push(ms(through.first_byte));
             through
         } else {
             h.chat(via, &session, body).await?
@@ -178,14 +198,13 @@ pub(crate) async fn throughput(
     mode: Option<ProxyMode>,
     clients: usize,
     turns: usize,
-    budget: u64,
-    seed: u64,
+    common: Common,
     bound: Bound,
 ) -> Result<Throughput> {
     let h = Arc::new(Harness::start(ServerOptions::default()).await?);
-    let via = mode.map_or(Via::Direct, |m| Via::Loom(m, Some(budget)));
+    let via = mode.map_or(Via::Direct, |m| Via::Loom(m, Some(common.budget)));
     let label = mode.map_or("direct", ProxyMode::as_str);
-    warm_up(&h, via, seed).await?;
+    warm_up(&h, via, common).await?;
     let forgetting = forget_while_running(&h);
     let before = h.metrics().await?;
     let issued = Arc::new(AtomicU64::new(0));
@@ -206,7 +225,8 @@ pub(crate) async fn throughput(
             };
             for k in 0_u64.. {
                 let session = format!("throughput-{label}-{client}-{k}");
-                let mut conv = Conversation::new(seed ^ ((client as u64) << 32) ^ k);
+                let mut conv =
+                    Conversation::new(common.seed ^ ((client as u64) << 32) ^ k, common.stream);
                 for _ in 0..turns {
                     if !take() {
                         return done;
@@ -275,8 +295,8 @@ async fn call(h: &Harness, conv: &mut Conversation, via: Via, session: &str) -> 
 
 /// A short conversation before the clock starts, so one-time costs (loading the tokenizer's
 /// tables, opening the store's connections) are not counted as load.
-async fn warm_up(h: &Harness, via: Via, seed: u64) -> Result<()> {
-    let mut conv = Conversation::new(seed);
+async fn warm_up(h: &Harness, via: Via, common: Common) -> Result<()> {
+    let mut conv = Conversation::new(common.seed, common.stream);
     for _ in 0..2 {
         call(h, &mut conv, via, "warm-up").await?;
     }
@@ -324,22 +344,18 @@ pub(crate) struct Checkpoint {
 }
 
 /// Runs `count` sessions of `turns` calls each over `clients` workers.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one scenario's knobs, named at the call"
-)]
 pub(crate) async fn sessions(
     mode: ProxyMode,
     count: usize,
     turns: usize,
     clients: usize,
-    budget: u64,
-    seed: u64,
+    common: Common,
     live_sessions: Option<usize>,
     limit: Duration,
 ) -> Result<Sessions> {
     let h = Arc::new(Harness::start(ServerOptions { live_sessions }).await?);
-    warm_up(&h, Via::Loom(mode, Some(budget)), seed).await?;
+    let via = Via::Loom(mode, Some(common.budget));
+    warm_up(&h, via, common).await?;
     let forgetting = forget_while_running(&h);
     let rss_start_kib = rss_kib().map_or(0, |(rss, _)| rss);
     let next = Arc::new(AtomicUsize::new(0));
@@ -364,9 +380,9 @@ pub(crate) async fn sessions(
                     return;
                 }
                 let session = format!("sessions-{mode}-{i}");
-                let mut conv = Conversation::new(seed ^ i as u64);
+                let mut conv = Conversation::new(common.seed ^ i as u64, common.stream);
                 for _ in 0..turns {
-                    match call(&h, &mut conv, Via::Loom(mode, Some(budget)), &session).await {
+                    match call(&h, &mut conv, via, &session).await {
                         Ok(_) => {
                             requests.fetch_add(1, Ordering::Relaxed);
                         }
