@@ -16,7 +16,8 @@
 //!   before it is forwarded).
 //!
 //! A failure names the request (method, URI, headers and the body, shortened) that broke a
-//! property, after proptest has shrunk it.
+//! property, after proptest has shrunk it. Requests that broke a property once are kept in
+//! `regressions`, checked on every run. `PROPTEST_CASES=N` runs more cases per endpoint.
 
 use std::sync::Arc;
 use std::time::Duration;
