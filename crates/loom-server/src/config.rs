@@ -53,7 +53,8 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Longest a request may take end to end (a stream included).
     pub request_timeout: Duration,
-    /// Longest an upstream may take to send its response headers.
+    /// Longest connecting to an upstream may take (the whole call is bounded by
+    /// `request_timeout`).
     pub upstream_connect_timeout: Duration,
     /// Upstream calls in flight at once; past it a request waits `queue_timeout`, then gets 503.
     pub max_upstream_calls: usize,

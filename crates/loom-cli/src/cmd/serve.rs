@@ -60,6 +60,32 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    if config.auth == AuthMode::Keys {
+        // A keyless upstream is legitimate (a local vLLM or Ollama), so this is a warning: a
+        // hosted provider would answer every call with its 401.
+        let mut err = std::io::stderr().lock();
+        for (provider, upstream, var) in [
+            (
+                "openai",
+                &config.openai,
+                loom_server::config::OPENAI_KEY_ENV,
+            ),
+            (
+                "anthropic",
+                &config.anthropic,
+                loom_server::config::ANTHROPIC_KEY_ENV,
+            ),
+        ] {
+            if upstream.key.is_none() {
+                writeln!(
+                    err,
+                    "warning: no upstream key for {provider} ({}): calls go without credentials; \
+                     set {var} or a key_env in the config file",
+                    upstream.base_url
+                )?;
+            }
+        }
+    }
     let registry = match &config.models {
         Some(path) => loom_tokens::Registry::with_user_file(path).map_err(bad_input)?,
         None => loom_tokens::Registry::built_in().context("loading the model registry")?,

@@ -48,6 +48,8 @@ pub(super) fn check(body: &Value) -> Checked {
         }
         string_if_present(m, &path, "name")?;
     }
+    // OpenAI refuses an assistant turn whose calls are not all followed by their results.
+    calls.settled_before("the end of the messages")?;
     if let Some(tools) = opt_array(obj, "", "tools")? {
         for (i, tool) in tools.iter().enumerate() {
             self::tool(tool, &index("tools", i))?;

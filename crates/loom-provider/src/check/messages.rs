@@ -51,6 +51,8 @@ pub(super) fn check(body: &Value) -> Checked {
             }
         }
     }
+    // Anthropic refuses a `tool_use` that the next message does not answer, the last included.
+    calls.settled_before("the end of the messages")?;
     if let Some(tools) = opt_array(obj, "", "tools")? {
         for (i, tool) in tools.iter().enumerate() {
             let path = index("tools", i);

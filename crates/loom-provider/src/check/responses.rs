@@ -32,6 +32,13 @@ pub(super) fn check(body: &Value) -> Checked {
     match obj.get("input") {
         None | Some(Value::Null) | Some(Value::String(_)) => {}
         Some(Value::Array(items)) => {
+            // Nothing to answer: OpenAI refuses an empty list unless earlier turns are stored.
+            if items.is_empty() && !continues && obj.get("prompt").is_none_or(Value::is_null) {
+                return Err(FieldError::new(
+                    "input",
+                    "expected a string or a non-empty array of items",
+                ));
+            }
             let mut calls = Calls::default();
             for (i, item) in items.iter().enumerate() {
                 self::item(item, &index("input", i), &mut calls, continues)?;

@@ -134,7 +134,8 @@ fn realistic_requests_pass() {
     let cont = json!({"model": "o4-mini", "previous_response_id": "resp_1",
         "input": [{"type": "function_call_output", "call_id": "call_9", "output": "ok"}]});
     check_request(Api::Responses, &cont).unwrap();
-    // Chat: calls still pending at the end (the client is about to answer) are not refused.
+    // Chat: calls still pending at the end are refused, as OpenAI refuses them (each call must
+    // be followed by its result).
     let pending = edit(
         chat(),
         "/messages/3",
@@ -145,7 +146,9 @@ fn realistic_requests_pass() {
     let pending = edit(pending, "/messages/5", None);
     let pending = edit(pending, "/messages/4", None);
     let pending = edit(pending, "/messages/3", None);
-    check_request(Api::ChatCompletions, &pending).unwrap();
+    let err = check_request(Api::ChatCompletions, &pending).unwrap_err();
+    assert!(err.field.starts_with("messages[2].tool_calls"), "{err}");
+    assert!(err.reason.contains("the end of the messages"), "{err}");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 mod body;
 mod explain;
 mod extract;
+mod results;
 
 use std::sync::Arc;
 
@@ -140,8 +141,10 @@ async fn create_session(
         created_ms: now_ms(),
     };
     let events = req.events;
+    let local = p.tenant.is_none();
     let info = state
         .blocking("creating a session", move |s| {
+            results::check(&events, "events", s.blobs.as_ref(), local)?;
             if let Some(parent) = &new.parent {
                 if s.store.session(parent)?.is_none() {
                     return Err(ApiError::invalid_field(
@@ -192,7 +195,7 @@ struct Append {
 
 async fn append_events(
     State(state): State<Arc<AppState>>,
-    Owned { id, sid, .. }: Owned,
+    Owned { p, id, sid, .. }: Owned,
     body: Bytes,
 ) -> Result<Response> {
     let req: Append = parse_json(&body)?;
@@ -201,8 +204,10 @@ async fn append_events(
     }
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;
+    let local = p.tenant.is_none();
     let seqs = state
         .blocking("appending events", move |s| {
+            results::check(&req.events, "events", s.blobs.as_ref(), local)?;
             Ok(s.store.append(&sid, &req.events)?)
         })
         .await
@@ -365,7 +370,9 @@ async fn recall(
             };
             let blob = match off.resolve(Some(&sid), &q.reference) {
                 Ok(Resolution::Found(blob)) => blob,
-                Ok(Resolution::Ambiguous(_)) => return Err(not_here()),
+                Ok(Resolution::Ambiguous(_)) | Err(loom_store::StoreError::BlobNotFound(_)) => {
+                    return Err(not_here())
+                }
                 Err(e) if e.is_bad_input() => {
                     return Err(ApiError::invalid_field("ref", e.to_string()))
                 }

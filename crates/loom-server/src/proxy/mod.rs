@@ -90,7 +90,13 @@ pub(crate) fn api_of_path(path: &str) -> Option<Api> {
 
 /// A Loom error in the provider's shape.
 pub(crate) fn provider_error(api: Api, e: &ApiError) -> Response {
-    let body = error_body(api, e.status.as_u16(), &e.message, e.field.as_deref());
+    // Anthropic's shape has no slot for the field and puts it in front of the message; a message
+    // that already names it is not given it twice.
+    let field = e
+        .field
+        .as_deref()
+        .filter(|f| !(api == Api::Messages && e.message.starts_with(&format!("{f}: "))));
+    let body = error_body(api, e.status.as_u16(), &e.message, field);
     (e.status, Json(body)).into_response()
 }
 
@@ -122,11 +128,7 @@ async fn proxy(state: Arc<AppState>, api: Api, headers: HeaderMap, raw: Bytes) -
         Ok(p) => p,
         Err(e) => return provider_error(api, &e),
     };
-    let prepared = match prepare(&state, api, &principal, &headers, raw).await {
-        Ok(p) => p,
-        Err(e) => return provider_error(api, &e),
-    };
-    state.metrics.overhead(route(api), started.elapsed());
+    // A slot first: a request turned away for want of one has written nothing.
     let permit = match tokio::time::timeout(
         state.config.limits.queue_timeout,
         state.upstream_slots.acquire(),
@@ -141,6 +143,11 @@ async fn proxy(state: Arc<AppState>, api: Api, headers: HeaderMap, raw: Bytes) -
             )
         }
     };
+    let prepared = match prepare(&state, api, &principal, &headers, raw).await {
+        Ok(p) => p,
+        Err(e) => return provider_error(api, &e),
+    };
+    state.metrics.overhead(route(api), started.elapsed());
     let request = upstream_request(&state, api, &principal, &headers, prepared.body);
     let sent = tokio::time::timeout_at(deadline.into(), request.send()).await;
     let upstream = match sent {
@@ -632,9 +639,21 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
         Ok(p) => p,
         Err(e) => return provider_error(api, &e),
     };
-    let req = state
-        .http
-        .get(format!("{}/models", state.config.openai.base_url));
+    // Anthropic's SDKs list models at the same path, with their version header.
+    let (api, url) = if headers.contains_key("anthropic-version") {
+        (
+            Api::Messages,
+            format!("{}/v1/models", state.config.anthropic.base_url),
+        )
+    } else {
+        (api, format!("{}/models", state.config.openai.base_url))
+    };
+    let mut req = state.http.get(url);
+    for (name, value) in &headers {
+        if upstream::forwarded(name.as_str()) {
+            req = req.header(name.as_str(), value.as_bytes());
+        }
+    }
     let req = credentials(&state, api, &principal, req);
     match tokio::time::timeout(state.config.limits.request_timeout, req.send()).await {
         Ok(Ok(r)) => {

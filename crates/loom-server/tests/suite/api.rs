@@ -145,11 +145,19 @@ async fn bad_input_is_a_4xx_that_names_the_field_and_changes_nothing() {
         .await;
     assert_eq!(r.status(), 201);
     let cases: Vec<(&str, Value, u16, &str)> = vec![
+        // Stats that do not describe the content.
         (
             "/loom/v1/sessions/s/events",
             json!({"events": [{"ts_ms": 2, "kind": "tool_result", "call_id": "ghost", "tool_name": "x", "content": {"text": "y"}, "stats": {"bytes": 1, "lines": 1, "sha256": "a", "content_type": "text"}}]}),
             400,
-            "events",
+            "events[0].stats",
+        ),
+        // A result that answers no call.
+        (
+            "/loom/v1/sessions/s/events",
+            json!({"events": [{"ts_ms": 2, "kind": "tool_result", "call_id": "ghost", "tool_name": "x", "content": {"text": "y"}, "stats": {"bytes": 1, "lines": 1, "sha256": sha("y"), "content_type": "text"}}]}),
+            400,
+            "events[0]",
         ),
         (
             "/loom/v1/sessions/s/events",
