@@ -300,14 +300,21 @@ pub(crate) fn rss_kib() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// CPU time this process has used (user and system, all threads), in seconds, from
-/// `/proc/self/stat`, whose tick is the kernel's fixed `USER_HZ` of 100 per second.
+/// Ticks per second of `/proc`'s CPU times: `USER_HZ`, fixed by the kernel's ABI whatever the
+/// kernel's own tick rate.
+const USER_HZ: f64 = 100.0;
+
+/// Where utime (then stime) sits among the fields of `/proc/self/stat` that follow the command
+/// name: field 14 of the whole line, counting from 1, when the text after `)` starts at field 3.
+const UTIME_AFTER_NAME: usize = 14 - 3;
+
+/// CPU time this process has used (user and system, all threads), in seconds.
 pub(crate) fn cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name may hold spaces; the fields after it are plain numbers.
+    // The command name may hold spaces and parentheses; the fields after its last `)` do not.
     let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
-    // utime and stime are the 14th and 15th fields; `rest` starts at the 3rd.
-    Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+    let used = ticks(UTIME_AFTER_NAME)? + ticks(UTIME_AFTER_NAME + 1)?;
+    Some(used as f64 / USER_HZ)
 }

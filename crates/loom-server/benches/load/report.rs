@@ -17,12 +17,19 @@ pub(crate) fn header() -> String {
             || "unknown".to_owned(),
             |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
         );
+    // A build from a tree with uncommitted changes is not quite the commit it names.
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success() && !o.stdout.is_empty())
+        .map_or("", |_| " with uncommitted changes");
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into());
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     format!(
-        "loom serve load: {} UTC, commit {commit}, {cores} cores, load average at start {load}\n",
+        "loom serve load: {} UTC, commit {commit}{dirty}, {cores} cores, load average at start {load}\n",
         utc_now()
     )
 }
