@@ -167,18 +167,22 @@ impl MessageContent {
     pub fn text(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Self::Text(s) => s.as_str().into(),
-            Self::Parts(parts) => {
-                let texts: Vec<&str> = parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.as_str()),
-                        ContentPart::Image { .. } => None,
-                    })
-                    .collect();
-                texts.join("\n").into()
-            }
+            Self::Parts(parts) => joined_text(parts).into(),
         }
     }
+}
+
+/// The text parts joined by newlines, images left out: the text of multimodal content, and what
+/// the stats of a tool result given as parts describe.
+pub fn joined_text(parts: &[ContentPart]) -> String {
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            ContentPart::Text { text } => Some(text.as_str()),
+            ContentPart::Image { .. } => None,
+        })
+        .collect();
+    texts.join("\n")
 }
 
 impl From<&str> for MessageContent {

@@ -102,15 +102,7 @@ impl Engine {
         spec: &RenderSpec,
     ) -> Result<RenderOutcome> {
         let session = live.id().clone();
-        let (meter, window) = self.model(&spec.model, "model", spec.budget.is_some())?;
-        let mut policy = self.policy.clone();
-        policy.context_window = match spec.budget {
-            Some(budget) => budget.saturating_add(policy.response_reserve),
-            None => window,
-        };
-        policy
-            .validate()
-            .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
+        let (meter, policy) = self.prepare(spec)?;
         let summaries = summary_views(store, &session)?;
         let prev = store
             .last_model_call(&session)?

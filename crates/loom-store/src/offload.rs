@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use loom_core::{
-    BlobRef, ContentPart, ContentStats, Event, EventBody, Ingest, ReduceConfig, SessionId, Step,
+    joined_text, BlobRef, ContentStats, Event, EventBody, Ingest, ReduceConfig, SessionId, Step,
     ToolOutput,
 };
 
@@ -237,16 +237,7 @@ impl<'a> Offloader<'a> {
             ToolOutput::Text(s) => s.as_bytes().to_vec(),
             // Text parts joined by newlines, as their stats are computed when imported; images
             // stay in the log as they are.
-            ToolOutput::Parts(parts) => {
-                let texts: Vec<&str> = parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.as_str()),
-                        ContentPart::Image { .. } => None,
-                    })
-                    .collect();
-                texts.join("\n").into_bytes()
-            }
+            ToolOutput::Parts(parts) => joined_text(parts).into_bytes(),
             ToolOutput::Blob(blob) => self.blobs.get(blob)?,
         })
     }

@@ -7,7 +7,7 @@
 //! by every tenant, and a reference could otherwise confirm what another tenant stored. Such a
 //! client sends its output as text, and Loom offloads it.
 
-use loom_core::{ContentPart, ContentStats, EventBody, NewEvent, ToolOutput};
+use loom_core::{joined_text, ContentStats, EventBody, NewEvent, ToolOutput};
 use loom_store::BlobStore;
 
 use crate::error::{ApiError, Result};
@@ -26,16 +26,7 @@ pub(crate) fn check(
         let at = format!("{field}[{i}]");
         let expected = match content {
             ToolOutput::Text(text) => ContentStats::of(text.as_bytes()),
-            ToolOutput::Parts(parts) => {
-                let texts: Vec<&str> = parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.as_str()),
-                        ContentPart::Image { .. } => None,
-                    })
-                    .collect();
-                ContentStats::of(texts.join("\n").as_bytes())
-            }
+            ToolOutput::Parts(parts) => ContentStats::of(joined_text(parts).as_bytes()),
             ToolOutput::Blob(blob) => {
                 if !may_refer_to_blobs {
                     return Err(ApiError::invalid_field(
