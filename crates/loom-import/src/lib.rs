@@ -29,7 +29,8 @@ pub use import::{
     plan, ImportReport, Importer, NoProgress, Outcome, Plan, Progress, SessionReport,
 };
 pub use parse::{
-    parse_file, parse_reader, ParseOptions, ParsedSession, DEFAULT_AGENT, DEFAULT_INLINE_LIMIT,
+    parse_file, parse_reader, parse_slice, ParseOptions, ParsedSession, DEFAULT_AGENT,
+    DEFAULT_INLINE_LIMIT,
 };
 
 /// An input format.

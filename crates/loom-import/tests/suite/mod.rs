@@ -9,7 +9,7 @@ mod reimport;
 mod traces;
 
 use loom_core::{EventBody, NewEvent};
-use loom_import::{parse_reader, Format, ImportError, ParseOptions, ParsedSession};
+use loom_import::{parse_reader, parse_slice, Format, ImportError, ParseOptions, ParsedSession};
 use loom_store::MemoryBlobStore;
 
 /// Where the shared traces live, relative to this crate.
@@ -22,13 +22,21 @@ pub(crate) fn opts(format: Format) -> ParseOptions {
     o
 }
 
-/// Parses `text` as the file `name` (stem `conv`).
+/// Parses `text` as the file `name` (stem `conv`), through both readers: the streaming one and
+/// the one for documents in memory must agree on every input, sessions and errors alike.
 pub(crate) fn parse_as(
     text: &str,
     format: Format,
     blobs: &MemoryBlobStore,
 ) -> Result<Vec<ParsedSession>, ImportError> {
-    parse_reader("conv.json", "conv", text.as_bytes(), &opts(format), blobs)
+    let streamed = parse_reader("conv.json", "conv", text.as_bytes(), &opts(format), blobs);
+    let sliced = parse_slice("conv.json", "conv", text.as_bytes(), &opts(format), blobs);
+    match (&streamed, &sliced) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "the two readers disagree on {text}"),
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "on {text}"),
+        _ => panic!("one reader failed, the other did not, on {text}: {streamed:?} / {sliced:?}"),
+    }
+    streamed
 }
 
 /// Parses `text` with auto-detection; panics on error.

@@ -32,13 +32,13 @@ pub(crate) fn time(body: &[u8]) -> Result<Vec<Phase>> {
     let mut opts = loom_import::ParseOptions::new(0);
     opts.format = loom_import::Format::OpenAi;
     let import = median(|| {
-        loom_import::parse_reader("request", "request", body, &opts, &blobs)
+        loom_import::parse_slice("request", "request", body, &opts, &blobs)
             .is_ok_and(|s| !s.is_empty())
     });
     Ok(vec![
         ("JSON parse of the client's body", parse),
         ("request check (`check_request`)", check),
-        ("history import (`parse_reader`)", import),
+        ("history import (`parse_slice`)", import),
     ])
 }
 

@@ -249,7 +249,7 @@ async fn import(
     let report = state
         .blocking("importing a history", move |s| {
             let sessions =
-                loom_import::parse_reader("body", "body", &body[..], &opts, s.blobs.as_ref())?;
+                loom_import::parse_slice("body", "body", &body[..], &opts, s.blobs.as_ref())?;
             let plan = loom_import::plan(s.store.as_ref(), sessions)?;
             Ok(plan.commit(s.store.as_ref(), now_ms(), &mut loom_import::NoProgress)?)
         })

@@ -436,7 +436,7 @@ fn read_history(
     opts.format = format;
     opts.session = Some(session.clone());
     let mut sessions =
-        loom_import::parse_reader("request", "request", raw, &opts, s.blobs.as_ref())?;
+        loom_import::parse_slice("request", "request", raw, &opts, s.blobs.as_ref())?;
     Ok(sessions.pop().map(|s| s.events).unwrap_or_default())
 }
 
