@@ -69,6 +69,50 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Appends events to an existing session; returns the seqs they were given.
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>>;
 
+    /// Appends a model's reply and records the usage the provider reported for the call that
+    /// produced it (`(call id, usage)`): both or neither. SQLite commits them together, so the
+    /// reply's path pays one durable commit instead of two; the default checks the report
+    /// before it appends.
+    fn append_reply(
+        &self,
+        session: &SessionId,
+        events: &[NewEvent],
+        usage: Option<(u64, &Usage)>,
+    ) -> Result<RangeInclusive<Seq>> {
+        let Some((call, usage)) = usage else {
+            return self.append(session, events);
+        };
+        let refused = |reason: &str| StoreError::InvalidRecord {
+            session: session.clone(),
+            record: format!("model call {call}"),
+            reason: reason.to_owned(),
+        };
+        let known = self
+            .model_calls(session)?
+            .into_iter()
+            .find(|c| c.id == call)
+            .ok_or_else(|| StoreError::ModelCallNotFound {
+                session: session.clone(),
+                call,
+                reason: "the session has no model call with this id".into(),
+            })?;
+        if known
+            .usage
+            .is_some_and(|stored| !stored.same_figures(usage))
+        {
+            return Err(refused("its usage was already reported with other figures"));
+        }
+        if usage
+            .cached_input_tokens
+            .is_some_and(|c| c > usage.input_tokens)
+        {
+            return Err(refused("cached input tokens exceed the input tokens"));
+        }
+        let seqs = self.append(session, events)?;
+        self.report_usage(session, call, usage)?;
+        Ok(seqs)
+    }
+
     /// Events whose seq lies in `range` (clamped to the log), in seq order.
     fn read(&self, session: &SessionId, range: RangeInclusive<Seq>) -> Result<Vec<Event>>;
 

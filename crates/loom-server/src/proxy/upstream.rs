@@ -287,10 +287,8 @@ async fn log_reply(
     });
     let logged = state
         .blocking("logging a reply", move |s| {
-            s.store.append(&session, &[event])?;
-            if let (Some(call), Some(usage)) = (call, usage) {
-                s.store.report_usage(&session, call, &usage)?;
-            }
+            let report = call.zip(usage.as_ref());
+            s.store.append_reply(&session, &[event], report)?;
             Ok(())
         })
         .await;

@@ -237,6 +237,55 @@ fn model_call(row: &Cols<'_, '_>, session: &SessionId) -> Result<ModelCall> {
     })
 }
 
+/// Appends events to a session inside `tx`, after checking them against its ledger.
+fn append_in(
+    tx: &Connection,
+    session: &SessionId,
+    events: &[NewEvent],
+) -> Result<RangeInclusive<Seq>> {
+    let SessionRow { pk, last_seq } = require_session(tx, session)?;
+    let first = last_seq + 1;
+    if events.is_empty() {
+        return Ok(first..=last_seq);
+    }
+    let touched = touched_calls(events);
+    let mut ledger = load_ledger(tx, pk, touched.iter().copied())?;
+    validate::events(session, &mut ledger, first, events)?;
+    write_events(tx, pk, first, events, &ledger)
+}
+
+/// Records a model call's usage inside `tx` (see [`Store::report_usage`]).
+fn report_in(tx: &Connection, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
+    let SessionRow { pk, .. } = find_session(tx, session)?
+        .ok_or_else(|| validate::unknown_model_call(session, call, None))?;
+    // An id past SQLite's integer range cannot be stored, so clamping it finds nothing.
+    let found = query_all(
+        tx,
+        &format!("{MODEL_CALL_COLUMNS} WHERE session = ?1 AND id = ?2"),
+        params![pk, seq_bound(call)],
+        ("model_calls", "reading a model call"),
+        |row| model_call(row, session),
+    )?;
+    let Some(mut stored) = found.into_iter().next() else {
+        let recorded: u64 = tx
+            .query_row(
+                "SELECT COUNT(*) FROM model_calls WHERE session = ?1",
+                [pk],
+                |row| row.get(0),
+            )
+            .map_err(backend("counting model calls"))?;
+        return Err(validate::unknown_model_call(session, call, Some(recorded)));
+    };
+    if validate::usage(session, call, stored.usage.as_ref(), usage)? {
+        let text = to_json(usage, "model_calls")?;
+        tx.prepare_cached("UPDATE model_calls SET usage = ?3 WHERE session = ?1 AND id = ?2")
+            .and_then(|mut stmt| stmt.execute(params![pk, seq_bound(call), text]))
+            .map_err(backend("recording a model call's usage"))?;
+        stored.usage = Some(*usage);
+    }
+    Ok(stored)
+}
+
 impl Store for SqliteStore {
     fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
         self.write(|tx| create_in(tx, session, events))
@@ -278,16 +327,22 @@ impl Store for SqliteStore {
     }
 
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
+        self.write(|tx| append_in(tx, session, events))
+    }
+
+    fn append_reply(
+        &self,
+        session: &SessionId,
+        events: &[NewEvent],
+        usage: Option<(u64, &Usage)>,
+    ) -> Result<RangeInclusive<Seq>> {
+        // One transaction, so one durable commit on the reply's path instead of two.
         self.write(|tx| {
-            let SessionRow { pk, last_seq } = require_session(tx, session)?;
-            let first = last_seq + 1;
-            if events.is_empty() {
-                return Ok(first..=last_seq);
+            let seqs = append_in(tx, session, events)?;
+            if let Some((call, usage)) = usage {
+                report_in(tx, session, call, usage)?;
             }
-            let touched = touched_calls(events);
-            let mut ledger = load_ledger(tx, pk, touched.iter().copied())?;
-            validate::events(session, &mut ledger, first, events)?;
-            write_events(tx, pk, first, events, &ledger)
+            Ok(seqs)
         })
     }
 
@@ -474,38 +529,7 @@ impl Store for SqliteStore {
     }
 
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
-        self.write(|tx| {
-            let SessionRow { pk, .. } = find_session(tx, session)?
-                .ok_or_else(|| validate::unknown_model_call(session, call, None))?;
-            // An id past SQLite's integer range cannot be stored, so clamping it finds nothing.
-            let found = query_all(
-                tx,
-                &format!("{MODEL_CALL_COLUMNS} WHERE session = ?1 AND id = ?2"),
-                params![pk, seq_bound(call)],
-                ("model_calls", "reading a model call"),
-                |row| model_call(row, session),
-            )?;
-            let Some(mut stored) = found.into_iter().next() else {
-                let recorded: u64 = tx
-                    .query_row(
-                        "SELECT COUNT(*) FROM model_calls WHERE session = ?1",
-                        [pk],
-                        |row| row.get(0),
-                    )
-                    .map_err(backend("counting model calls"))?;
-                return Err(validate::unknown_model_call(session, call, Some(recorded)));
-            };
-            if validate::usage(session, call, stored.usage.as_ref(), usage)? {
-                let text = to_json(usage, "model_calls")?;
-                tx.prepare_cached(
-                    "UPDATE model_calls SET usage = ?3 WHERE session = ?1 AND id = ?2",
-                )
-                .and_then(|mut stmt| stmt.execute(params![pk, seq_bound(call), text]))
-                .map_err(backend("recording a model call's usage"))?;
-                stored.usage = Some(*usage);
-            }
-            Ok(stored)
-        })
+        self.write(|tx| report_in(tx, session, call, usage))
     }
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {

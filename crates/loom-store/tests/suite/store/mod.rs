@@ -34,6 +34,7 @@ macro_rules! with_store_scenarios {
             records::conflicting_usage_is_refused,
             records::usage_for_an_unknown_call_is_refused,
             records::cached_over_input_is_refused,
+            records::a_reply_and_its_usage_are_written_together,
             records::steps_are_keyed_and_checked,
             records::aliases_point_at_one_blob,
             records::sessions_are_listed_with_counts,

@@ -479,3 +479,35 @@ pub(crate) fn everything_survives_reopen<H: StoreHarness>(h: &mut H) {
         ]
     );
 }
+
+pub(crate) fn a_reply_and_its_usage_are_written_together<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_session(store, "s");
+    let call = store.record_model_call(&receipt(&id, 0, 1)).unwrap();
+    let full = usage(1_300, Some(1_024), Some(57), 1_700_000_000_300);
+    let seqs = store
+        .append_reply(&id, &[user("the reply")], Some((call.id, &full)))
+        .unwrap();
+    assert_eq!(seqs, 1..=1);
+    assert_eq!(store.model_calls(&id).unwrap()[0].usage, Some(full));
+    // A report the store refuses appends nothing: other figures, an unknown call, cached > input.
+    let other = usage(1, None, None, 1_700_000_000_400);
+    for bad in [
+        store.append_reply(&id, &[user("x")], Some((call.id, &other))),
+        store.append_reply(&id, &[user("x")], Some((9, &full))),
+    ] {
+        assert!(bad.is_err());
+    }
+    let second = store.record_model_call(&receipt(&id, 1, 2)).unwrap();
+    let inverted = usage(10, Some(20), None, 1_700_000_000_500);
+    assert!(store
+        .append_reply(&id, &[user("x")], Some((second.id, &inverted)))
+        .is_err());
+    assert_eq!(
+        store.latest_seq(&id).unwrap(),
+        1,
+        "nothing of a refused reply was written"
+    );
+    // Without usage it is an append.
+    assert_eq!(store.append_reply(&id, &[user("y")], None).unwrap(), 2..=2);
+}
