@@ -265,11 +265,44 @@ pub fn lock_live(live: &Mutex<Live>) -> MutexGuard<'_, Live> {
     live.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A store, blobs, settings and cache in memory, for the unit tests of live sessions and sync.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct TestBackend {
+    pub(crate) store: loom_store::MemoryStore,
+    blobs: loom_store::MemoryBlobStore,
+    reduce: ReduceConfig,
+    live: LiveSessions,
+}
+
+#[cfg(test)]
+impl TestBackend {
+    /// Empty, caching at most `capacity` live sessions.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            store: loom_store::MemoryStore::new(),
+            blobs: loom_store::MemoryBlobStore::new(),
+            reduce: ReduceConfig::default(),
+            live: LiveSessions::new(capacity),
+        }
+    }
+
+    /// The backend over it.
+    pub(crate) fn backend(&self) -> Backend<'_> {
+        Backend {
+            store: &self.store,
+            blobs: &self.blobs,
+            reduce: &self.reduce,
+            live: &self.live,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use loom_core::MessageContent;
-    use loom_store::{MemoryBlobStore, MemoryStore, NewSession};
+    use loom_store::NewSession;
 
     fn user(text: &str) -> NewEvent {
         NewEvent::new(
@@ -283,16 +316,8 @@ mod tests {
 
     #[test]
     fn a_live_session_sees_other_writers_and_the_cache_is_bounded() {
-        let store = MemoryStore::new();
-        let blobs = MemoryBlobStore::new();
-        let reduce = ReduceConfig::default();
-        let live = LiveSessions::new(2);
-        let b = Backend {
-            store: &store,
-            blobs: &blobs,
-            reduce: &reduce,
-            live: &live,
-        };
+        let t = TestBackend::new(2);
+        let (store, live, b) = (&t.store, &t.live, t.backend());
         for name in ["a", "b", "c"] {
             store
                 .create_session(

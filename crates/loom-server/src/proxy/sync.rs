@@ -179,10 +179,8 @@ fn same_arguments(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::LiveSessions;
-    use loom_core::ReduceConfig;
+    use crate::live::TestBackend;
     use loom_core::{MessageContent, ToolCall};
-    use loom_store::{MemoryBlobStore, MemoryStore};
 
     fn user(text: &str) -> NewEvent {
         NewEvent::new(
@@ -216,16 +214,8 @@ mod tests {
 
     #[test]
     fn only_the_new_part_is_appended_and_a_divergence_forks() {
-        let store = MemoryStore::new();
-        let blobs = MemoryBlobStore::new();
-        let reduce = ReduceConfig::default();
-        let live = LiveSessions::new(8);
-        let b = Backend {
-            store: &store,
-            blobs: &blobs,
-            reduce: &reduce,
-            live: &live,
-        };
+        let t = TestBackend::new(8);
+        let (store, b) = (&t.store, t.backend());
         let sync = |history: &[NewEvent]| {
             let r = sync(
                 b,
