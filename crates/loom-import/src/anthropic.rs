@@ -29,6 +29,7 @@ pub(crate) fn convert(
         }
     }
     for (index, item) in items.into_iter().enumerate() {
+        let index = b.first_item + index;
         let spot = b.spot(item.line, index);
         match item.role.as_deref() {
             Some("user") => user(b, &spot, item.content)?,

@@ -31,6 +31,8 @@ pub(crate) struct Builder<'a> {
     ids: HashMap<String, String>,
     assistant_seen: bool,
     offloaded: u64,
+    /// The index of the first item read in the whole conversation.
+    pub(crate) first_item: usize,
 }
 
 /// Where a value is: the line its item starts on and its path (`messages[3]`).
@@ -76,6 +78,7 @@ impl<'a> Builder<'a> {
             ids: HashMap::new(),
             assistant_seen: false,
             offloaded: 0,
+            first_item: 0,
         }
     }
 

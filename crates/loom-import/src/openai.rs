@@ -13,6 +13,7 @@ use crate::raw::{Content, RawBlock, RawItem};
 /// Appends the events of `items` to `b`.
 pub(crate) fn convert(b: &mut Builder<'_>, items: Vec<RawItem>) -> Result<()> {
     for (index, item) in items.into_iter().enumerate() {
+        let index = b.first_item + index;
         let spot = b.spot(item.line, index);
         message(b, &spot, index, item)?;
     }

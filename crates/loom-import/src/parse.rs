@@ -40,6 +40,11 @@ pub struct ParseOptions {
     /// Timestamp given to every event, UTC ms. Sources carry none, so the import's start is
     /// used; re-import identity ignores it.
     pub ts_ms: i64,
+    /// The index the input's first message has in the whole conversation: a proxy reads only
+    /// the messages a client added since its last call, and the ids and field paths that depend
+    /// on a message's position (`messages[12]`, a legacy function call's `fc_12`) stay those of
+    /// the whole conversation.
+    pub first_item: usize,
 }
 
 impl ParseOptions {
@@ -51,6 +56,7 @@ impl ParseOptions {
             agent: None,
             inline_limit: DEFAULT_INLINE_LIMIT,
             ts_ms,
+            first_item: 0,
         }
     }
 }
@@ -348,6 +354,7 @@ fn convert(
         });
     }
     let mut b = Builder::new(blobs, opts.inline_limit, opts.ts_ms, at.clone(), key);
+    b.first_item = opts.first_item;
     match format {
         Format::Anthropic => anthropic::convert(&mut b, raw.system, items)?,
         Format::Responses => responses::convert(&mut b, raw.instructions, items)?,

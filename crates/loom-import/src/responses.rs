@@ -76,6 +76,7 @@ pub(crate) fn convert(
     }
     let mut turn: Option<Turn> = None;
     for (index, item) in items.into_iter().enumerate() {
+        let index = b.first_item + index;
         let spot = b.spot(item.line, index);
         let kind = match (item.kind.as_deref(), item.role.is_some()) {
             (Some(kind), _) => kind.to_owned(),

@@ -42,7 +42,7 @@ mod json;
 mod reply;
 mod sse;
 
-pub use check::{check_request, RequestError};
+pub use check::{check_continuation, check_request, CallIds, RequestError};
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;
 pub use reply::{parse_reply, Api, AssistantReply, ProviderUsage, StreamAssembler};

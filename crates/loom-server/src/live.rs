@@ -17,6 +17,7 @@ use loom_core::{AgentId, Event, EventBody, Ingest, NewEvent, ReduceConfig, Sessi
 use loom_store::{BlobStore, Offloader, Store};
 
 use crate::error::Result;
+use crate::proxy::ingest::BodyMemo;
 
 /// What a live session reads and writes through.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +51,9 @@ pub struct Live {
     pub steps: StepIndex,
     /// Token costs kept across renders.
     pub memo: CostMemo,
+    /// The last client body synced into this session, so that the next is read from where it
+    /// ended (see `proxy::ingest`).
+    pub(crate) body: Option<BodyMemo>,
 }
 
 impl Live {
@@ -80,6 +84,7 @@ impl Live {
             ingest,
             steps,
             memo: CostMemo::new(),
+            body: None,
         };
         let audience = live.audience_at(events.last().map_or(info.created_ms, |e| e.ts_ms));
         for e in &events {
@@ -272,7 +277,7 @@ pub(crate) struct TestBackend {
     pub(crate) store: loom_store::MemoryStore,
     blobs: loom_store::MemoryBlobStore,
     reduce: ReduceConfig,
-    live: LiveSessions,
+    pub(crate) live: LiveSessions,
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ pub struct Metrics {
     compaction_points: AtomicU64,
     diverged_sessions: AtomicU64,
     unlogged_replies: AtomicU64,
+    histories_whole: AtomicU64,
+    histories_continued: AtomicU64,
 }
 
 impl Metrics {
@@ -97,6 +99,16 @@ impl Metrics {
     /// A reply that reached the client but could not be logged (it broke the log's rules).
     pub fn unlogged_reply(&self) {
         self.unlogged_replies.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client history synced: read whole, or only its new messages (`continued`).
+    pub fn history_read(&self, continued: bool) {
+        let counter = if continued {
+            &self.histories_continued
+        } else {
+            &self.histories_whole
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The exposition text; `live` is the number of sessions in the render cache.
@@ -166,6 +178,16 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP loom_proxy_histories_total Client histories synced, by how they were read: \
+             whole, or only the messages after those the session remembered.\n\
+             # TYPE loom_proxy_histories_total counter\n\
+             loom_proxy_histories_total{{read=\"whole\"}} {}\n\
+             loom_proxy_histories_total{{read=\"continuation\"}} {}",
+            self.histories_whole.load(Ordering::Relaxed),
+            self.histories_continued.load(Ordering::Relaxed)
+        );
         let _ = writeln!(
             out,
             "# HELP loom_live_sessions Sessions whose render state is cached in memory.\n\

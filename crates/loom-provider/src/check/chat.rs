@@ -9,11 +9,10 @@ use crate::json::{index, join, kind, object, opt_array, opt_object, req_str, Fie
 
 const ROLES: &str = "system, developer, user, assistant, tool, function";
 
-pub(super) fn check(body: &Value) -> Checked {
+pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
     let obj = object(body, "")?;
     model(obj)?;
     let messages = non_empty_array(obj, "", "messages")?;
-    let mut calls = Calls::default();
     for (i, message) in messages.iter().enumerate() {
         let path = index("messages", i);
         let m = object(message, &path)?;
@@ -28,7 +27,7 @@ pub(super) fn check(body: &Value) -> Checked {
             }
             "assistant" => {
                 calls.settled_before(&path)?;
-                assistant(m, &path, &mut calls)?;
+                assistant(m, &path, calls)?;
             }
             "tool" => {
                 let id = req_str(m, &path, "tool_call_id")?;

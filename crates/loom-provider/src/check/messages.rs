@@ -11,7 +11,7 @@ use crate::json::{
     index, join, kind, missing, object, opt_array, opt_object, opt_str, req_str, FieldError,
 };
 
-pub(super) fn check(body: &Value) -> Checked {
+pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
     let obj = object(body, "")?;
     model(obj)?;
     match obj.get("max_tokens") {
@@ -26,7 +26,6 @@ pub(super) fn check(body: &Value) -> Checked {
     }
     system(obj)?;
     let messages = non_empty_array(obj, "", "messages")?;
-    let mut calls = Calls::default();
     for (i, message) in messages.iter().enumerate() {
         let path = index("messages", i);
         let m = object(message, &path)?;
@@ -35,10 +34,10 @@ pub(super) fn check(body: &Value) -> Checked {
         match role {
             "assistant" => {
                 calls.settled_before(&path)?;
-                self::content(m, &path, Role::Assistant, last, &mut calls)?;
+                self::content(m, &path, Role::Assistant, last, calls)?;
             }
             "user" => {
-                self::content(m, &path, Role::User, last, &mut calls)?;
+                self::content(m, &path, Role::User, last, calls)?;
                 // Whatever the previous assistant message asked must be answered here.
                 calls.settled_before(&format!("the message after {path}"))?;
                 calls.close();

@@ -9,7 +9,7 @@ mod chat;
 mod messages;
 mod responses;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -37,15 +37,51 @@ impl From<FieldError> for RequestError {
 
 /// Checks a client's request body for `api`; the first problem found is returned.
 pub fn check_request(api: Api, body: &Value) -> Result<(), RequestError> {
+    check_continuation(api, body, &mut CallIds::default())
+}
+
+/// The call ids a conversation has used, carried from the check of its beginning to the check
+/// of its continuation (see [`check_continuation`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallIds(HashSet<String>);
+
+impl CallIds {
+    /// How many ids.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Checks a body whose conversation continues one already checked: `earlier` holds the call
+/// ids of the messages before the body's first, all of them answered. A proxy that has checked
+/// a conversation's first messages checks only the new ones this way, and gets the same answer
+/// as [`check_request`] on the whole conversation whenever the earlier messages end at a point
+/// where no call waits for its result (before a user message or after a tool result): every
+/// rule across messages is about calls, and those are the ids. On success the body's call ids
+/// are added to `earlier`; on failure it is unchanged. Field paths count from the body's first
+/// message.
+pub fn check_continuation(
+    api: Api,
+    body: &Value,
+    earlier: &mut CallIds,
+) -> Result<(), RequestError> {
     if let Value::Object(obj) = body {
         streaming(obj).map_err(RequestError::from)?;
     }
+    let mut calls = Calls::after(earlier);
     match api {
-        Api::ChatCompletions => chat::check(body),
-        Api::Responses => responses::check(body),
-        Api::Messages => messages::check(body),
+        Api::ChatCompletions => chat::check(body, &mut calls),
+        Api::Responses => responses::check(body, &mut calls),
+        Api::Messages => messages::check(body, &mut calls),
     }
-    .map_err(RequestError::from)
+    .map_err(RequestError::from)?;
+    earlier.0.extend(calls.made.into_keys());
+    Ok(())
 }
 
 type Checked<T = ()> = Result<T, FieldError>;
@@ -127,6 +163,18 @@ struct Calls {
 }
 
 impl Calls {
+    /// The state after earlier messages that used the ids `earlier` and left none pending.
+    fn after(earlier: &CallIds) -> Self {
+        Self {
+            made: earlier
+                .0
+                .iter()
+                .map(|id| (id.clone(), "an earlier message".to_owned()))
+                .collect(),
+            pending: Vec::new(),
+        }
+    }
+
     /// A call made at `path`; ids must be unique, or a result could not say which call it answers.
     fn call(&mut self, id: &str, path: String) -> Checked {
         if let Some(first) = self.made.get(id) {
@@ -175,6 +223,35 @@ impl Calls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_continuation_is_checked_against_the_ids_before_it() {
+        let call = |id: &str| {
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+        };
+        let result = |id: &str| json!({"role": "tool", "tool_call_id": id, "content": "ok"});
+        let body = |messages: Vec<Value>| json!({"model": "gpt-4o", "messages": messages});
+        let mut ids = CallIds::default();
+        let first = body(vec![
+            json!({"role": "user", "content": "hi"}),
+            call("c1"),
+            result("c1"),
+        ]);
+        check_continuation(Api::ChatCompletions, &first, &mut ids).unwrap();
+        assert_eq!(ids.len(), 1);
+        let reused = body(vec![call("c1"), result("c1")]);
+        let e = check_continuation(Api::ChatCompletions, &reused, &mut ids).unwrap_err();
+        assert_eq!(e.field, "messages[0].tool_calls[0].id");
+        assert!(e.reason.contains("an earlier message"), "{e}");
+        assert_eq!(ids.len(), 1, "a refused body adds nothing");
+        let unanswered = body(vec![result("c1")]);
+        assert!(check_continuation(Api::ChatCompletions, &unanswered, &mut ids).is_err());
+        let next = body(vec![call("c2"), result("c2")]);
+        check_continuation(Api::ChatCompletions, &next, &mut ids).unwrap();
+        assert_eq!(ids.len(), 2);
+    }
 
     #[test]
     fn function_names_follow_openai_pattern() {

@@ -10,7 +10,7 @@ use crate::json::{index, join, kind, missing, object, opt_array, opt_str, req_st
 
 const ROLES: &str = "user, assistant, system, developer";
 
-pub(super) fn check(body: &Value) -> Checked {
+pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
     let obj = object(body, "")?;
     // A stored prompt (`prompt`) may name the model itself.
     if obj.get("model").is_some() || obj.get("prompt").is_none_or(Value::is_null) {
@@ -39,9 +39,8 @@ pub(super) fn check(body: &Value) -> Checked {
                     "expected a string or a non-empty array of items",
                 ));
             }
-            let mut calls = Calls::default();
             for (i, item) in items.iter().enumerate() {
-                self::item(item, &index("input", i), &mut calls, continues)?;
+                self::item(item, &index("input", i), calls, continues)?;
             }
             // Without stored turns to complete them, every call needs its output in this body.
             if let (false, Some((id, path))) = (continues, calls.pending.first()) {

@@ -13,6 +13,7 @@
 //! own shape, so SDKs raise their usual exceptions.
 
 mod fit;
+pub(crate) mod ingest;
 pub(crate) mod sync;
 mod upstream;
 
@@ -27,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use loom_core::render::ToolSpec;
-use loom_core::{AgentId, NewEvent, SessionId};
+use loom_core::{AgentId, SessionId};
 use loom_provider::{check_request, error_body, Api};
 use loom_store::{NewModelCall, ProxyMode};
 use serde_json::{json, Value};
@@ -231,19 +232,9 @@ async fn prepare(
     headers: &HeaderMap,
     raw: Bytes,
 ) -> Result<Prepared, ApiError> {
-    let value: Value = serde_json::from_slice(&raw)
-        .map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(client) = &value else {
-        return Err(ApiError::invalid("the body must be a JSON object"));
-    };
-    check_request(api, &value).map_err(|e| {
-        ApiError::invalid_field(e.field.clone(), format!("{}: {}", e.field, e.reason))
-    })?;
-    let model = client
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let body = Arc::new(ingest::RequestBody::parse(api, raw)?);
+    let client = &body.fields;
+    let model = body.model().to_owned();
     let mut warnings: Vec<String> = Vec::new();
     let mut mode = match header(headers, "x-loom-mode") {
         Some(text) => text.parse::<ProxyMode>().map_err(|_| {
@@ -286,7 +277,7 @@ async fn prepare(
     };
     let client_session = match header(headers, "x-loom-session") {
         Some(id) => id.to_owned(),
-        None => derived_session(principal, api, &raw, state).await?,
+        None => derived_session(principal, api, &body, state).await?,
     };
     let base = principal.scope(&client_session, "X-Loom-Session")?;
     let agent = match &principal.agent {
@@ -295,7 +286,6 @@ async fn prepare(
             AgentId::new(crate::api::DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
         }
     };
-    let format = import_format(api);
     let spec = RenderSpec {
         model: model.clone(),
         budget,
@@ -308,12 +298,12 @@ async fn prepare(
         state.engine.prepare(&spec)?;
     }
     let lock = state.session_locks.get(&base).lock_owned().await;
-    let raw_for_import = raw.clone();
     let observe_receipt = json!({"observe": {"model": model, "api": route(api)}});
+    let synced_body = Arc::clone(&body);
     let (synced, outcome) = state
         .blocking("syncing the conversation", move |s| {
-            let history = read_history(s, &base, format, &raw_for_import)?;
-            let synced = sync::sync(s.backend(), &base, &agent, &history)?;
+            let synced = sync::sync(s.backend(), &base, &agent, &synced_body)?;
+            s.metrics.history_read(synced.continued);
             tracing::debug!("{base}: {} new events", synced.appended);
             let outcome = if mode == ProxyMode::Fit {
                 let mut live = crate::live::lock_live(&synced.live);
@@ -332,7 +322,7 @@ async fn prepare(
             if out.receipt.compaction.is_some() {
                 state.metrics.compaction_point();
             }
-            let merged = fit::merge(api, client, &out.body);
+            let merged = fit::merge(api, &body.fields, &out.body);
             // The render pairs every call with its result by construction; this check is the
             // net under it. Should it ever fail, the client's own (valid) request goes instead
             // of a malformed one, and the failure is loud.
@@ -354,7 +344,7 @@ async fn prepare(
                         "the fitted request failed Loom's check ({why}): forwarded unfitted"
                     ));
                     mode = ProxyMode::Observe;
-                    (raw, out.model_call)
+                    (body.raw().clone(), out.model_call)
                 }
             }
         }
@@ -371,7 +361,7 @@ async fn prepare(
                     Ok(call.id)
                 })
                 .await?;
-            (raw, Some(call))
+            (body.raw().clone(), Some(call))
         }
     };
     let mut reply_headers = HeaderMap::new();
@@ -417,50 +407,18 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-fn import_format(api: Api) -> loom_import::Format {
-    match api {
-        Api::ChatCompletions => loom_import::Format::OpenAi,
-        Api::Responses => loom_import::Format::Responses,
-        Api::Messages => loom_import::Format::Anthropic,
-    }
-}
-
-/// The client's history as log events, read by the importers (long outputs go to the blob store).
-fn read_history(
-    s: &AppState,
-    session: &SessionId,
-    format: loom_import::Format,
-    raw: &[u8],
-) -> Result<Vec<NewEvent>, ApiError> {
-    let mut opts = loom_import::ParseOptions::new(now_ms());
-    opts.format = format;
-    opts.session = Some(session.clone());
-    let mut sessions =
-        loom_import::parse_slice("request", "request", raw, &opts, s.blobs.as_ref())?;
-    Ok(sessions.pop().map(|s| s.events).unwrap_or_default())
-}
-
 /// A stable session id for a conversation that names none: the key and the conversation's
 /// opening (its system prompt and first user message), hashed.
 async fn derived_session(
     principal: &Principal,
     api: Api,
-    raw: &Bytes,
+    body: &Arc<ingest::RequestBody>,
     state: &Arc<AppState>,
 ) -> Result<String, ApiError> {
-    let format = import_format(api);
-    let raw = raw.clone();
+    let body = Arc::clone(body);
     let opening = state
         .blocking("reading the conversation", move |s| {
-            let scratch =
-                SessionId::new("opening").map_err(|e| ApiError::invalid(e.to_string()))?;
-            let history = read_history(s, &scratch, format, &raw)?;
-            let end = history
-                .iter()
-                .position(|e| matches!(e.body, loom_core::EventBody::User { .. }))
-                .map_or(history.len(), |i| i + 1);
-            let opening: Vec<&loom_core::EventBody> =
-                history[..end].iter().map(|e| &e.body).collect();
+            let opening = body.opening(s.backend())?;
             serde_json::to_vec(&opening).map_err(|_| ApiError::internal("hashing the conversation"))
         })
         .await?;
@@ -612,9 +570,12 @@ async fn anchor(
 ) -> Option<f64> {
     let id = match header(headers, "x-loom-session") {
         Some(id) => id.to_owned(),
-        None => derived_session(principal, Api::Messages, raw, state)
-            .await
-            .ok()?,
+        None => {
+            let body = Arc::new(ingest::RequestBody::parse(Api::Messages, raw.clone()).ok()?);
+            derived_session(principal, Api::Messages, &body, state)
+                .await
+                .ok()?
+        }
     };
     let session = principal.scope(&id, "X-Loom-Session").ok()?;
     let last = state

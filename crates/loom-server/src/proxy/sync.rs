@@ -20,6 +20,7 @@ use loom_store::{NewSession, Store};
 
 use crate::error::{ApiError, Result};
 use crate::live::{lock_live, Backend, Live};
+use crate::proxy::ingest::{Read, RequestBody};
 use crate::state::now_ms;
 
 /// Forks of one conversation are named `ID~2`, `ID~3`, ...
@@ -38,22 +39,29 @@ pub(crate) struct Synced {
     pub appended: usize,
     /// The session the history departed from, when this call started a fork.
     pub diverged_from: Option<SessionId>,
+    /// Whether only the body's new items were read (the session remembered the rest).
+    pub continued: bool,
 }
 
-/// Appends the new part of `history` to the session `base` (or one of its forks), creating it if
-/// needed. The caller holds the conversation's lock.
+/// Appends the new part of the history in `body` to the session `base` (or one of its forks),
+/// creating it if needed. The caller holds the conversation's lock.
 pub(crate) fn sync(
     b: Backend<'_>,
     base: &SessionId,
     agent: &AgentId,
-    history: &[NewEvent],
+    body: &RequestBody,
 ) -> Result<Synced> {
     if b.store.session(base)?.is_none() {
-        create(b.store, base, agent, None, history)?;
+        let read = body.read_whole(b, base)?;
+        create(b.store, base, agent, None, &read.events)?;
+        let live = loaded(b, base)?;
+        let appended = read.events.len();
+        lock_live(&live).body = body.memo(appended, read);
         return Ok(Synced {
-            live: loaded(b, base)?,
-            appended: history.len(),
+            live,
+            appended,
             diverged_from: None,
+            continued: false,
         });
     }
     // The newest fork first: a conversation most often continues where it was last seen.
@@ -65,21 +73,54 @@ pub(crate) fn sync(
         }
         forks.push(id);
     }
+    let mut whole: Option<Read> = None;
     for id in forks.iter().rev() {
         let live = loaded(b, id)?;
         let mut state = lock_live(&live);
-        if extends(&state.events, history) {
-            let new = &history[state.events.len()..];
+        // The session remembers the body's beginning: read and compare only the rest.
+        let continuation = state.body.as_ref().and_then(|memo| {
+            body.read_continuation(b, id, memo)
+                .map(|read| (memo.events(), read))
+        });
+        if let Some((before, read)) = continuation {
+            let logged = &state.events[before.min(state.events.len())..];
+            if extends(logged, &read.events) {
+                let new = &read.events[logged.len()..];
+                state.append(b, new)?;
+                let appended = new.len();
+                state.body = body.memo(before + read.events.len(), read);
+                drop(state);
+                return Ok(Synced {
+                    live,
+                    appended,
+                    diverged_from: None,
+                    continued: true,
+                });
+            }
+        }
+        let read = match whole.take() {
+            Some(read) => read,
+            None => body.read_whole(b, base)?,
+        };
+        if extends(&state.events, &read.events) {
+            let new = &read.events[state.events.len()..];
             state.append(b, new)?;
             let appended = new.len();
+            state.body = body.memo(read.events.len(), read);
             drop(state);
             return Ok(Synced {
                 live,
                 appended,
                 diverged_from: None,
+                continued: false,
             });
         }
+        whole = Some(read);
     }
+    let read = match whole {
+        Some(read) => read,
+        None => body.read_whole(b, base)?,
+    };
     let newest = forks.last().unwrap_or(base).clone();
     let next = u32::try_from(forks.len() + 1).unwrap_or(u32::MAX);
     let id = fork_id(base, next)?;
@@ -90,11 +131,15 @@ pub(crate) fn sync(
             forks.len()
         )));
     }
-    create(b.store, &id, agent, Some(newest.clone()), history)?;
+    create(b.store, &id, agent, Some(newest.clone()), &read.events)?;
+    let live = loaded(b, &id)?;
+    let appended = read.events.len();
+    lock_live(&live).body = body.memo(appended, read);
     Ok(Synced {
-        live: loaded(b, &id)?,
-        appended: history.len(),
+        live,
+        appended,
         diverged_from: Some(newest),
+        continued: false,
     })
 }
 
@@ -180,17 +225,10 @@ fn same_arguments(a: &str, b: &str) -> bool {
 mod tests {
     use super::*;
     use crate::live::TestBackend;
+    use axum::body::Bytes;
     use loom_core::{MessageContent, ToolCall};
-
-    fn user(text: &str) -> NewEvent {
-        NewEvent::new(
-            1,
-            EventBody::User {
-                content: MessageContent::from(text),
-                name: None,
-            },
-        )
-    }
+    use loom_provider::Api;
+    use serde_json::{json, Value};
 
     fn assistant(text: &str, calls: &[(&str, &str)]) -> NewEvent {
         NewEvent::new(
@@ -212,54 +250,227 @@ mod tests {
         )
     }
 
+    fn chat(messages: &[Value]) -> RequestBody {
+        let body = json!({"model": "gpt-4o", "messages": messages});
+        RequestBody::parse(Api::ChatCompletions, Bytes::from(body.to_string())).unwrap()
+    }
+
+    fn u(text: &str) -> Value {
+        json!({"role": "user", "content": text})
+    }
+
+    fn a(text: &str, calls: &[&str]) -> Value {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|id| json!({"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}))
+            .collect();
+        if calls.is_empty() {
+            json!({"role": "assistant", "content": text})
+        } else {
+            json!({"role": "assistant", "content": text, "tool_calls": calls})
+        }
+    }
+
+    fn tool(id: &str, text: &str) -> Value {
+        json!({"role": "tool", "tool_call_id": id, "content": text})
+    }
+
+    /// Syncs `body` into the conversation `s`: (session, appended, diverged from, continued).
+    fn run(b: Backend<'_>, body: &RequestBody) -> Result<(String, usize, Option<String>, bool)> {
+        let r = sync(
+            b,
+            &SessionId::new("s").unwrap(),
+            &AgentId::new("a").unwrap(),
+            body,
+        )?;
+        let id = lock_live(&r.live).id().to_string();
+        Ok((
+            id,
+            r.appended,
+            r.diverged_from.map(|d| d.to_string()),
+            r.continued,
+        ))
+    }
+
     #[test]
     fn only_the_new_part_is_appended_and_a_divergence_forks() {
         let t = TestBackend::new(8);
         let (store, b) = (&t.store, t.backend());
-        let sync = |history: &[NewEvent]| {
-            let r = sync(
-                b,
-                &SessionId::new("s").unwrap(),
-                &AgentId::new("a").unwrap(),
-                history,
-            )
-            .unwrap();
-            let id = lock_live(&r.live).id().clone();
-            (id, r.appended, r.diverged_from)
-        };
         let base = SessionId::new("s").unwrap();
-        let mut history = vec![user("hi")];
-        let (_, appended, diverged) = sync(&history);
+        let mut history = vec![u("hi")];
+        let (_, appended, diverged, _) = run(b, &chat(&history)).unwrap();
         assert_eq!((appended, diverged), (1, None));
         // The reply is logged behind the live session's back, as another server would.
         store.append(&base, &[assistant("hello", &[])]).unwrap();
-        // The client sends the reply back (re-serialised), and a new message.
-        history.push(assistant("hello", &[]));
-        history.push(user("more"));
-        let (id, appended, _) = sync(&history);
-        assert_eq!((id.as_str(), appended), ("s", 1));
+        // The client sends the reply back, and a new message: only those are read.
+        history.push(a("hello", &[]));
+        history.push(u("more"));
+        let (id, appended, _, continued) = run(b, &chat(&history)).unwrap();
+        assert_eq!((id.as_str(), appended, continued), ("s", 1, true));
         assert_eq!(store.latest_seq(&base).unwrap(), 3);
         // The same history again appends nothing.
-        assert_eq!(sync(&history).1, 0);
+        assert_eq!(run(b, &chat(&history)).unwrap().1, 0);
         // An edited message starts a fork that records where it came from.
-        let edited = vec![user("hi"), assistant("hello", &[]), user("other")];
-        let (fork_id, _, diverged) = sync(&edited);
-        assert_eq!(fork_id.as_str(), "s~2");
-        assert_eq!(diverged.as_ref().map(SessionId::as_str), Some("s"));
+        let edited = vec![u("hi"), a("hello", &[]), u("other")];
+        let (fork_id, _, diverged, continued) = run(b, &chat(&edited)).unwrap();
+        assert_eq!((fork_id.as_str(), continued), ("s~2", false));
+        assert_eq!(diverged.as_deref(), Some("s"));
         assert_eq!(
             store.latest_seq(&base).unwrap(),
             3,
             "the log is never rewritten"
         );
-        let fork = store.session(&fork_id).unwrap().unwrap();
+        let fork = store
+            .session(&SessionId::new(&fork_id).unwrap())
+            .unwrap()
+            .unwrap();
         assert_eq!(fork.parent.as_ref().map(SessionId::as_str), Some("s"));
-        // Each history continues the fork it extends.
+        // Each history continues the fork it extends, each read from where it was left.
         let mut first = history.clone();
-        first.push(user("again"));
-        assert_eq!(sync(&first).0.as_str(), "s");
+        first.push(u("again"));
+        assert_eq!(run(b, &chat(&first)).unwrap(), ("s".into(), 1, None, true));
         let mut second = edited.clone();
-        second.push(user("again"));
-        assert_eq!(sync(&second).0.as_str(), "s~2");
+        second.push(u("again"));
+        assert_eq!(
+            run(b, &chat(&second)).unwrap(),
+            ("s~2".into(), 1, None, true)
+        );
+    }
+
+    /// A conversation of `turns` calls in `api`'s shape, each body extending the last, with
+    /// calls and results (sometimes two calls in a turn).
+    fn conversation(api: Api, turns: usize) -> Vec<Value> {
+        let mut items: Vec<Value> = Vec::new();
+        let mut bodies = Vec::new();
+        for turn in 0..turns {
+            let ids: Vec<String> = (0..1 + turn % 2)
+                .map(|k| format!("call_{turn}_{k}"))
+                .collect();
+            match api {
+                Api::ChatCompletions => {
+                    if turn == 0 {
+                        items.push(json!({"role": "system", "content": "be brief"}));
+                        items.push(u("fix the bug"));
+                    } else {
+                        let calls: Vec<&str> = ids.iter().map(String::as_str).collect();
+                        items.push(a(&format!("step {turn}"), &calls));
+                        for id in &ids {
+                            items.push(tool(id, &format!("output of {id}\nline two")));
+                        }
+                    }
+                    bodies.push(json!({"model": "gpt-4o", "messages": items}));
+                }
+                Api::Messages => {
+                    if turn == 0 {
+                        items.push(json!({"role": "user", "content": "fix the bug"}));
+                    } else {
+                        let mut content =
+                            vec![json!({"type": "text", "text": format!("step {turn}")})];
+                        content.extend(ids.iter().map(|id| json!({"type": "tool_use", "id": id, "name": "f", "input": {"n": turn}})));
+                        items.push(json!({"role": "assistant", "content": content}));
+                        let results: Vec<Value> = ids.iter().map(|id| json!({"type": "tool_result", "tool_use_id": id, "content": format!("out {id}")})).collect();
+                        items.push(json!({"role": "user", "content": results}));
+                    }
+                    bodies.push(json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "system": "be brief", "messages": items}));
+                }
+                Api::Responses => {
+                    if turn == 0 {
+                        items.push(json!({"role": "user", "content": "fix the bug"}));
+                    } else {
+                        items.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": format!("step {turn}")}]}));
+                        for id in &ids {
+                            items.push(json!({"type": "function_call", "call_id": id, "name": "f", "arguments": "{}"}));
+                        }
+                        for id in &ids {
+                            items.push(json!({"type": "function_call_output", "call_id": id, "output": format!("out {id}")}));
+                        }
+                    }
+                    bodies.push(
+                        json!({"model": "gpt-4o", "instructions": "be brief", "input": items}),
+                    );
+                }
+            }
+        }
+        bodies
+    }
+
+    #[test]
+    fn reading_only_the_new_messages_logs_what_reading_the_whole_body_logs() {
+        for api in [Api::ChatCompletions, Api::Messages, Api::Responses] {
+            let (fast, slow) = (TestBackend::new(8), TestBackend::new(8));
+            let mut continued = 0;
+            for body in conversation(api, 12) {
+                let body = RequestBody::parse(api, Bytes::from(body.to_string())).unwrap();
+                continued += usize::from(run(fast.backend(), &body).unwrap().3);
+                // The other server forgets every body, so it reads each whole.
+                let r = run(slow.backend(), &body).unwrap();
+                assert!(!r.3);
+                let live = slow.live.get(slow.backend(), &SessionId::new("s").unwrap());
+                lock_live(&live.unwrap().unwrap()).body = None;
+            }
+            assert_eq!(
+                continued, 11,
+                "{api:?}: every call after the first read only its news"
+            );
+            let s = SessionId::new("s").unwrap();
+            let bodies = |t: &TestBackend| -> Vec<EventBody> {
+                let n = t.store.latest_seq(&s).unwrap();
+                t.store
+                    .read(&s, 1..=n)
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.body)
+                    .collect()
+            };
+            assert_eq!(bodies(&fast), bodies(&slow), "{api:?}");
+            assert!(bodies(&fast).len() >= 25);
+        }
+    }
+
+    #[test]
+    fn a_bad_continuation_gets_the_error_of_the_whole_body() {
+        let t = TestBackend::new(8);
+        let b = t.backend();
+        let mut history = vec![u("hi"), a("", &["c1"]), tool("c1", "ok")];
+        run(b, &chat(&history)).unwrap();
+        // A result for a call nobody made, at its place in the whole conversation.
+        history.push(a("next", &[]));
+        history.push(tool("nope", "?"));
+        let e = run(b, &chat(&history)).unwrap_err();
+        assert_eq!(
+            e.field.as_deref(),
+            Some("messages[4].tool_call_id"),
+            "{e:?}"
+        );
+        // A call id the conversation already used.
+        history.pop();
+        history.pop();
+        history.push(a("again", &["c1"]));
+        history.push(tool("c1", "ok"));
+        let e = run(b, &chat(&history)).unwrap_err();
+        assert_eq!(
+            e.field.as_deref(),
+            Some("messages[3].tool_calls[0].id"),
+            "{e:?}"
+        );
+        assert_eq!(
+            t.store.latest_seq(&SessionId::new("s").unwrap()).unwrap(),
+            3,
+            "nothing stored"
+        );
+    }
+
+    #[test]
+    fn a_changed_system_prompt_is_read_whole() {
+        let t = TestBackend::new(8);
+        let b = t.backend();
+        let body = |system: &str, messages: &[Value]| {
+            let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "system": system, "messages": messages});
+            RequestBody::parse(Api::Messages, Bytes::from(body.to_string())).unwrap()
+        };
+        run(b, &body("one", &[u("hi")])).unwrap();
+        let r = run(b, &body("two", &[u("hi"), a("yes", &[]), u("more")])).unwrap();
+        assert_eq!((r.0.as_str(), r.3), ("s~2", false));
     }
 
     #[test]
