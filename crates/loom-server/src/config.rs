@@ -62,6 +62,9 @@ pub struct Limits {
     pub queue_timeout: Duration,
     /// Sessions whose render state is kept in memory (least recently used are dropped).
     pub live_sessions: usize,
+    /// Bytes of render state kept in memory, estimated from the sessions' events (least
+    /// recently used sessions are dropped past it, whatever their count).
+    pub live_bytes: usize,
 }
 
 impl Default for Limits {
@@ -73,6 +76,7 @@ impl Default for Limits {
             max_upstream_calls: 512,
             queue_timeout: Duration::from_secs(5),
             live_sessions: 10_000,
+            live_bytes: 1 << 30,
         }
     }
 }
@@ -206,6 +210,7 @@ struct RawLimits {
     max_upstream_calls: Option<usize>,
     queue_timeout_ms: Option<u64>,
     live_sessions: Option<usize>,
+    live_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -348,6 +353,11 @@ impl ServeConfig {
                 "live_sessions",
                 r.live_sessions.map(|v| v as u64),
                 d.live_sessions as u64,
+            )? as usize,
+            live_bytes: positive(
+                "live_bytes",
+                r.live_bytes.map(|v| v as u64),
+                d.live_bytes as u64,
             )? as usize,
         };
         Ok(Self {

@@ -73,7 +73,8 @@ pub fn state(
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| ServeError::Client(e.to_string()))?;
-    let config_live = config.limits.live_sessions;
+    let live = live::LiveSessions::new(config.limits.live_sessions)
+        .with_byte_limit(config.limits.live_bytes);
     Ok(Arc::new(AppState {
         store,
         blobs,
@@ -83,7 +84,7 @@ pub fn state(
         http,
         metrics: metrics::Metrics::default(),
         session_locks: proxy::SessionLocks::default(),
-        live: live::LiveSessions::new(config_live),
+        live,
     }))
 }
 
@@ -156,7 +157,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(state.live.len()),
+        state.metrics.render(state.live.len(), state.live.bytes()),
     )
         .into_response()
 }

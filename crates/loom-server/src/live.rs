@@ -54,6 +54,15 @@ pub struct Live {
     /// The last client body synced into this session, so that the next is read from where it
     /// ended (see `proxy::ingest`).
     pub(crate) body: Option<BodyMemo>,
+    /// An estimate of the memory this state holds (see [`weight`]).
+    bytes: usize,
+}
+
+/// What one event is estimated to cost in memory: its JSON text, held once in the log and
+/// again, in pieces, by the projection, the steps and the cost memo.
+fn weight(e: &Event) -> usize {
+    let json = serde_json::to_vec(&e.body).map_or(0, |v| v.len());
+    2 * json + std::mem::size_of::<Event>()
 }
 
 impl Live {
@@ -85,11 +94,13 @@ impl Live {
             steps,
             memo: CostMemo::new(),
             body: None,
+            bytes: 0,
         };
         let audience = live.audience_at(events.last().map_or(info.created_ms, |e| e.ts_ms));
         for e in &events {
             live.note(e);
             live.projection.push(e, &audience);
+            live.bytes += weight(e);
         }
         live.events = events;
         Ok(Some(live))
@@ -98,6 +109,11 @@ impl Live {
     /// The session's id.
     pub fn id(&self) -> &SessionId {
         &self.id
+    }
+
+    /// The memory this state is estimated to hold, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Who the session's renders are for, at `now_ms`.
@@ -175,24 +191,57 @@ impl Live {
         for e in &events {
             self.note(e);
             self.projection.push(e, &audience);
+            self.bytes += weight(e);
         }
         self.events.extend(events);
         Ok(())
     }
 }
 
-/// The live sessions of a server, least recently used dropped past a bound.
+/// The live sessions of a server, least recently used dropped past a bound on their number and
+/// one on their estimated bytes.
 #[derive(Debug)]
 pub struct LiveSessions {
     capacity: usize,
+    byte_limit: usize,
     inner: Mutex<Lru>,
 }
 
 #[derive(Debug, Default)]
 struct Lru {
-    map: HashMap<SessionId, (Arc<Mutex<Live>>, u64)>,
+    /// Each session's state, when it was last used, and its size when it was last measured.
+    map: HashMap<SessionId, (Arc<Mutex<Live>>, u64, usize)>,
     order: BTreeMap<u64, SessionId>,
     tick: u64,
+    /// The sum of the sizes in `map`.
+    bytes: usize,
+}
+
+impl Lru {
+    /// Records `id`'s size as `bytes`.
+    fn measured(&mut self, id: &SessionId, bytes: usize) {
+        if let Some((_, _, size)) = self.map.get_mut(id) {
+            self.bytes = self.bytes - *size + bytes;
+            *size = bytes;
+        }
+    }
+
+    /// Drops the least recently used sessions until both bounds hold. The session just used
+    /// has the newest tick, so it goes last, and never when it is alone (even over the bytes).
+    fn evict(&mut self, capacity: usize, byte_limit: usize) {
+        while self.map.len() > 1 && (self.map.len() > capacity || self.bytes > byte_limit) {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.drop_session(&oldest);
+        }
+    }
+
+    fn drop_session(&mut self, id: &SessionId) {
+        if let Some((_, _, size)) = self.map.remove(id) {
+            self.bytes -= size;
+        }
+    }
 }
 
 /// A live session, locked for one call.
@@ -203,8 +252,20 @@ impl LiveSessions {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
+            byte_limit: usize::MAX,
             inner: Mutex::new(Lru::default()),
         }
+    }
+
+    /// The same cache, also bounded to `bytes` of estimated state.
+    pub fn with_byte_limit(mut self, bytes: usize) -> Self {
+        self.byte_limit = bytes.max(1);
+        self
+    }
+
+    /// The estimated bytes the live sessions hold (as last measured).
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// How many sessions are live.
@@ -228,7 +289,7 @@ impl LiveSessions {
             let mut lru = self.lock();
             lru.tick += 1;
             let tick = lru.tick;
-            let found = lru.map.get_mut(id).map(|(live, used)| {
+            let found = lru.map.get_mut(id).map(|(live, used, _)| {
                 let old = std::mem::replace(used, tick);
                 (Arc::clone(live), old)
             });
@@ -239,28 +300,32 @@ impl LiveSessions {
             found.map(|(live, _)| live)
         };
         if let Some(live) = cached {
-            lock_live(&live).refresh(b)?;
+            let bytes = {
+                let mut state = lock_live(&live);
+                state.refresh(b)?;
+                state.bytes
+            };
+            let mut lru = self.lock();
+            lru.measured(id, bytes);
+            lru.evict(self.capacity, self.byte_limit);
             return Ok(Some(live));
         }
         let Some(live) = Live::load(b, id)? else {
             return Ok(None);
         };
+        let bytes = live.bytes;
         let live = Arc::new(Mutex::new(live));
         let mut lru = self.lock();
         lru.tick += 1;
         let tick = lru.tick;
         // Another call may have loaded it meanwhile: keep the first, so both use one state.
-        if let Some((existing, _)) = lru.map.get(id) {
+        if let Some((existing, _, _)) = lru.map.get(id) {
             return Ok(Some(Arc::clone(existing)));
         }
-        lru.map.insert(id.clone(), (Arc::clone(&live), tick));
+        lru.map.insert(id.clone(), (Arc::clone(&live), tick, bytes));
+        lru.bytes += bytes;
         lru.order.insert(tick, id.clone());
-        while lru.map.len() > self.capacity {
-            let Some((_, oldest)) = lru.order.pop_first() else {
-                break;
-            };
-            lru.map.remove(&oldest);
-        }
+        lru.evict(self.capacity, self.byte_limit);
         Ok(Some(live))
     }
 }
@@ -317,6 +382,44 @@ mod tests {
                 name: None,
             },
         )
+    }
+
+    #[test]
+    fn the_cache_is_bounded_by_bytes_too() {
+        let t = TestBackend::new(100);
+        let live = LiveSessions::new(100).with_byte_limit(50_000);
+        let b = Backend {
+            live: &live,
+            ..t.backend()
+        };
+        let big = "x".repeat(10_000);
+        for i in 0..10 {
+            let id = SessionId::new(format!("s{i}")).unwrap();
+            t.store
+                .create_session(
+                    &NewSession {
+                        id: id.clone(),
+                        agent: AgentId::new("x").unwrap(),
+                        parent: None,
+                        created_ms: 1,
+                    },
+                    &[user(&big)],
+                )
+                .unwrap();
+            live.get(b, &id).unwrap().unwrap();
+            assert!(live.bytes() <= 50_000, "{} bytes after {i}", live.bytes());
+        }
+        // Each holds about twice its 10 KB message: two fit.
+        assert_eq!(live.len(), 2);
+        // The one in use stays, even alone over the bound, and grows as it is appended to.
+        let last = SessionId::new("s9").unwrap();
+        let l = live.get(b, &last).unwrap().unwrap();
+        lock_live(&l)
+            .append(b, &[user(&"y".repeat(60_000))])
+            .unwrap();
+        live.get(b, &last).unwrap().unwrap();
+        assert_eq!(live.len(), 1);
+        assert!(live.bytes() > 50_000);
     }
 
     #[test]

@@ -111,8 +111,9 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The exposition text; `live` is the number of sessions in the render cache.
-    pub fn render(&self, live: usize) -> String {
+    /// The exposition text; `live` is the number of sessions in the render cache and
+    /// `live_bytes` their estimated size.
+    pub fn render(&self, live: usize, live_bytes: usize) -> String {
         let mut out = String::new();
         out.push_str("# HELP loom_requests_total Requests served, by route and status.\n");
         out.push_str("# TYPE loom_requests_total counter\n");
@@ -193,6 +194,11 @@ impl Metrics {
             "# HELP loom_live_sessions Sessions whose render state is cached in memory.\n\
              # TYPE loom_live_sessions gauge\nloom_live_sessions {live}"
         );
+        let _ = writeln!(
+            out,
+            "# HELP loom_live_bytes Estimated memory held by the cached render state.\n\
+             # TYPE loom_live_bytes gauge\nloom_live_bytes {live_bytes}"
+        );
         out
     }
 }
@@ -238,7 +244,7 @@ mod tests {
         m.tokens("gpt-4o", 100, 60, 7);
         m.upstream_error("openai", "status_500");
         m.compaction_point();
-        let text = m.render(3);
+        let text = m.render(3, 4096);
         assert!(
             text.contains("loom_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 2")
         );
@@ -254,5 +260,6 @@ mod tests {
         );
         assert!(text.contains("loom_compaction_points_total 1"));
         assert!(text.contains("loom_live_sessions 3"));
+        assert!(text.contains("loom_live_bytes 4096"));
     }
 }
