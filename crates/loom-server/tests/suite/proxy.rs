@@ -146,6 +146,13 @@ async fn chat_conversations_are_logged_with_usage_in_both_modes_streaming_and_no
             let usage = c.usage.expect("usage recorded");
             assert!(usage.input_tokens > 0);
         }
+        // After the first call, each reads only the messages the client added.
+        let metrics = text(s.get("/metrics", None).await).await;
+        assert!(
+            metrics.contains("loom_proxy_histories_total{read=\"whole\"} 1")
+                && metrics.contains("loom_proxy_histories_total{read=\"continuation\"} 3"),
+            "{metrics}"
+        );
         // What the upstream saw grows only at its end between compaction points (no compaction
         // in so short a conversation).
         let sent: Vec<Vec<Value>> = s
