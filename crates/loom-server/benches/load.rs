@@ -27,8 +27,6 @@ mod conversation;
 mod harness;
 #[path = "load/metrics.rs"]
 mod metrics;
-#[path = "load/phases.rs"]
-mod phases;
 #[path = "load/report.rs"]
 mod report;
 #[path = "load/scenarios.rs"]

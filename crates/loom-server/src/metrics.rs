@@ -42,6 +42,7 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     latency: Mutex<BTreeMap<String, Histogram>>,
     overhead: Mutex<BTreeMap<String, Histogram>>,
+    phases: Mutex<BTreeMap<String, Histogram>>,
     tokens: Mutex<BTreeMap<(&'static str, String), u64>>,
     upstream_errors: Mutex<BTreeMap<(String, String), u64>>,
     compaction_points: AtomicU64,
@@ -101,6 +102,14 @@ impl Metrics {
         self.unlogged_replies.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One step of a proxied call's preparation (see [`Phase`]) and how long it took.
+    pub fn phase(&self, phase: Phase, took: Duration) {
+        lock(&self.phases)
+            .entry(phase.name().to_owned())
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
     /// A client history synced: read whole, or only its new messages (`continued`).
     pub fn history_read(&self, continued: bool) {
         let counter = if continued {
@@ -135,6 +144,15 @@ impl Metrics {
             "loom_proxy_overhead_seconds",
             "Time Loom added before calling the upstream (sync, render, checks), by route.",
             &lock(&self.overhead),
+        );
+        histograms_by(
+            &mut out,
+            "loom_proxy_phase_seconds",
+            "The steps of that time, by phase: split (the body into fields and raw messages), \
+             sync (check, read and append what is new), render (fit: render and its receipt), \
+             record (observe: the receipt), assemble (fit: the upstream body).",
+            "phase",
+            &lock(&self.phases),
         );
         out.push_str("# HELP loom_tokens_total Tokens providers reported, by kind and model.\n");
         out.push_str("# TYPE loom_tokens_total counter\n");
@@ -204,19 +222,59 @@ impl Metrics {
 }
 
 fn histograms(out: &mut String, name: &str, help: &str, map: &BTreeMap<String, Histogram>) {
+    histograms_by(out, name, help, "route", map);
+}
+
+fn histograms_by(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    map: &BTreeMap<String, Histogram>,
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-    for (route, h) in map {
-        let route = escape(route);
+    for (value, h) in map {
+        let value = escape(value);
         for (bound, n) in BUCKETS.iter().zip(h.counts) {
-            let _ = writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{label}=\"{value}\",le=\"{bound}\"}} {n}"
+            );
         }
         let _ = writeln!(
             out,
-            "{name}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+            "{name}_bucket{{{label}=\"{value}\",le=\"+Inf\"}} {}",
             h.count
         );
-        let _ = writeln!(out, "{name}_sum{{route=\"{route}\"}} {}", h.sum);
-        let _ = writeln!(out, "{name}_count{{route=\"{route}\"}} {}", h.count);
+        let _ = writeln!(out, "{name}_sum{{{label}=\"{value}\"}} {}", h.sum);
+        let _ = writeln!(out, "{name}_count{{{label}=\"{value}\"}} {}", h.count);
+    }
+}
+
+/// The steps of a proxied call's preparation, timed in `loom_proxy_phase_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The body split into its fields and its messages' raw text, hashed.
+    Split,
+    /// The history checked, read and compared with the log; what is new appended.
+    Sync,
+    /// `fit`: the render and its receipt.
+    Render,
+    /// `observe`: the receipt.
+    Record,
+    /// `fit`: the upstream body merged, checked and serialised.
+    Assemble,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Split => "split",
+            Self::Sync => "sync",
+            Self::Render => "render",
+            Self::Record => "record",
+            Self::Assemble => "assemble",
+        }
     }
 }
 

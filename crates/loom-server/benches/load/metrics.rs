@@ -82,7 +82,10 @@ impl Snapshot {
                         .map(|v| v.trim_end_matches('"').to_owned())
                 })
             };
-            let route = label("route").unwrap_or_default();
+            // Histograms are keyed by route, or by phase for the preparation's steps.
+            let route = label("route")
+                .or_else(|| label("phase"))
+                .unwrap_or_default();
             if let Some(base) = name.strip_suffix("_bucket") {
                 let le = match label("le").as_deref() {
                     Some("+Inf") => f64::INFINITY,

@@ -147,14 +147,16 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
         );
     }
     out.push_str(
-        "\nWhere the overhead goes, on the last client body (ms, median of a few runs in this \
-         process; \"rest\" is the overhead's mean minus the timed steps: sync, render, receipt, \
-         commits):\n\n| mode |",
+        "\nWhere the overhead goes over the measured calls (ms, the means of the server's \
+         `loom_proxy_phase_seconds`; \"rest\" is the overhead's mean minus their sum: the key, \
+         the session's lock, the hand-offs to the store's threads):\n\n| mode |",
     );
-    let names: Vec<&str> = runs
-        .first()
-        .map(|r| r.phases.iter().map(|(n, _)| *n).collect())
-        .unwrap_or_default();
+    let mut names: Vec<&str> = Vec::new();
+    for (n, _) in runs.iter().flat_map(|r| &r.phases) {
+        if !names.contains(n) {
+            names.push(n);
+        }
+    }
     for n in &names {
         let _ = write!(out, " {n} |");
     }
@@ -163,8 +165,13 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
     out.push('\n');
     for r in runs {
         let _ = write!(out, "| {} |", r.mode);
-        for (_, t) in &r.phases {
-            let _ = write!(out, " {t:.2} |");
+        for n in &names {
+            match r.phases.iter().find(|(p, _)| p == n) {
+                Some((_, t)) => {
+                    let _ = write!(out, " {t:.2} |");
+                }
+                None => out.push_str(" – |"),
+            }
         }
         let timed: f64 = r.phases.iter().map(|(_, t)| t).sum();
         let rest = r.overhead.mean().map_or(f64::NAN, |m| m * 1e3 - timed);

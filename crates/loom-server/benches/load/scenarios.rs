@@ -12,7 +12,12 @@ use loom_store::ProxyMode;
 use super::conversation::Conversation;
 use super::harness::{cpu_seconds, rss_kib, Harness, ServerOptions, Via};
 use super::metrics::Histogram;
-use super::phases::{self, Phase};
+/// One step of the server's preparation of a call and its mean time in milliseconds.
+pub(crate) type Phase = (&'static str, f64);
+
+/// The server's histogram of those steps, and the steps, in order.
+const PHASE: &str = "loom_proxy_phase_seconds";
+const PHASES: [&str; 5] = ["split", "sync", "render", "record", "assemble"];
 
 /// The route every scenario calls.
 const ROUTE: &str = "/v1/chat/completions";
@@ -103,7 +108,6 @@ pub(crate) async fn latency(
         db_bytes: 0,
         phases: Vec::new(),
     };
-    let mut last_body = Bytes::new();
     let mut before = h.metrics().await?;
     for turn in 0..turns {
         if started.elapsed() > limit {
@@ -115,7 +119,6 @@ pub(crate) async fn latency(
         }
         let body = Bytes::from(conv.body()?);
         out.client_bytes = body.len();
-        last_body = body.clone();
         let answer = if turn >= from {
             // The client's body to the mock alone, then through Loom, then what Loom sent
             // upstream to the mock alone: the difference is Loom's, and the last tells how much
@@ -160,11 +163,16 @@ pub(crate) async fn latency(
     out.outputs = conv.outputs();
     out.db_bytes = h.db_bytes();
     h.stop().await?;
-    if !last_body.is_empty() {
-        out.phases = tokio::task::spawn_blocking(move || phases::time(&last_body))
-            .await
-            .context("timing the phases")??;
-    }
+    out.phases = PHASES
+        .iter()
+        .map(|phase| {
+            let h = after
+                .histogram(PHASE, phase)
+                .since(&before.histogram(PHASE, phase));
+            (*phase, h.mean().map_or(0.0, |m| m * 1e3))
+        })
+        .filter(|(_, ms)| *ms > 0.0)
+        .collect();
     Ok(out)
 }
 

@@ -38,6 +38,7 @@ use crate::auth::Principal;
 use crate::config::AuthMode;
 use crate::engine::RenderSpec;
 use crate::error::ApiError;
+use crate::metrics::Phase;
 use crate::state::{now_ms, AppState};
 use upstream::LogTarget;
 
@@ -232,7 +233,9 @@ async fn prepare(
     headers: &HeaderMap,
     raw: Bytes,
 ) -> Result<Prepared, ApiError> {
+    let split = Instant::now();
     let body = Arc::new(ingest::RequestBody::parse(api, raw)?);
+    state.metrics.phase(Phase::Split, split.elapsed());
     let client = &body.fields;
     let model = body.model().to_owned();
     let mut warnings: Vec<String> = Vec::new();
@@ -302,12 +305,17 @@ async fn prepare(
     let synced_body = Arc::clone(&body);
     let (synced, outcome) = state
         .blocking("syncing the conversation", move |s| {
+            let started = Instant::now();
             let synced = sync::sync(s.backend(), &base, &agent, &synced_body)?;
+            s.metrics.phase(Phase::Sync, started.elapsed());
             s.metrics.history_read(synced.continued);
             tracing::debug!("{base}: {} new events", synced.appended);
             let outcome = if mode == ProxyMode::Fit {
+                let started = Instant::now();
                 let mut live = crate::live::lock_live(&synced.live);
-                Some(s.engine.render(s.store.as_ref(), &mut live, &spec)?)
+                let outcome = s.engine.render(s.store.as_ref(), &mut live, &spec)?;
+                s.metrics.phase(Phase::Render, started.elapsed());
+                Some(outcome)
             } else {
                 None
             };
@@ -319,6 +327,7 @@ async fn prepare(
     let session_for_call = session.clone();
     let (body, call) = match outcome {
         Some(out) => {
+            let assembling = Instant::now();
             if out.receipt.compaction.is_some() {
                 state.metrics.compaction_point();
             }
@@ -333,6 +342,7 @@ async fn prepare(
                 Ok(()) => {
                     let bytes = serde_json::to_vec(&merged)
                         .map_err(|_| ApiError::internal("serialising the request"))?;
+                    state.metrics.phase(Phase::Assemble, assembling.elapsed());
                     (Bytes::from(bytes), out.model_call)
                 }
                 Err(why) => {
@@ -351,6 +361,7 @@ async fn prepare(
         None => {
             let call = state
                 .blocking("recording the call", move |s| {
+                    let started = Instant::now();
                     let at_seq = s.store.latest_seq(&session_for_call)?;
                     let call = s.store.record_model_call(&NewModelCall {
                         session: session_for_call,
@@ -358,6 +369,7 @@ async fn prepare(
                         created_ms: now_ms(),
                         receipt: observe_receipt,
                     })?;
+                    s.metrics.phase(Phase::Record, started.elapsed());
                     Ok(call.id)
                 })
                 .await?;
