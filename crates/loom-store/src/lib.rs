@@ -155,6 +155,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall>;
 
     /// Inserts or replaces steps (keyed by session and step id).
+    ///
+    /// Steps (like aliases) are derived from the log and can be derived again, so a backend may
+    /// return before they are durable, provided they become durable no later than any write
+    /// that follows them.
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()>;
 
     /// Every step of the session, ordered by the seq of its result.

@@ -94,6 +94,33 @@ impl Writer {
         let out = member.run(f);
         member.finish(out)
     }
+
+    /// Runs `f` inside the current group's transaction like [`Self::write`], but a member that
+    /// is not its group's leader returns as soon as its own work is done, without waiting for the
+    /// commit. For records derived from the log (steps, aliases), which can be derived again:
+    /// the work is durable once its group commits, and since the write-ahead log is written in
+    /// order, no later than any write that follows it and did wait. A failed commit loses it
+    /// silently, as a crash would.
+    pub(super) fn write_deferred<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let state = self.lock();
+        if !state.open {
+            drop(state);
+            return self.write(f);
+        }
+        let group = state.group;
+        let mut member = Member {
+            writer: self,
+            state: Some(state),
+            leader: false,
+            group,
+            finished: false,
+        };
+        let out = member.run(f);
+        // The leader commits for the group; this member does not wait for it.
+        member.finished = true;
+        drop(member);
+        out
+    }
 }
 
 /// One writer's part in a group; its `Drop` keeps the group sound if the work panics.

@@ -98,6 +98,10 @@ impl SqliteStore {
     ///
     /// On `Err` everything `f` did is rolled back: nothing partial is ever written. Concurrent
     /// writes may share one commit (see `group`); an `Ok` still means this write is durable.
+    fn write_deferred<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.writer.write_deferred(f)
+    }
+
     fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.writer.write(f)
     }
@@ -533,7 +537,8 @@ impl Store for SqliteStore {
     }
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
-        self.write(|tx| {
+        // Steps are derived from the log: they need not be durable before the caller goes on.
+        self.write_deferred(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
             let ledger = load_ledger(tx, pk, steps.iter().map(|s| s.call_id.as_str()))?;
             for step in steps {
@@ -586,7 +591,8 @@ impl Store for SqliteStore {
     }
 
     fn put_alias(&self, session: &SessionId, alias: &BlobAlias, blob: &BlobRef) -> Result<()> {
-        self.write(|tx| {
+        // Aliases are derived from the log, as steps are.
+        self.write_deferred(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
             match stored_alias(tx, pk, alias)? {
                 Some(old) if &old != blob => {
