@@ -54,6 +54,7 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --sessions N            sessions: conversations                 [10000]
   --session-turns N       sessions: calls per conversation        [3]
   --live-sessions N       sessions: the server's live-session cache size [server default]
+  --live-bytes N          sessions: the server's live-session cache bound in bytes [server default]
   --time-limit SECS       wall-clock bound of each scenario run   [900]
   --seed N                the conversations' seed                 [1]
   --stream                replies as server-sent events (stream: true)
@@ -84,6 +85,7 @@ struct Options {
     sessions: usize,
     session_turns: usize,
     live_sessions: Option<usize>,
+    live_bytes: Option<usize>,
     time_limit: Duration,
     seed: u64,
     stream: bool,
@@ -104,6 +106,7 @@ impl Default for Options {
             sessions: 10_000,
             session_turns: 3,
             live_sessions: None,
+            live_bytes: None,
             time_limit: Duration::from_secs(900),
             seed: 1,
             stream: false,
@@ -172,6 +175,7 @@ impl Options {
                 "--sessions" => o.sessions = number(&flag, &value()?)?,
                 "--session-turns" => o.session_turns = number(&flag, &value()?)?,
                 "--live-sessions" => o.live_sessions = Some(number(&flag, &value()?)?),
+                "--live-bytes" => o.live_bytes = Some(number(&flag, &value()?)?),
                 "--time-limit" => o.time_limit = Duration::from_secs(number(&flag, &value()?)?),
                 "--seed" => {
                     let text = value()?;
@@ -276,7 +280,10 @@ fn run(o: &Options) -> Result<()> {
                         o.session_turns,
                         o.clients,
                         common,
-                        o.live_sessions,
+                        harness::ServerOptions {
+                            live_sessions: o.live_sessions,
+                            live_bytes: o.live_bytes,
+                        },
                         o.time_limit,
                     )
                     .await?,

@@ -19,6 +19,8 @@ use tokio::task::JoinHandle;
 pub(crate) struct ServerOptions {
     /// Overrides `limits.live_sessions`.
     pub(crate) live_sessions: Option<usize>,
+    /// Overrides `limits.live_bytes`.
+    pub(crate) live_bytes: Option<usize>,
 }
 
 /// Where a request goes.
@@ -75,6 +77,9 @@ impl Harness {
             &|_| None,
         )
         .context("resolving the server's configuration")?;
+        if let Some(n) = options.live_bytes {
+            config.limits.live_bytes = n;
+        }
         if let Some(n) = options.live_sessions {
             config.limits.live_sessions = n;
         }

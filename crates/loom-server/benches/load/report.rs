@@ -256,8 +256,8 @@ pub(crate) fn sessions(runs: &[Sessions], turns: usize) -> String {
             out,
             "### sessions: {} conversations of {turns} calls, mode {}{}\n\n\
              Resident memory of the whole process (server, mock and clients) before the first call: {:.0} MB.\n\n\
-             | sessions | calls | seconds | RSS (MB) | growth since start (MB) | `loom_live_sessions` |\n\
-             |---:|---:|---:|---:|---:|---:|",
+             | sessions | calls | seconds | RSS (MB) | growth since start (MB) | `loom_live_sessions` | `loom_live_bytes` (MB) |\n\
+             |---:|---:|---:|---:|---:|---:|---:|",
             r.sessions,
             r.mode,
             if r.stopped_early { " (cut short)" } else { "" },
@@ -266,13 +266,14 @@ pub(crate) fn sessions(runs: &[Sessions], turns: usize) -> String {
         for c in &r.checkpoints {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {:.0} | {:.0} | {} |",
+                "| {} | {} | {:.1} | {:.0} | {:.0} | {} | {:.1} |",
                 c.sessions,
                 c.requests,
                 c.elapsed.as_secs_f64(),
                 c.rss_kib as f64 / 1024.0,
                 (c.rss_kib as f64 - r.rss_start_kib as f64) / 1024.0,
                 c.live,
+                c.live_bytes / 1e6,
             );
         }
         let _ = writeln!(

@@ -349,6 +349,8 @@ pub(crate) struct Checkpoint {
     pub(crate) rss_kib: u64,
     /// The server's `loom_live_sessions` gauge.
     pub(crate) live: f64,
+    /// The server's `loom_live_bytes` gauge.
+    pub(crate) live_bytes: f64,
 }
 
 /// Runs `count` sessions of `turns` calls each over `clients` workers.
@@ -358,10 +360,10 @@ pub(crate) async fn sessions(
     turns: usize,
     clients: usize,
     common: Common,
-    live_sessions: Option<usize>,
+    server: ServerOptions,
     limit: Duration,
 ) -> Result<Sessions> {
-    let h = Arc::new(Harness::start(ServerOptions { live_sessions }).await?);
+    let h = Arc::new(Harness::start(server).await?);
     let via = Via::Loom(mode, Some(common.budget));
     warm_up(&h, via, common).await?;
     let forgetting = forget_while_running(&h);
@@ -414,13 +416,16 @@ pub(crate) async fn sessions(
         let done = finished.load(Ordering::Relaxed);
         let over = tasks.iter().all(tokio::task::JoinHandle::is_finished);
         if done >= mark || over {
-            let live = h.metrics().await?.value("loom_live_sessions");
+            let metrics = h.metrics().await?;
+            let live = metrics.value("loom_live_sessions");
+            let live_bytes = metrics.value("loom_live_bytes");
             checkpoints.push(Checkpoint {
                 sessions: done,
                 requests: requests.load(Ordering::Relaxed),
                 elapsed: started.elapsed(),
                 rss_kib: rss_kib().map_or(0, |(rss, _)| rss),
                 live,
+                live_bytes,
             });
             super::progress(format_args!(
                 "sessions {mode}: {done} of {count}, {:.0} s",
