@@ -5,6 +5,12 @@
 //! real assistant wrote in message k (text and call arguments) that had appeared earlier in a tool
 //! result and never in a system or user message: what the agent could only have learned from its
 //! tools. Recall is the share of that evidence present anywhere in the request's text.
+//!
+//! Browser agents act on page elements by short ids (`click('a324')`) that the identifier rule
+//! is too coarse to see. An element id is a quoted argument of a call, up to 16 characters of
+//! `[A-Za-z0-9_-]` with a digit, that a tool result showed in brackets (`[a324] button 'Submit'`,
+//! as accessibility trees print them); its evidence is the bracketed form, so a request holds it
+//! only if it still shows the element.
 
 use memchr::memmem;
 
@@ -72,6 +78,59 @@ impl Seen {
     }
 }
 
+impl Seen {
+    /// The element ids the calls' `arguments` act on that only tool output showed, bracketed.
+    pub fn elements(&self, arguments: &[&str]) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for id in arguments.iter().flat_map(|a| quoted_ids(a)) {
+            let shown = format!("[{id}]");
+            if !out.contains(&shown)
+                && memmem::find(self.tools.as_bytes(), shown.as_bytes()).is_some()
+                && memmem::find(self.dialogue.as_bytes(), shown.as_bytes()).is_none()
+            {
+                out.push(shown);
+            }
+        }
+        out
+    }
+}
+
+/// Short quoted tokens in `text` that could name an element: `'a324'`, `"a324"`, `\"a324\"`.
+fn quoted_ids(text: &str) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let quote = bytes[i];
+        if quote != b'\'' && quote != b'"' {
+            i += 1;
+            continue;
+        }
+        let start = i + 1;
+        let mut end = start;
+        while end < bytes.len()
+            && end - start <= 16
+            && (bytes[end].is_ascii_alphanumeric() || matches!(bytes[end], b'_' | b'-'))
+        {
+            end += 1;
+        }
+        // The closing quote, escaped or not.
+        let closes = match bytes.get(end) {
+            Some(&b) if b == quote => true,
+            Some(b'\\') => bytes.get(end + 1) == Some(&quote),
+            _ => false,
+        };
+        let token = &text[start..end];
+        if closes && (1..=16).contains(&token.len()) && token.bytes().any(|b| b.is_ascii_digit()) {
+            out.push(token);
+            i = end + 1;
+        } else {
+            i = start;
+        }
+    }
+    out
+}
+
 /// How many of `evidence` occur in any of `texts`.
 pub(crate) fn hits<'t>(evidence: &[String], texts: impl Iterator<Item = &'t str> + Clone) -> u32 {
     evidence
@@ -96,6 +155,26 @@ mod tests {
         assert_eq!(
             identifiers("pathlike/ trailing: a_b_c_d"),
             vec!["pathlike/", "a_b_c_d"]
+        );
+    }
+
+    #[test]
+    fn element_ids_an_action_names_are_evidence_in_their_bracketed_form() {
+        let mut seen = Seen::default();
+        seen.dialogue("Goal: order it. [a12] link 'Home'");
+        seen.tool("[a405] link 'iPad pro'\n[a271] combobox 'Quantity'\n[b9] button");
+        let args = [
+            r#"{"action": "click('a405')"}"#,
+            r#"{"action": "select_option(\"a271\", '2')"}"#,
+            r#"{"action": "click('a12')"}"#,
+            r#"{"action": "fill('zz99', 'x')"}"#,
+        ];
+        assert_eq!(seen.elements(&args), vec!["[a405]", "[a271]"]);
+        // `'2'` is an option, not an element the page showed in brackets; `a12` came from the
+        // user; `zz99` was never shown.
+        assert_eq!(
+            quoted_ids("f('a1', \"b2\", 'long token', '')"),
+            vec!["a1", "b2"]
         );
     }
 

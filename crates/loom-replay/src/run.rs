@@ -328,7 +328,10 @@ impl<'a> Replayer<'a> {
                         text.push('\n');
                         text.push_str(&c.arguments);
                     }
-                    let evidence = seen.evidence(&text);
+                    let mut evidence = seen.evidence(&text);
+                    let arguments: Vec<&str> =
+                        tool_calls.iter().map(|c| c.arguments.as_str()).collect();
+                    evidence.extend(seen.elements(&arguments));
                     match self.call(
                         meter,
                         &events[..j],

@@ -63,6 +63,10 @@ pub(crate) fn fingerprint(state: &CompactionState) -> u64 {
     state.elided.hash(&mut h);
     state.summary.hash(&mut h);
     state.block_lines.hash(&mut h);
+    h.write_u64(u64::MAX);
+    for (page, base) in state.diffed.range(state.boundary..) {
+        (page, base).hash(&mut h);
+    }
     h.finish()
 }
 
@@ -87,6 +91,8 @@ pub(crate) struct Eager {
     pub(crate) from: usize,
     /// The snapshot result left verbatim as the newest page.
     pub(crate) snapshot: Option<Seq>,
+    /// The page sent whole that newer pages are sent as diffs of (`page_diffs`).
+    pub(crate) base: Option<Seq>,
 }
 
 /// Cost keys: the head of a unit, or one result in one form.
@@ -217,6 +223,17 @@ impl<'a> Coster<'a> {
         }
     }
 
+    /// What rendering a result's text needs, for `proj` under `state`.
+    fn texts<'t>(&'t self, proj: &'t Projection, state: &'t CompactionState) -> layout::Texts<'t> {
+        layout::Texts {
+            proj,
+            state,
+            steps: self.steps,
+            head_chars: self.head_chars,
+            tail_chars: self.tail_chars,
+        }
+    }
+
     fn memo(&mut self, key: Key, f: impl FnOnce(&mut Self) -> u64) -> u64 {
         if let Some(&v) = self.memo.get(&key) {
             return v;
@@ -233,7 +250,7 @@ impl<'a> Coster<'a> {
             return self.memo(
                 Key::Unit(unit.seq, state.elided.contains(&unit.seq), 0),
                 |c| {
-                    let msg = layout::unit_msg(unit, state, c.steps, c.head_chars, c.tail_chars);
+                    let msg = layout::unit_msg(unit, &c.texts(proj, state));
                     c.format.msg_tokens(&msg, c.meter)
                 },
             );
@@ -250,7 +267,7 @@ impl<'a> Coster<'a> {
         );
         let mut total = head;
         for (i, paired) in turn.calls.iter().enumerate() {
-            total += self.result(proj, index, i, form_of(paired, state));
+            total += self.result(proj, state, index, i, form_of(paired, state));
         }
         total
     }
@@ -282,7 +299,7 @@ impl<'a> Coster<'a> {
                 return (key, msg.clone());
             }
         }
-        let msg = layout::unit_msg(unit, state, self.steps, self.head_chars, self.tail_chars);
+        let msg = layout::unit_msg(unit, &self.texts(proj, state));
         self.msgs.map.insert(unit.seq, (key, msg.clone()));
         (key, msg)
     }
@@ -291,6 +308,7 @@ impl<'a> Coster<'a> {
     pub(crate) fn result(
         &mut self,
         proj: &Projection,
+        state: &CompactionState,
         index: usize,
         call: usize,
         form: ResultForm,
@@ -303,7 +321,7 @@ impl<'a> Coster<'a> {
             return 0;
         };
         self.memo(Key::Result(unit.seq, call, form), |c| {
-            c.result_piece(paired, form)
+            c.result_piece(proj, state, paired, form)
         })
     }
 
@@ -311,7 +329,13 @@ impl<'a> Coster<'a> {
     /// value, so that value is metered alone (a verbatim text output straight from the log,
     /// without copying it); the ReAct prompt, where the observation is part of one text, meters
     /// the turn with and without it.
-    fn result_piece(&self, paired: &Paired, form: ResultForm) -> u64 {
+    fn result_piece(
+        &self,
+        proj: &Projection,
+        state: &CompactionState,
+        paired: &Paired,
+        form: ResultForm,
+    ) -> u64 {
         let verbatim_text = match (form, &paired.result) {
             (ResultForm::Verbatim, Some(r)) => match &r.output {
                 ToolOutput::Text(s) => Some(s.as_str()),
@@ -324,8 +348,7 @@ impl<'a> Coster<'a> {
         {
             return tokens;
         }
-        let full =
-            layout::result_content(paired, form, self.steps, self.head_chars, self.tail_chars);
+        let full = layout::result_content(paired, form, &self.texts(proj, state));
         if let Some(tokens) = self.format.result_tokens(&full, self.meter) {
             return tokens;
         }
@@ -498,7 +521,7 @@ impl<'a> Coster<'a> {
                 continue;
             };
             for (c, paired) in turn.calls.iter().enumerate() {
-                total += self.result(proj, i, c, form_of(paired, state));
+                total += self.result(proj, state, i, c, form_of(paired, state));
             }
         }
         total

@@ -38,10 +38,28 @@ pub(crate) fn form_of(paired: &Paired, state: &CompactionState) -> ResultForm {
         None => ResultForm::Missing,
         Some(r) if state.elided.contains(&r.seq) => ResultForm::Elided,
         Some(r) if state.stubbed.contains(&r.seq) => ResultForm::Stubbed,
+        // A diff only while the page it is against is still sent whole; when a compaction has
+        // taken that page, the page is sent whole until the next render picks a new base.
+        Some(r)
+            if state
+                .diffed
+                .get(&r.seq)
+                .is_some_and(|&b| sent_whole(state, b)) =>
+        {
+            ResultForm::Diff
+        }
         // A blob output is not in the log view's memory: its step stands in for it.
         Some(r) if matches!(r.output, ToolOutput::Blob(_)) => ResultForm::Stubbed,
         Some(_) => ResultForm::Verbatim,
     }
+}
+
+/// Whether the result at `seq` is sent in place and whole under `state`.
+pub(crate) fn sent_whole(state: &CompactionState, seq: Seq) -> bool {
+    seq >= state.boundary
+        && !state.stubbed.contains(&seq)
+        && !state.elided.contains(&seq)
+        && !state.diffed.contains_key(&seq)
 }
 
 impl Paired {
@@ -74,16 +92,26 @@ impl Paired {
     }
 }
 
+/// What rendering a result's text needs besides the result: the projection and the decision
+/// (a page diff reads the page it is against), the steps, and the elision's sizes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Texts<'a> {
+    pub(crate) proj: &'a Projection,
+    pub(crate) state: &'a CompactionState,
+    pub(crate) steps: &'a StepIndex,
+    pub(crate) head_chars: usize,
+    pub(crate) tail_chars: usize,
+}
+
 /// The text a result is rendered as.
-pub(crate) fn result_content(
-    paired: &Paired,
-    form: ResultForm,
-    steps: &StepIndex,
-    head_chars: usize,
-    tail_chars: usize,
-) -> MessageContent {
+pub(crate) fn result_content(paired: &Paired, form: ResultForm, t: &Texts<'_>) -> MessageContent {
+    let (steps, head_chars, tail_chars) = (t.steps, t.head_chars, t.tail_chars);
     let step = steps.get(&paired.call.id);
     match (form, &paired.result) {
+        (ResultForm::Diff, Some(r)) => match page_diff_of(paired, r.seq, t) {
+            Some(diff) => MessageContent::Text(diff),
+            None => result_content(paired, ResultForm::Verbatim, t),
+        },
         (ResultForm::Verbatim, Some(r)) => match &r.output {
             ToolOutput::Text(s) => MessageContent::Text(s.clone()),
             ToolOutput::Parts(parts) => MessageContent::Parts(parts.clone()),
@@ -99,6 +127,22 @@ pub(crate) fn result_content(
             MessageContent::Text("[no result was recorded for this call]".to_owned())
         }
         (ResultForm::Stubbed, Some(_)) => stub(paired, step),
+    }
+}
+
+/// The page `seq` as its diff against the page the decision names for it.
+fn page_diff_of(paired: &Paired, seq: Seq, t: &Texts<'_>) -> Option<String> {
+    let base_seq = *t.state.diffed.get(&seq)?;
+    let base = t.proj.result_at(base_seq)?.result.as_ref()?;
+    let page = paired.result.as_ref()?;
+    match (&base.output, &page.output) {
+        (ToolOutput::Text(base), ToolOutput::Text(page)) => super::diff::page_diff(
+            base,
+            page,
+            base_seq,
+            &paired.reference(t.steps.get(&paired.call.id)),
+        ),
+        _ => None,
     }
 }
 
@@ -130,15 +174,9 @@ fn elide(text: &str, head: usize, tail: usize, reference: &str) -> String {
 }
 
 /// The neutral message for a unit that is rendered in place.
-pub(crate) fn unit_msg(
-    unit: &Unit,
-    state: &CompactionState,
-    steps: &StepIndex,
-    head_chars: usize,
-    tail_chars: usize,
-) -> Msg {
-    message(unit, state, head_chars, tail_chars, |p, form| {
-        result_content(p, form, steps, head_chars, tail_chars)
+pub(crate) fn unit_msg(unit: &Unit, t: &Texts<'_>) -> Msg {
+    message(unit, t.state, t.head_chars, t.tail_chars, |p, form| {
+        result_content(p, form, t)
     })
 }
 

@@ -9,6 +9,7 @@
 
 mod check;
 mod cost;
+mod diff;
 mod format;
 mod layout;
 mod meter;

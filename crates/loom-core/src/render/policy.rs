@@ -75,6 +75,13 @@ pub struct Policy {
     /// Whether a browser-state snapshot (a page) is stubbed once a newer one has been answered.
     /// Default: true.
     pub supersede_snapshots: bool,
+    /// Whether a new page is sent as its line diff against the last page sent whole, while that
+    /// page is still in the request verbatim; the page sent whole stays (byte-stable, cached)
+    /// instead of being superseded, and a page whose diff is not smaller than
+    /// `page_diff_share` of it is sent whole and becomes the new base. Default: true.
+    pub page_diffs: bool,
+    /// See `page_diffs`. Default: 0.5.
+    pub page_diff_share: f64,
     /// Per-tier caps as shares of the compaction target. Only `tool_results` can be capped: when
     /// the results sent verbatim or stubbed exceed it, a compaction point stubs old results until
     /// they fit, so one fat result cannot starve the dialogue.
@@ -99,6 +106,8 @@ impl Default for Policy {
             elide_tail_chars: 1_000,
             oversized_share: 0.25,
             supersede_snapshots: true,
+            page_diffs: true,
+            page_diff_share: 0.5,
             tier_caps: BTreeMap::new(),
         }
     }
@@ -155,6 +164,7 @@ impl Policy {
         share("high_watermark", self.high_watermark)?;
         share("low_watermark", self.low_watermark)?;
         share("oversized_share", self.oversized_share)?;
+        share("page_diff_share", self.page_diff_share)?;
         if self.low_watermark > self.high_watermark {
             return Err(LogError::invalid(
                 "low_watermark",

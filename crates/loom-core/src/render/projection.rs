@@ -107,6 +107,8 @@ pub struct Projection {
     /// compact block says of a folded unit changes when one arrives.
     late: Vec<usize>,
     calls: HashMap<String, (usize, usize)>,
+    /// Where each paired result is: its unit and call.
+    results: HashMap<Seq, (usize, usize)>,
 }
 
 /// Who the projection is for and when, which decides the direct messages it includes.
@@ -186,6 +188,9 @@ impl Projection {
                 });
                 match paired {
                     Some(paired) if paired.result.is_none() => {
+                        if let Some(at) = slot {
+                            self.results.insert(seq, at);
+                        }
                         paired.result = Some(ResultView {
                             seq,
                             output: content.clone(),
@@ -245,6 +250,15 @@ impl Projection {
             self.kept.push(index);
         }
         self.units.push(Unit { seq, body });
+    }
+
+    /// The paired result logged at `seq`.
+    pub fn result_at(&self, seq: Seq) -> Option<&Paired> {
+        let &(u, c) = self.results.get(&seq)?;
+        match &self.units.get(u)?.body {
+            UnitBody::Turn(turn) => turn.calls.get(c),
+            _ => None,
+        }
     }
 
     /// Whether unit `index` stays in place even before the boundary: a system prompt, a pin or

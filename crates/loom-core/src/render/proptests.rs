@@ -87,6 +87,15 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// A browser page: a stable frame of elements and a few lines that depend on `n`.
+fn page(n: usize) -> String {
+    let mut lines: Vec<String> = (0..40).map(|i| format!("[a{i}] link 'item {i}'")).collect();
+    for k in 0..n % 7 {
+        lines.insert((n + k * 5) % 40, format!("[b{n}{k}] button 'changed {k}'"));
+    }
+    lines.join("\n")
+}
+
 fn retention() -> impl Strategy<Value = Retention> {
     prop_oneof![
         Just(Retention::Keep),
@@ -115,6 +124,7 @@ fn policy() -> impl Strategy<Value = Policy> {
             proptest::option::of(0.05f64..=1.0),
             any::<bool>(),
         ),
+        (any::<bool>(), 0.05f64..=1.0),
     )
         .prop_map(
             |(
@@ -129,6 +139,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 lines,
                 (h, t),
                 (injection, oversized, supersede, cap, group),
+                (page_diffs, page_diff_share),
             )| {
                 let mut retention = std::collections::BTreeMap::new();
                 retention.insert("bash".to_owned(), bash);
@@ -141,6 +152,8 @@ fn policy() -> impl Strategy<Value = Policy> {
                     injection_reserve: injection,
                     oversized_share: oversized,
                     supersede_snapshots: supersede,
+                    page_diffs,
+                    page_diff_share,
                     tier_caps,
                     group_steps: group,
                     high_watermark: high,
@@ -359,7 +372,12 @@ fn build_log(actions: &[Action]) -> (Vec<Event>, Ingested) {
                     chosen.push(pending.remove(i));
                 }
                 for (id, name) in chosen {
-                    let text = output(*shape, *n);
+                    // Pages of one site: mostly the same lines, a few that change.
+                    let text = if name == "browser_action" {
+                        page(*n)
+                    } else {
+                        output(*shape, *n)
+                    };
                     texts.insert(id.clone(), text.clone());
                     out.push(EventBody::ToolResult {
                         call_id: id,

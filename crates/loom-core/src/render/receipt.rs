@@ -98,6 +98,9 @@ pub struct Receipt {
     /// Assistant turns sent without their text (calls and arguments kept).
     #[serde(default)]
     pub thinned: Vec<SeqRange>,
+    /// Browser pages sent as their line diff against an earlier page sent whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diffed: Vec<SeqRange>,
     /// Seqs folded into compact lines.
     pub grouped: Vec<SeqRange>,
     /// Seqs covered by the summary.
@@ -119,12 +122,13 @@ pub struct Receipt {
 
 impl Receipt {
     /// The receipt's lists of seqs by fate, with their names, in the order they are shown.
-    pub fn lists(&self) -> [(&'static str, &[SeqRange]); 7] {
+    pub fn lists(&self) -> [(&'static str, &[SeqRange]); 8] {
         [
             ("verbatim", &self.verbatim),
             ("stubbed", &self.stubbed),
             ("elided", &self.elided),
             ("thinned", &self.thinned),
+            ("diffed", &self.diffed),
             ("grouped", &self.grouped),
             ("summarized", &self.summarized),
             ("dropped", &self.dropped),
@@ -234,6 +238,7 @@ pub(crate) fn folded(
 pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
     let (proj, state) = (r.proj, r.state);
     let (mut verbatim, mut stubbed, mut elided, mut thinned) = (vec![], vec![], vec![], vec![]);
+    let mut diffed = vec![];
     let tail = proj.first_at(state.boundary);
     let in_place = proj
         .kept_before(tail)
@@ -256,6 +261,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
                     ResultForm::Verbatim | ResultForm::Missing => verbatim.push(res.seq),
                     ResultForm::Stubbed => stubbed.push(res.seq),
                     ResultForm::Elided => elided.push(res.seq),
+                    ResultForm::Diff => diffed.push(res.seq),
                 }
             }
         }
@@ -282,6 +288,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         stubbed: ranges(stubbed),
         elided: ranges(elided),
         thinned: ranges(thinned),
+        diffed: ranges(diffed),
         grouped: r.folded.grouped.clone(),
         summarized: r.folded.summarized.clone(),
         dropped,

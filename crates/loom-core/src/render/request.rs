@@ -148,6 +148,8 @@ pub enum ResultForm {
     Stubbed,
     /// Head and tail of the original with an elision marker and the reference.
     Elided,
+    /// A browser page as its line diff against an earlier page sent whole.
+    Diff,
     /// The call has no result in the log.
     Missing,
 }

@@ -3,7 +3,7 @@
 //! Between compaction points the decision is fixed, so each request only grows at its end and
 //! the provider's prompt cache keeps hitting (DESIGN.md, principle 6).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,10 @@ pub struct CompactionState {
     pub stubbed: BTreeSet<Seq>,
     /// Result seqs rendered as head + tail + reference.
     pub elided: BTreeSet<Seq>,
+    /// Browser pages (result seqs) rendered as their line diff against an earlier page sent
+    /// whole (its result seq), which stays verbatim while they do.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub diffed: BTreeMap<Seq, Seq>,
     /// Assistant turns (by seq) sent without their text: the calls and their arguments stay.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub thinned: BTreeSet<Seq>,

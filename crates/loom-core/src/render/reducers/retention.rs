@@ -9,10 +9,11 @@ use std::collections::HashMap;
 
 use super::{Cx, Goal};
 use crate::event::Seq;
+use crate::event::ToolOutput;
 use crate::render::cost::{fingerprint, Coster, Eager, FxBuild};
 use crate::render::layout;
 use crate::render::policy::{Budget, Policy, Retention};
-use crate::render::projection::{Projection, UnitBody};
+use crate::render::projection::{Paired, Projection, UnitBody};
 use crate::render::request::ResultForm;
 use crate::render::state::CompactionState;
 
@@ -112,23 +113,49 @@ pub(crate) fn expire_oversized(
     };
     let evictable = |name: &str| !matches!(policy.retention_for(name), Retention::NeverEvict);
     let mut newest = progress.snapshot;
+    let mut base = progress.base;
     let mut superseded: Vec<Seq> = Vec::new();
+    let mut changed = false;
     for unit in &proj.units[progress.from..] {
         let UnitBody::Turn(turn) = &unit.body else {
             continue;
         };
         for paired in &turn.calls {
             let Some(r) = &paired.result else { continue };
-            if snapshot(&paired.call.id) && newest.is_none_or(|n| n < r.seq) {
-                superseded.extend(newest);
-                newest = evictable(&paired.call.name).then_some(r.seq);
+            if !snapshot(&paired.call.id) || newest.is_some_and(|n| n >= r.seq) {
+                continue;
             }
+            let evictable = evictable(&paired.call.name);
+            if policy.page_diffs && evictable {
+                if let Some(b) = base.filter(|&b| layout::sent_whole(st, b)) {
+                    if st.diffed.get(&r.seq) == Some(&b) || diff_pays(proj, policy, b, paired) {
+                        // Sent as its changes; the page sent whole stays, byte-stable.
+                        changed |= st.diffed.insert(r.seq, b).is_none();
+                        newest = Some(r.seq);
+                        continue;
+                    }
+                }
+                // A new page sent whole: the old one and the diffs against it are superseded.
+                superseded.extend(base);
+                superseded.extend(
+                    st.diffed
+                        .iter()
+                        .filter(|&(&page, &against)| Some(against) == base && page != r.seq)
+                        .map(|(&page, _)| page),
+                );
+                changed |= st.diffed.remove(&r.seq).is_some();
+                base = Some(r.seq);
+                newest = Some(r.seq);
+                continue;
+            }
+            superseded.extend(newest);
+            newest = evictable.then_some(r.seq);
         }
     }
     // Folded results are rendered as their compact lines whatever their form: only results in
     // place are decided about.
-    let mut changed = false;
     for seq in superseded {
+        st.diffed.remove(&seq);
         if seq >= st.boundary && !st.elided.contains(&seq) && st.stubbed.insert(seq) {
             changed = true;
         }
@@ -140,13 +167,16 @@ pub(crate) fn expire_oversized(
         };
         for (c, paired) in turn.calls.iter().enumerate() {
             let Some(r) = &paired.result else { continue };
+            // The page sent whole that later pages are diffs of stays while it is their base.
             if st.stubbed.contains(&r.seq)
                 || st.elided.contains(&r.seq)
+                || st.diffed.contains_key(&r.seq)
+                || base == Some(r.seq)
                 || !evictable(&paired.call.name)
             {
                 continue;
             }
-            if coster.result(proj, i, c, ResultForm::Verbatim) > budget.oversized {
+            if coster.result(proj, st, i, c, ResultForm::Verbatim) > budget.oversized {
                 st.stubbed.insert(r.seq);
                 changed = true;
             }
@@ -160,6 +190,22 @@ pub(crate) fn expire_oversized(
         state: fingerprint(st),
         from: settled,
         snapshot: newest,
+        base,
     });
     changed
+}
+
+/// Whether the page `paired` is smaller as its diff against the page at `base` than
+/// `page_diff_share` of itself.
+fn diff_pays(proj: &Projection, policy: &Policy, base: Seq, paired: &Paired) -> bool {
+    let base = proj.result_at(base).and_then(|p| p.result.as_ref());
+    let (Some(base), Some(page)) = (base, paired.result.as_ref()) else {
+        return false;
+    };
+    let (ToolOutput::Text(base_text), ToolOutput::Text(page_text)) = (&base.output, &page.output)
+    else {
+        return false;
+    };
+    crate::render::diff::page_diff(base_text, page_text, base.seq, "")
+        .is_some_and(|d| (d.len() as f64) <= policy.page_diff_share * page_text.len() as f64)
 }
