@@ -7,15 +7,18 @@
 //! the same store as the log ([`ApiKey`]), so that every server sharing a database sees them.
 
 mod blob;
+mod calls;
 mod error;
 mod keys;
 mod memory;
 mod offload;
+mod postgres;
 mod records;
 mod sqlite;
 mod validate;
 mod workspace;
 
+pub use self::postgres::{PgBlobStore, PgStore};
 pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
 pub use error::{Result, StoreError};
 pub use keys::{hash_api_key, new_api_key, ApiKey, NewApiKey, ProxyMode, TenantId};

@@ -4,6 +4,8 @@
 
 mod blob;
 mod durability;
+mod pg_support;
+mod postgres;
 mod props;
 mod sqlite;
 mod store;

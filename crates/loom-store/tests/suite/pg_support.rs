@@ -1,0 +1,107 @@
+//! The PostgreSQL cluster the tests run against, and a fresh schema on it for each test.
+//!
+//! The cluster is the one `LOOM_TEST_PG` names (CI starts one with `scripts/postgres.sh` and
+//! sets it), or else one this test binary starts once with that script, watching its own pid so
+//! that the cluster is stopped and removed when the binary exits. Only when neither works do the
+//! PostgreSQL tests skip, each saying so loudly on stderr; with `LOOM_TEST_PG` set, a cluster
+//! that cannot be reached fails them instead.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use postgres::{Client, NoTls};
+
+/// Where the tests' cluster is: `Err` says why there is none.
+fn cluster() -> &'static Result<String, String> {
+    static URL: OnceLock<Result<String, String>> = OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("LOOM_TEST_PG") {
+            return Ok(url);
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres.sh");
+        let out = Command::new("bash")
+            .args([script, "start", "--watch", &std::process::id().to_string()])
+            .output()
+            .map_err(|e| format!("cannot run {script}: {e}"))?;
+        let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !out.status.success() || url.is_empty() {
+            return Err(format!(
+                "{script} start failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(url)
+    })
+}
+
+/// The test cluster's URL, or `None` after saying loudly why the test is skipped.
+#[expect(
+    clippy::print_stderr,
+    reason = "a skipped test must say so where a tester looks"
+)]
+pub(crate) fn pg_url() -> Option<&'static str> {
+    match cluster() {
+        Ok(url) => Some(url),
+        Err(why) => {
+            eprintln!(
+                "\n!!! SKIPPED: no PostgreSQL to test against; set LOOM_TEST_PG=postgres://... \
+                 or make scripts/postgres.sh work. {why}\n"
+            );
+            None
+        }
+    }
+}
+
+/// A schema of its own on the test cluster, dropped with everything in it when this is dropped.
+#[derive(Debug)]
+pub(crate) struct PgSchema {
+    /// The schema's name.
+    pub(crate) name: String,
+    /// The cluster's URL with `schema=` set, for `PgStore::open`.
+    pub(crate) url: String,
+    /// The cluster's URL as given.
+    pub(crate) base: String,
+}
+
+impl PgSchema {
+    /// A plain connection with the schema on its search path, to reach behind the store.
+    pub(crate) fn connect(&self) -> Client {
+        let mut client = Client::connect(&self.base, NoTls).unwrap();
+        client
+            .batch_execute(&format!("SET search_path TO {}", self.name))
+            .unwrap();
+        client
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        // Best effort: a throwaway cluster goes away anyway, a shared one should not fill up.
+        if let Ok(mut client) = Client::connect(&self.base, NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
+
+/// A new, empty schema on the test cluster; `None` when there is no cluster (see [`pg_url`]).
+pub(crate) fn fresh_schema() -> Option<PgSchema> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = pg_url()?.to_owned();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let name = format!(
+        "loom_test_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut client = Client::connect(&base, NoTls).unwrap();
+    client
+        .batch_execute(&format!("CREATE SCHEMA {name}"))
+        .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}schema={name}");
+    Some(PgSchema { name, url, base })
+}
