@@ -4,7 +4,6 @@
 
 mod blob;
 mod durability;
-mod pg_support;
 mod postgres;
 mod props;
 mod sqlite;

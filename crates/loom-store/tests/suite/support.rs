@@ -9,7 +9,7 @@ use loom_store::{
 };
 use tempfile::TempDir;
 
-pub(crate) use crate::suite::pg_support::{fresh_schema, PgSchema};
+pub(crate) use loom_testkit::pg::{fresh_schema, PgSchema};
 
 /// A fresh store of one backend, able to close and reopen it over the same storage.
 pub(crate) trait StoreHarness {

@@ -1,4 +1,4 @@
-//! The PostgreSQL cluster the tests run against, and a fresh schema on it for each test.
+//! The PostgreSQL cluster tests run against, and a fresh schema on it for each test.
 //!
 //! The cluster is the one `LOOM_TEST_PG` names (CI starts one with `scripts/postgres.sh` and
 //! sets it), or else one this test binary starts once with that script, watching its own pid so
@@ -20,6 +20,7 @@ fn cluster() -> &'static Result<String, String> {
             return Ok(url);
         }
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres.sh");
+        // The script's `--watch` stops the cluster once this process (the test binary) exits.
         let out = Command::new("bash")
             .args([script, "start", "--watch", &std::process::id().to_string()])
             .output()
@@ -56,22 +57,27 @@ pub(crate) fn pg_url() -> Option<&'static str> {
 
 /// A schema of its own on the test cluster, dropped with everything in it when this is dropped.
 #[derive(Debug)]
-pub(crate) struct PgSchema {
+pub struct PgSchema {
     /// The schema's name.
-    pub(crate) name: String,
-    /// The cluster's URL with `schema=` set, for `PgStore::open`.
-    pub(crate) url: String,
+    pub name: String,
+    /// The cluster's URL with `schema=` set, as Loom's `--db` and `PgStore::open` take it.
+    pub url: String,
     /// The cluster's URL as given.
-    pub(crate) base: String,
+    pub base: String,
 }
 
 impl PgSchema {
     /// A plain connection with the schema on its search path, to reach behind the store.
-    pub(crate) fn connect(&self) -> Client {
-        let mut client = Client::connect(&self.base, NoTls).unwrap();
+    ///
+    /// # Panics
+    /// When the cluster cannot be reached: in a test, that is the failure to report.
+    #[expect(clippy::expect_used, reason = "test support fails loudly")]
+    pub fn connect(&self) -> Client {
+        let mut client =
+            Client::connect(&self.base, NoTls).expect("connecting to the test cluster");
         client
             .batch_execute(&format!("SET search_path TO {}", self.name))
-            .unwrap();
+            .expect("setting the search path");
         client
     }
 }
@@ -86,7 +92,11 @@ impl Drop for PgSchema {
 }
 
 /// A new, empty schema on the test cluster; `None` when there is no cluster (see [`pg_url`]).
-pub(crate) fn fresh_schema() -> Option<PgSchema> {
+///
+/// # Panics
+/// When `LOOM_TEST_PG` names a cluster that cannot be reached, or the schema cannot be made.
+#[expect(clippy::expect_used, reason = "test support fails loudly")]
+pub fn fresh_schema() -> Option<PgSchema> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let base = pg_url()?.to_owned();
     let nanos = std::time::SystemTime::now()
@@ -97,10 +107,10 @@ pub(crate) fn fresh_schema() -> Option<PgSchema> {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
-    let mut client = Client::connect(&base, NoTls).unwrap();
+    let mut client = Client::connect(&base, NoTls).expect("connecting to the test cluster");
     client
         .batch_execute(&format!("CREATE SCHEMA {name}"))
-        .unwrap();
+        .expect("creating a schema on the test cluster");
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}schema={name}");
     Some(PgSchema { name, url, base })
