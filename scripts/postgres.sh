@@ -16,8 +16,9 @@
 # Everything but the URL goes to stderr, so `url=$(scripts/postgres.sh start)` works.
 set -euo pipefail
 
-# Where clusters are made; `stop URL` looks for the cluster that serves URL here.
-ROOT="${TMPDIR:-/tmp}"
+# Where clusters are made (a folder the unprivileged user can reach); `stop URL` looks for the
+# cluster that serves URL here.
+ROOT="${LOOM_PG_ROOT:-/tmp}"
 PREFIX="loom-pg."
 # The unprivileged user that runs the server when this script runs as root.
 SYSTEM_USER="${LOOM_PG_SYSTEM_USER:-loompg}"
