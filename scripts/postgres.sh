@@ -3,6 +3,7 @@
 #
 #   scripts/postgres.sh start [--watch PID]   prints the cluster's URL on stdout
 #   scripts/postgres.sh stop DIR|URL          stops the cluster and removes its folder
+#   scripts/postgres.sh restart DIR|URL       restarts it (fast shutdown), same port and data
 #
 # `start` installs PostgreSQL from the distribution's packages when its binaries are missing
 # (as root: `apt-get update`, then `apt-get install -y postgresql`), initialises a cluster in a
@@ -180,6 +181,18 @@ stop() {
     say "stopped and removed $dir"
 }
 
+restart() {
+    [[ $# -eq 1 ]] || die "usage: restart DIR|URL"
+    local dir bin
+    dir=$(cluster_dir "$1") || die "no cluster found for $1"
+    [[ -f "$dir/url" && -d "$dir/data" ]] || die "$dir is not a cluster made by this script"
+    bin=$(cat "$dir/bin" 2>/dev/null || bin_dir)
+    # `restart` reuses the options the server was started with (port, sockets).
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart \
+        </dev/null >/dev/null 2>&1 || die "pg_ctl restart failed (log: $dir/server.log)"
+    say "restarted $dir"
+}
+
 watch() {
     local pid="$1" dir="$2"
     while kill -0 "$pid" 2>/dev/null && [[ -d "$dir" ]]; do
@@ -191,9 +204,10 @@ watch() {
 case "${1:-}" in
     start) shift && start "$@" ;;
     stop) shift && stop "$@" ;;
+    restart) shift && restart "$@" ;;
     __watch) shift && watch "$@" ;;
     *)
-        echo "usage: $0 start [--watch PID] | stop DIR|URL" >&2
+        echo "usage: $0 start [--watch PID] | stop DIR|URL | restart DIR|URL" >&2
         exit 2
         ;;
 esac

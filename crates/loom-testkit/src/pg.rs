@@ -19,7 +19,7 @@ fn cluster() -> &'static Result<String, String> {
         if let Ok(url) = std::env::var("LOOM_TEST_PG") {
             return Ok(url);
         }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres.sh");
+        let script = SCRIPT;
         // The script's `--watch` stops the cluster once this process (the test binary) exits.
         let out = Command::new("bash")
             .args([script, "start", "--watch", &std::process::id().to_string()])
@@ -114,4 +114,70 @@ pub fn fresh_schema() -> Option<PgSchema> {
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}schema={name}");
     Some(PgSchema { name, url, base })
+}
+
+/// The project's cluster script.
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres.sh");
+
+/// A cluster of one test's own, for faults that would disturb the shared one (a restart); it is
+/// stopped and removed when dropped, or when the test binary exits.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Its URL.
+    pub url: String,
+}
+
+impl Cluster {
+    /// Starts one with `scripts/postgres.sh`; `None` (after saying why on stderr) when the script
+    /// cannot run here.
+    #[expect(
+        clippy::print_stderr,
+        reason = "a skipped test must say so where a tester looks"
+    )]
+    pub fn start() -> Option<Self> {
+        let out = Command::new("bash")
+            .args([SCRIPT, "start", "--watch", &std::process::id().to_string()])
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {
+                let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+                Some(Self { url })
+            }
+            Ok(out) => {
+                eprintln!(
+                    "\n!!! SKIPPED: {SCRIPT} start failed ({}): {}\n",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("\n!!! SKIPPED: cannot run {SCRIPT}: {e}\n");
+                None
+            }
+        }
+    }
+
+    /// Restarts the server (fast shutdown: open connections are cut, transactions in flight
+    /// rolled back), and returns once it accepts connections again.
+    ///
+    /// # Panics
+    /// When the restart fails.
+    pub fn restart(&self) {
+        let out = Command::new("bash")
+            .args([SCRIPT, "restart", &self.url])
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            other => panic!("restarting the test cluster: {other:?}"),
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .args([SCRIPT, "stop", &self.url])
+            .output();
+    }
 }

@@ -46,9 +46,22 @@ pub(super) fn is_conflict(e: &StoreError) -> bool {
         })
 }
 
-/// Whether the connection broke under the statement (a server restart, a dropped link).
-pub(super) fn is_closed(e: &StoreError) -> bool {
-    driver_error(e).is_some_and(postgres::Error::is_closed)
+/// Whether the connection is gone under the statement: closed, broken (an I/O error), or ended
+/// by the server shutting down or restarting. Whatever ran on it and was not committed was rolled
+/// back by the server.
+pub(super) fn is_disconnect(e: &StoreError) -> bool {
+    use std::error::Error as _;
+    driver_error(e).is_some_and(|e| {
+        e.is_closed()
+            || e.source().is_some_and(|s| s.is::<std::io::Error>())
+            || e.code().is_some_and(|code| {
+                *code == SqlState::ADMIN_SHUTDOWN
+                    || *code == SqlState::CRASH_SHUTDOWN
+                    || *code == SqlState::CANNOT_CONNECT_NOW
+                    // Class 08: connection exceptions.
+                    || code.code().starts_with("08")
+            })
+    })
 }
 
 /// Seqs are `u64` but PostgreSQL integers are `i64`; a bound past `i64::MAX` means "to the end".

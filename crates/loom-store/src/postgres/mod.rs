@@ -7,7 +7,9 @@
 //! session take turns across processes while writers to different sessions run side by side.
 //! A transaction that PostgreSQL aborts because it ran beside another (a deadlock, a
 //! serialisation failure) is run again, a bounded number of times; so is one whose connection
-//! broke before its commit was sent (nothing of it can have been applied).
+//! broke before its commit was sent (the server rolled it back), on a new connection, and one
+//! whose commit's answer was lost, once the server says it did not commit ([`tx`] says what each
+//! outcome means).
 //!
 //! Connections come from a small pool ([`pool`]); a checkout that cannot be served in time is
 //! [`StoreError::Unavailable`]. The blobs live in the same database ([`PgBlobStore`]).
@@ -18,6 +20,7 @@ mod keys;
 mod log;
 mod pool;
 mod schema;
+mod tx;
 
 use std::ops::RangeInclusive;
 use std::str::FromStr;
@@ -25,14 +28,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loom_core::{AgentId, BlobRef, Event, NewEvent, Seq, SessionId, SessionInfo};
-use postgres::{Client, GenericClient, Transaction};
+use postgres::GenericClient;
 
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
 use crate::{validate, ApiKey, BlobAlias, NewApiKey, Result, Store, StoreError};
 pub use blob::PgBlobStore;
-use db::{backend, corrupt, is_closed, is_conflict, seq_bound, to_json, Cols, Db};
+use db::{backend, corrupt, seq_bound, to_json, Cols, Db};
 use log::{
     append_in, create_in, last_of_each, load_ledger, lock_session, model_call, model_call_columns,
     report_in, require_session, store_calls, SessionRow,
@@ -45,10 +48,6 @@ const DEFAULT_POOL_SIZE: usize = 16;
 /// How long a call waits for a free connection before it fails, unless the URL says otherwise
 /// (`checkout_timeout_ms`).
 const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How many times a transaction is run in all when PostgreSQL aborts it for a conflict with
-/// another one, or its connection breaks before it commits.
-const ATTEMPTS: u32 = 5;
 
 /// The log and its derived records in a PostgreSQL database.
 #[derive(Debug, Clone)]
@@ -187,94 +186,6 @@ impl PgStore {
     pub fn blobs(&self) -> PgBlobStore {
         PgBlobStore::new(Arc::clone(&self.pool))
     }
-
-    /// Runs `f` on a connection outside any transaction: each of its statements sees the data
-    /// committed when it starts. A connection that turns out to be broken is replaced and `f`
-    /// run again, since reading twice changes nothing.
-    fn reading<T>(
-        &self,
-        action: &'static str,
-        mut f: impl FnMut(&mut Db<'_, Client>) -> Result<T>,
-    ) -> Result<T> {
-        let mut attempt = 1;
-        loop {
-            let mut conn = self.pool.get(action)?;
-            let pool::Conn { client, stmts } = &mut *conn;
-            match f(&mut Db { client, stmts }) {
-                Err(e) if is_closed(&e) && attempt < ATTEMPTS => attempt += 1,
-                other => return other,
-            }
-        }
-    }
-
-    /// Runs `f` in a transaction and commits it; on `Err` everything `f` did is rolled back.
-    ///
-    /// `f` may run more than once: again when PostgreSQL aborted the transaction for a conflict
-    /// with another one, or when the connection broke before the commit was sent. A commit whose
-    /// answer is lost is not retried (it may have been applied): its error says so.
-    fn write<T>(
-        &self,
-        action: &'static str,
-        mut f: impl FnMut(&mut Db<'_, Transaction<'_>>) -> Result<T>,
-    ) -> Result<T> {
-        let mut attempt = 1;
-        loop {
-            let mut conn = self.pool.get(action)?;
-            let outcome = {
-                let pool::Conn { client, stmts } = &mut *conn;
-                run_transaction(client, stmts, &mut f)
-            };
-            match outcome {
-                Ok(value) => return Ok(value),
-                Err(Failed::Before(e))
-                    if (is_conflict(&e) || is_closed(&e)) && attempt < ATTEMPTS =>
-                {
-                    attempt += 1;
-                }
-                Err(Failed::Before(e)) => return Err(e),
-                Err(Failed::Commit(e)) => {
-                    if is_conflict(&e) && attempt < ATTEMPTS {
-                        attempt += 1;
-                        continue;
-                    }
-                    conn.discard();
-                    return Err(e);
-                }
-            }
-        }
-    }
-}
-
-/// How a transaction failed: before its commit was sent (nothing of it is applied), or at the
-/// commit.
-enum Failed {
-    Before(StoreError),
-    Commit(StoreError),
-}
-
-fn run_transaction<T>(
-    client: &mut Client,
-    stmts: &mut std::collections::HashMap<&'static str, postgres::Statement>,
-    f: &mut impl FnMut(&mut Db<'_, Transaction<'_>>) -> Result<T>,
-) -> std::result::Result<T, Failed> {
-    let mut tx = client
-        .transaction()
-        .map_err(|e| Failed::Before(backend("starting a transaction")(e)))?;
-    let value = f(&mut Db {
-        client: &mut tx,
-        stmts,
-    })
-    .map_err(Failed::Before)?;
-    tx.commit().map_err(|e| {
-        let code = e.code().is_some();
-        let err = backend(if code {
-            "committing a transaction"
-        } else {
-            "committing a transaction (the connection broke: whether it was applied is unknown)"
-        })(e);
-        Failed::Commit(err)
-    })?;
-    Ok(value)
 }
 
 fn session_info(row: &Cols<'_>) -> Result<SessionInfo> {
@@ -312,7 +223,9 @@ fn stored_alias(
 
 impl Store for PgStore {
     fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
-        self.write("creating a session", |db| create_in(db, session, events))
+        tx::write(&self.pool, "creating a session", |db| {
+            create_in(db, session, events)
+        })
     }
 
     fn create_sessions(
@@ -320,7 +233,7 @@ impl Store for PgStore {
         sessions: &[(NewSession, Vec<NewEvent>)],
     ) -> Result<Vec<SessionInfo>> {
         // One transaction for the batch: a failure leaves none of it behind.
-        self.write("creating sessions", |db| {
+        tx::write(&self.pool, "creating sessions", |db| {
             sessions
                 .iter()
                 .map(|(session, events)| create_in(db, session, events))
@@ -329,7 +242,7 @@ impl Store for PgStore {
     }
 
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
-        self.reading("reading a session", |db| {
+        tx::read(&self.pool, "reading a session", |db| {
             Ok(db
                 .all(
                     concat!(session_columns!(), " WHERE id = $1"),
@@ -343,7 +256,7 @@ impl Store for PgStore {
     }
 
     fn sessions(&self) -> Result<Vec<SessionInfo>> {
-        self.reading("listing sessions", |db| {
+        tx::read(&self.pool, "listing sessions", |db| {
             db.all(
                 concat!(session_columns!(), " ORDER BY id"),
                 &[],
@@ -354,7 +267,9 @@ impl Store for PgStore {
     }
 
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
-        self.write("appending events", |db| append_in(db, session, events))
+        tx::write(&self.pool, "appending events", |db| {
+            append_in(db, session, events)
+        })
     }
 
     fn append_reply(
@@ -364,7 +279,7 @@ impl Store for PgStore {
         usage: Option<(u64, &Usage)>,
     ) -> Result<RangeInclusive<Seq>> {
         // One transaction: the reply and its usage are both stored or neither.
-        self.write("appending a reply", |db| {
+        tx::write(&self.pool, "appending a reply", |db| {
             let seqs = append_in(db, session, events)?;
             if let Some((call, usage)) = usage {
                 report_in(db, session, call, usage)?;
@@ -377,7 +292,7 @@ impl Store for PgStore {
         // One statement, so one round trip: the session's row is joined to its events, and a
         // session with none in the range still gives one row (with NULL columns).
         let (from, to) = (seq_bound(*range.start()), seq_bound(*range.end()));
-        self.reading("reading events", |db| {
+        tx::read(&self.pool, "reading events", |db| {
             let rows = db.all(
                 "SELECT e.seq, e.ts_ms, e.body FROM sessions s
                  LEFT JOIN events e ON e.session = s.pk AND e.seq BETWEEN $2 AND $3
@@ -403,13 +318,13 @@ impl Store for PgStore {
     }
 
     fn latest_seq(&self, session: &SessionId) -> Result<Seq> {
-        self.reading("reading a session", |db| {
+        tx::read(&self.pool, "reading a session", |db| {
             Ok(require_session(db, session)?.last_seq)
         })
     }
 
     fn tool_calls(&self, session: &SessionId) -> Result<Vec<ToolCallRecord>> {
-        self.reading("listing tool calls", |db| {
+        tx::read(&self.pool, "listing tool calls", |db| {
             let SessionRow { pk, .. } = require_session(db, session)?;
             db.all(
                 "SELECT call_id, tool_name, call_seq, status, result_seq FROM tool_calls
@@ -430,7 +345,7 @@ impl Store for PgStore {
     }
 
     fn expire_tool_call(&self, session: &SessionId, call_id: &str) -> Result<()> {
-        self.write("expiring a tool call", |db| {
+        tx::write(&self.pool, "expiring a tool call", |db| {
             let SessionRow { pk, .. } = lock_session(db, session)?;
             let mut ledger = load_ledger(db, pk, [call_id])?;
             ledger
@@ -444,7 +359,7 @@ impl Store for PgStore {
     }
 
     fn put_summary(&self, summary: &NewSummary) -> Result<Summary> {
-        self.write("storing a summary", |db| {
+        tx::write(&self.pool, "storing a summary", |db| {
             let SessionRow { pk, last_seq } = lock_session(db, &summary.session)?;
             validate::summary(summary, last_seq)?;
             // The session's row is locked, so no other writer can take the same version.
@@ -483,7 +398,7 @@ impl Store for PgStore {
     }
 
     fn summaries(&self, session: &SessionId) -> Result<Vec<Summary>> {
-        self.reading("listing summaries", |db| {
+        tx::read(&self.pool, "listing summaries", |db| {
             let SessionRow { pk, .. } = require_session(db, session)?;
             db.all(
                 "SELECT version, from_seq, to_seq, content, producer, created_ms
@@ -511,7 +426,7 @@ impl Store for PgStore {
     }
 
     fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall> {
-        self.write("recording a model call", |db| {
+        tx::write(&self.pool, "recording a model call", |db| {
             let SessionRow { pk, last_seq } = lock_session(db, &call.session)?;
             validate::model_call(call, last_seq)?;
             let id: i64 = db
@@ -546,7 +461,7 @@ impl Store for PgStore {
     }
 
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
-        self.reading("listing model calls", |db| {
+        tx::read(&self.pool, "listing model calls", |db| {
             let SessionRow { pk, .. } = require_session(db, session)?;
             db.all(
                 concat!(model_call_columns!(), " WHERE session = $1 ORDER BY id"),
@@ -558,7 +473,7 @@ impl Store for PgStore {
     }
 
     fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
-        self.reading("reading the last model call", |db| {
+        tx::read(&self.pool, "reading the last model call", |db| {
             let SessionRow { pk, .. } = require_session(db, session)?;
             Ok(db
                 .all(
@@ -575,13 +490,13 @@ impl Store for PgStore {
     }
 
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
-        self.write("recording a model call's usage", |db| {
+        tx::write(&self.pool, "recording a model call's usage", |db| {
             report_in(db, session, call, usage)
         })
     }
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
-        self.write("storing steps", |db| {
+        tx::write(&self.pool, "storing steps", |db| {
             let SessionRow { pk, .. } = lock_session(db, session)?;
             let ledger = load_ledger(db, pk, steps.iter().map(|s| s.call_id.as_str()))?;
             for step in steps {
@@ -615,7 +530,7 @@ impl Store for PgStore {
     }
 
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
-        self.reading("listing steps", |db| {
+        tx::read(&self.pool, "listing steps", |db| {
             let SessionRow { pk, .. } = require_session(db, session)?;
             db.all(
                 "SELECT id, call_id, result_seq, body FROM steps
@@ -635,7 +550,7 @@ impl Store for PgStore {
     }
 
     fn put_alias(&self, session: &SessionId, alias: &BlobAlias, blob: &BlobRef) -> Result<()> {
-        self.write("storing an alias", |db| {
+        tx::write(&self.pool, "storing an alias", |db| {
             let SessionRow { pk, .. } = lock_session(db, session)?;
             match stored_alias(db, pk, alias)? {
                 Some(old) if &old != blob => {
@@ -655,26 +570,30 @@ impl Store for PgStore {
     }
 
     fn resolve_alias(&self, session: &SessionId, alias: &BlobAlias) -> Result<Option<BlobRef>> {
-        self.reading("resolving an alias", |db| {
+        tx::read(&self.pool, "resolving an alias", |db| {
             let SessionRow { pk, .. } = require_session(db, session)?;
             stored_alias(db, pk, alias)
         })
     }
 
     fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
-        self.write("storing an api key", |db| keys::create(db, key))
+        tx::write(&self.pool, "storing an api key", |db| keys::create(db, key))
     }
 
     fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {
-        self.reading("looking up an api key", |db| keys::by_hash(db, hash))
+        tx::read(&self.pool, "looking up an api key", |db| {
+            keys::by_hash(db, hash)
+        })
     }
 
     fn keys(&self) -> Result<Vec<ApiKey>> {
-        self.reading("listing api keys", keys::all)
+        tx::read(&self.pool, "listing api keys", keys::all)
     }
 
     fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey> {
-        self.write("revoking an api key", |db| keys::revoke(db, id, now_ms))
+        tx::write(&self.pool, "revoking an api key", |db| {
+            keys::revoke(db, id, now_ms)
+        })
     }
 }
 

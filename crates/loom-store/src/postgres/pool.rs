@@ -3,7 +3,9 @@
 //! A checkout waits at most the configured time for a connection to come free and then fails
 //! with [`StoreError::Unavailable`], so that a server under more load than its pool answers 503
 //! in time instead of queueing requests without bound. Connections that the server closed (a
-//! restart, a dropped link) are noticed when they come back or are handed out, and replaced.
+//! restart, a dropped link) are noticed when they come back or are handed out, and replaced; a
+//! connect that fails is tried again until the checkout's time is up, so a request that arrives
+//! while the database restarts waits for it rather than failing at once.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -13,6 +15,11 @@ use std::time::{Duration, Instant};
 use postgres::{Client, NoTls, Statement};
 
 use crate::{Result, StoreError};
+
+/// The first pause before connecting again after a failed connect; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(25);
+const MAX_BACKOFF: Duration = Duration::from_millis(400);
 
 /// One connection and the statements prepared on it, by their SQL text.
 pub(super) struct Conn {
@@ -82,6 +89,7 @@ impl Pool {
     /// A connection, waiting at most the checkout timeout for one to come free.
     pub(super) fn get(&self, action: &'static str) -> Result<Pooled<'_>> {
         let deadline = Instant::now() + self.checkout_timeout;
+        let mut backoff = FIRST_BACKOFF;
         let mut slots = self.lock();
         loop {
             while let Some(conn) = slots.idle.pop() {
@@ -97,22 +105,32 @@ impl Pool {
             if slots.open < self.size {
                 slots.open += 1;
                 drop(slots);
-                return match self.config.connect(NoTls) {
-                    Ok(client) => Ok(Pooled {
-                        pool: self,
-                        conn: Some(Conn {
-                            client,
-                            stmts: HashMap::new(),
-                        }),
-                    }),
-                    Err(e) => {
-                        self.release(None);
-                        Err(StoreError::Unavailable {
-                            action,
-                            reason: format!("cannot connect to PostgreSQL: {e}"),
+                match self.config.connect(NoTls) {
+                    Ok(client) => {
+                        return Ok(Pooled {
+                            pool: self,
+                            conn: Some(Conn {
+                                client,
+                                stmts: HashMap::new(),
+                            }),
                         })
                     }
-                };
+                    Err(e) => {
+                        self.release(None);
+                        // A database that is restarting comes back within moments: keep trying
+                        // until the checkout's time is up, then give up with the last reason.
+                        if Instant::now() + backoff >= deadline {
+                            return Err(StoreError::Unavailable {
+                                action,
+                                reason: format!("cannot connect to PostgreSQL: {e}"),
+                            });
+                        }
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        slots = self.lock();
+                        continue;
+                    }
+                }
             }
             let now = Instant::now();
             if now >= deadline {
@@ -132,6 +150,17 @@ impl Pool {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Closes every idle connection: after one broke (a restart), the others most likely did
+    /// too, and finding that out one failed statement at a time would waste a caller's retries.
+    pub(super) fn clear_idle(&self) {
+        let mut slots = self.lock();
+        let idle = std::mem::take(&mut slots.idle);
+        slots.open = slots.open.saturating_sub(idle.len());
+        drop(slots);
+        drop(idle);
+        self.freed.notify_all();
     }
 
     /// Takes back a connection (`None`: one that is gone) and wakes one waiter.

@@ -4,6 +4,7 @@
 
 mod blob;
 mod durability;
+mod pg_faults;
 mod postgres;
 mod props;
 mod sqlite;
