@@ -67,7 +67,8 @@ pub struct PgSchema {
 }
 
 impl PgSchema {
-    /// A plain connection with the schema on its search path, to reach behind the store.
+    /// A plain connection with the schema on its search path, to reach behind the store (from
+    /// a thread that drives no async runtime).
     ///
     /// # Panics
     /// When the cluster cannot be reached: in a test, that is the failure to report.
@@ -85,10 +86,22 @@ impl PgSchema {
 impl Drop for PgSchema {
     fn drop(&mut self) {
         // Best effort: a throwaway cluster goes away anyway, a shared one should not fill up.
-        if let Ok(mut client) = Client::connect(&self.base, NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-        }
+        let (base, name) = (&self.base, &self.name);
+        off_runtime(|| {
+            if let Ok(mut client) = Client::connect(base, NoTls) {
+                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
+            }
+        });
     }
+}
+
+/// Runs `f` on a thread of its own: the blocking client refuses to run on a thread that drives
+/// an async runtime, and these helpers are called from async tests too.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
 }
 
 /// A new, empty schema on the test cluster; `None` when there is no cluster (see [`pg_url`]).
@@ -107,10 +120,12 @@ pub fn fresh_schema() -> Option<PgSchema> {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
-    let mut client = Client::connect(&base, NoTls).expect("connecting to the test cluster");
-    client
-        .batch_execute(&format!("CREATE SCHEMA {name}"))
-        .expect("creating a schema on the test cluster");
+    off_runtime(|| {
+        let mut client = Client::connect(&base, NoTls).expect("connecting to the test cluster");
+        client
+            .batch_execute(&format!("CREATE SCHEMA {name}"))
+            .expect("creating a schema on the test cluster");
+    });
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}schema={name}");
     Some(PgSchema { name, url, base })

@@ -175,6 +175,21 @@ impl Pool {
     }
 }
 
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Closing a connection blocks on its own small runtime, which panics on a thread that
+        // drives an async runtime, and the last server handle may well be dropped on one: the
+        // connections are closed on a thread of their own.
+        let idle = std::mem::take(&mut self.lock().idle);
+        if idle.is_empty() {
+            return;
+        }
+        std::thread::scope(|scope| {
+            scope.spawn(move || drop(idle));
+        });
+    }
+}
+
 /// A checked-out connection; it goes back to the pool when dropped.
 #[derive(Debug)]
 pub(super) struct Pooled<'a> {
