@@ -8,6 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use loom_core::{BlobRef, StatsBuilder};
@@ -131,13 +132,19 @@ fn verify(db: &mut Db<'_, impl GenericClient>, blob: &BlobRef, at: &Located) -> 
 impl BlobStore for PgBlobStore {
     fn put_reader(&self, reader: &mut dyn Read) -> Result<BlobInfo> {
         let mut conn = self.pool.get("storing a blob")?;
-        let Conn { client, stmts } = &mut *conn;
+        let Conn {
+            client,
+            stmts,
+            trips,
+        } = &mut *conn;
         let mut tx = client
             .transaction()
             .map_err(backend("starting to store a blob"))?;
+        trips.fetch_add(1, Ordering::Relaxed);
         let mut db = Db {
             client: &mut tx,
             stmts,
+            trips,
         };
         let content: i64 = db
             .query_opt("SELECT nextval('blob_contents')", &[], "storing a blob")?
@@ -181,14 +188,23 @@ impl BlobStore for PgBlobStore {
             // The same bytes are already stored: this copy is rolled back with the transaction.
             return Ok(info);
         }
+        trips.fetch_add(1, Ordering::Relaxed);
         tx.commit().map_err(backend("committing a blob"))?;
         Ok(info)
     }
 
     fn copy_to(&self, blob: &BlobRef, out: &mut dyn Write) -> Result<u64> {
         let mut conn = self.pool.get("reading a blob")?;
-        let Conn { client, stmts } = &mut *conn;
-        let mut db = Db { client, stmts };
+        let Conn {
+            client,
+            stmts,
+            trips,
+        } = &mut *conn;
+        let mut db = Db {
+            client,
+            stmts,
+            trips,
+        };
         let at =
             locate(&mut db, blob)?.ok_or_else(|| StoreError::BlobNotFound(blob.to_string()))?;
         // Two passes: verify first, so that corrupt bytes never reach `out`.
@@ -218,7 +234,19 @@ impl BlobStore for PgBlobStore {
 
     fn contains(&self, blob: &BlobRef) -> Result<bool> {
         let mut conn = self.pool.get("looking up a blob")?;
-        let Conn { client, stmts } = &mut *conn;
-        Ok(locate(&mut Db { client, stmts }, blob)?.is_some())
+        let Conn {
+            client,
+            stmts,
+            trips,
+        } = &mut *conn;
+        Ok(locate(
+            &mut Db {
+                client,
+                stmts,
+                trips,
+            },
+            blob,
+        )?
+        .is_some())
     }
 }

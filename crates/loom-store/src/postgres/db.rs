@@ -5,6 +5,7 @@
 //! build did not write turns it into [`StoreError::Corrupt`] instead of panicking.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use loom_core::{Seq, SessionId};
 use postgres::error::SqlState;
@@ -77,6 +78,8 @@ pub(super) fn to_json<T: serde::Serialize>(value: &T, table: &'static str) -> Re
 pub(super) struct Db<'a, C: GenericClient> {
     pub(super) client: &'a mut C,
     pub(super) stmts: &'a mut HashMap<&'static str, Statement>,
+    /// Counts every round trip this sends.
+    pub(super) trips: &'a AtomicU64,
 }
 
 /// Parameters of a statement, in order.
@@ -87,6 +90,7 @@ impl<C: GenericClient> Db<'_, C> {
         if let Some(stmt) = self.stmts.get(sql) {
             return Ok(stmt.clone());
         }
+        self.trips.fetch_add(1, Ordering::Relaxed);
         let stmt = self.client.prepare(sql).map_err(backend(action))?;
         self.stmts.insert(sql, stmt.clone());
         Ok(stmt)
@@ -99,6 +103,7 @@ impl<C: GenericClient> Db<'_, C> {
         action: &'static str,
     ) -> Result<Vec<Row>> {
         let stmt = self.stmt(sql, action)?;
+        self.trips.fetch_add(1, Ordering::Relaxed);
         self.client.query(&stmt, params).map_err(backend(action))
     }
 
@@ -109,6 +114,7 @@ impl<C: GenericClient> Db<'_, C> {
         action: &'static str,
     ) -> Result<Option<Row>> {
         let stmt = self.stmt(sql, action)?;
+        self.trips.fetch_add(1, Ordering::Relaxed);
         self.client
             .query_opt(&stmt, params)
             .map_err(backend(action))
@@ -121,6 +127,7 @@ impl<C: GenericClient> Db<'_, C> {
         action: &'static str,
     ) -> Result<u64> {
         let stmt = self.stmt(sql, action)?;
+        self.trips.fetch_add(1, Ordering::Relaxed);
         self.client.execute(&stmt, params).map_err(backend(action))
     }
 

@@ -108,42 +108,101 @@ pub(super) fn load_ledger<'a>(
     Ok(Ledger::from_states(states))
 }
 
+/// The ledger's state of some calls as columns, for one `UNNEST` upsert.
+#[derive(Default)]
+struct CallRows<'a> {
+    ids: Vec<&'a str>,
+    tools: Vec<&'a str>,
+    call_seqs: Vec<i64>,
+    statuses: Vec<&'static str>,
+    result_seqs: Vec<Option<i64>>,
+}
+
+impl<'a> CallRows<'a> {
+    /// The state of each of `call_ids` that the ledger holds.
+    fn of(ledger: &'a Ledger, call_ids: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut rows = Self::default();
+        for call_id in call_ids {
+            let Some(state) = ledger.get(call_id) else {
+                continue;
+            };
+            let (status, result_seq) = match state {
+                CallState::Pending { .. } => (CallStatus::Pending, None),
+                CallState::Expired { .. } => (CallStatus::Expired, None),
+                CallState::Resolved {
+                    result_seq,
+                    is_error,
+                    ..
+                } => {
+                    let status = if *is_error {
+                        CallStatus::Errored
+                    } else {
+                        CallStatus::Resolved
+                    };
+                    (status, Some(seq_bound(*result_seq)))
+                }
+            };
+            rows.ids.push(call_id);
+            rows.tools.push(state.tool_name());
+            rows.call_seqs.push(seq_bound(state.call_seq()));
+            rows.statuses.push(status_name(status));
+            rows.result_seqs.push(result_seq);
+        }
+        rows
+    }
+}
+
+/// The session's row, locked until the transaction ends, and a ledger holding the stored state
+/// of `call_ids`, in one statement (one round trip); or [`StoreError::SessionNotFound`].
+fn lock_with_ledger<'a>(
+    db: &mut Db<'_, impl GenericClient>,
+    session: &SessionId,
+    call_ids: impl IntoIterator<Item = &'a str>,
+) -> Result<(SessionRow, Ledger)> {
+    let ids: Vec<&str> = call_ids.into_iter().collect();
+    // The session's row joined to those of its calls among `ids`: one row with NULL call
+    // columns when there are none.
+    let rows = db.all(
+        "SELECT s.pk, s.last_seq, t.call_id, t.tool_name, t.call_seq, t.status, t.result_seq
+         FROM sessions s
+         LEFT JOIN tool_calls t ON t.session = s.pk AND t.call_id = ANY($2)
+         WHERE s.id = $1
+         FOR UPDATE OF s",
+        &[&session.as_str(), &ids],
+        ("tool_calls", "locking a session and loading its tool calls"),
+        |row| {
+            let at = session_row(row.get(0)?, row.get(1)?)?;
+            let Some(call_id) = row.get::<Option<String>>(2)? else {
+                return Ok((at, None));
+            };
+            let state = call_state(
+                row.get(3)?,
+                row.seq(4)?,
+                parse_status(row.get(5)?)?,
+                row.opt_seq(6)?,
+            )?;
+            Ok((at, Some((call_id, state))))
+        },
+    )?;
+    let Some((at, _)) = rows.first() else {
+        return Err(StoreError::SessionNotFound(session.clone()));
+    };
+    let at = *at;
+    Ok((
+        at,
+        Ledger::from_states(rows.into_iter().filter_map(|(_, call)| call)),
+    ))
+}
+
 /// Writes the ledger's state of `call_ids` (inserting new calls, updating answered ones).
 pub(super) fn store_calls<'a>(
     db: &mut Db<'_, impl GenericClient>,
     session_pk: i64,
-    ledger: &Ledger,
+    ledger: &'a Ledger,
     call_ids: impl IntoIterator<Item = &'a str>,
 ) -> Result<()> {
-    let (mut ids, mut tools, mut call_seqs, mut statuses, mut result_seqs) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for call_id in call_ids {
-        let Some(state) = ledger.get(call_id) else {
-            continue;
-        };
-        let (status, result_seq) = match state {
-            CallState::Pending { .. } => (CallStatus::Pending, None),
-            CallState::Expired { .. } => (CallStatus::Expired, None),
-            CallState::Resolved {
-                result_seq,
-                is_error,
-                ..
-            } => {
-                let status = if *is_error {
-                    CallStatus::Errored
-                } else {
-                    CallStatus::Resolved
-                };
-                (status, Some(seq_bound(*result_seq)))
-            }
-        };
-        ids.push(call_id);
-        tools.push(state.tool_name());
-        call_seqs.push(seq_bound(state.call_seq()));
-        statuses.push(status_name(status));
-        result_seqs.push(result_seq);
-    }
-    if ids.is_empty() {
+    let rows = CallRows::of(ledger, call_ids);
+    if rows.ids.is_empty() {
         return Ok(());
     }
     db.execute(
@@ -153,11 +212,11 @@ pub(super) fn store_calls<'a>(
          DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq",
         &[
             &session_pk,
-            &ids,
-            &tools,
-            &call_seqs,
-            &statuses,
-            &result_seqs,
+            &rows.ids,
+            &rows.tools,
+            &rows.call_seqs,
+            &rows.statuses,
+            &rows.result_seqs,
         ],
         "storing tool calls",
     )?;
@@ -165,7 +224,7 @@ pub(super) fn store_calls<'a>(
 }
 
 /// Writes already validated events from seq `first`, the touched calls' states, and the new
-/// length of the log.
+/// length of the log, in one statement (one round trip).
 fn write_events(
     db: &mut Db<'_, impl GenericClient>,
     session_pk: i64,
@@ -181,18 +240,42 @@ fn write_events(
         .iter()
         .map(|e| to_json(&e.body, "events"))
         .collect::<Result<Vec<String>>>()?;
-    db.execute(
-        "INSERT INTO events (session, seq, ts_ms, kind, body)
-         SELECT $1, * FROM UNNEST($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[])",
-        &[&session_pk, &seqs, &times, &kinds, &bodies],
+    let calls = CallRows::of(ledger, touched_calls(events));
+    // Every part of a statement with data-modifying CTEs runs, whether or not its result is
+    // read; an empty array inserts nothing.
+    let updated = db.execute(
+        "WITH appended AS (
+             INSERT INTO events (session, seq, ts_ms, kind, body)
+             SELECT $1, * FROM UNNEST($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[])
+         ), calls AS (
+             INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
+             SELECT $1, * FROM UNNEST($6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[],
+                                      $10::BIGINT[])
+             ON CONFLICT (session, call_id)
+             DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq
+         )
+         UPDATE sessions SET last_seq = $11 WHERE pk = $1",
+        &[
+            &session_pk,
+            &seqs,
+            &times,
+            &kinds,
+            &bodies,
+            &calls.ids,
+            &calls.tools,
+            &calls.call_seqs,
+            &calls.statuses,
+            &calls.result_seqs,
+            &seq_bound(last),
+        ],
         "appending events",
     )?;
-    store_calls(db, session_pk, ledger, touched_calls(events))?;
-    db.execute(
-        "UPDATE sessions SET last_seq = $2 WHERE pk = $1",
-        &[&session_pk, &seq_bound(last)],
-        "updating the session's last seq",
-    )?;
+    if updated != 1 {
+        return Err(corrupt(
+            "sessions",
+            format!("the session's row (pk {session_pk}) vanished during an append"),
+        ));
+    }
     Ok(first..=last)
 }
 
@@ -246,10 +329,10 @@ pub(super) fn append_in(
         let SessionRow { last_seq, .. } = require_session(db, session)?;
         return Ok(last_seq + 1..=last_seq);
     }
-    let SessionRow { pk, last_seq } = lock_session(db, session)?;
-    let first = last_seq + 1;
     let touched = touched_calls(events);
-    let mut ledger = load_ledger(db, pk, touched.iter().copied())?;
+    let (SessionRow { pk, last_seq }, mut ledger) =
+        lock_with_ledger(db, session, touched.iter().copied())?;
+    let first = last_seq + 1;
     validate::events(session, &mut ledger, first, events)?;
     write_events(db, pk, first, events, &ledger)
 }

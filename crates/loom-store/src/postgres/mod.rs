@@ -182,6 +182,14 @@ impl PgStore {
         self.schema_version
     }
 
+    /// How many round trips to the database this store (and its blob store) has made so far:
+    /// statements, and the begin and end of transactions, not the handshakes of new
+    /// connections. Each call's cost in round trips is what bounds a server's rate on a distant
+    /// database; clones of a store share the count.
+    pub fn round_trips(&self) -> u64 {
+        self.pool.round_trips()
+    }
+
     /// The blob store in the same database, sharing this store's connections.
     pub fn blobs(&self) -> PgBlobStore {
         PgBlobStore::new(Arc::clone(&self.pool))

@@ -9,7 +9,8 @@
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls, Statement};
@@ -25,6 +26,8 @@ const MAX_BACKOFF: Duration = Duration::from_millis(400);
 pub(super) struct Conn {
     pub(super) client: Client,
     pub(super) stmts: HashMap<&'static str, Statement>,
+    /// The pool's count of round trips, which every statement on this connection adds to.
+    pub(super) trips: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -50,6 +53,7 @@ pub(super) struct Pool {
     checkout_timeout: Duration,
     slots: Mutex<Slots>,
     freed: Condvar,
+    trips: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -77,6 +81,7 @@ impl Pool {
             checkout_timeout,
             slots: Mutex::new(Slots::default()),
             freed: Condvar::new(),
+            trips: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -112,6 +117,7 @@ impl Pool {
                             conn: Some(Conn {
                                 client,
                                 stmts: HashMap::new(),
+                                trips: Arc::clone(&self.trips),
                             }),
                         })
                     }
@@ -150,6 +156,12 @@ impl Pool {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Round trips to the database so far (statements, and the begin and end of transactions;
+    /// not the handshakes of new connections).
+    pub(super) fn round_trips(&self) -> u64 {
+        self.trips.load(Ordering::Relaxed)
     }
 
     /// Closes every idle connection: after one broke (a restart), the others most likely did

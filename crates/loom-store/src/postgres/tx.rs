@@ -13,6 +13,7 @@
 //! it (`txid_status`), so a committed write still answers `Ok` and an aborted one is run again.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use postgres::{Client, SimpleQueryMessage, Statement};
@@ -41,8 +42,16 @@ pub(super) fn read<T>(
     let mut attempt = 1;
     loop {
         let mut conn = pool.get(action)?;
-        let Conn { client, stmts } = &mut *conn;
-        match f(&mut Db { client, stmts }) {
+        let Conn {
+            client,
+            stmts,
+            trips,
+        } = &mut *conn;
+        match f(&mut Db {
+            client,
+            stmts,
+            trips,
+        }) {
             Err(e) if is_disconnect(&e) => {
                 drop(conn);
                 pool.clear_idle();
@@ -70,8 +79,12 @@ pub(super) fn write<T>(
     loop {
         let mut conn = pool.get(action)?;
         let outcome = {
-            let Conn { client, stmts } = &mut *conn;
-            transaction(client, stmts, &mut f)
+            let Conn {
+                client,
+                stmts,
+                trips,
+            } = &mut *conn;
+            transaction(client, stmts, trips, &mut f)
         };
         let retry = match outcome {
             Outcome::Committed(value) => return Ok(value),
@@ -124,12 +137,14 @@ enum Outcome<T> {
 /// `f`, an early return), so that no connection goes back to the pool inside one.
 struct Open<'a> {
     client: &'a mut Client,
+    trips: &'a AtomicU64,
     open: bool,
 }
 
 impl Drop for Open<'_> {
     fn drop(&mut self) {
         if self.open {
+            self.trips.fetch_add(1, Ordering::Relaxed);
             // A broken connection rolls back on the server's side anyway.
             let _ = self.client.batch_execute("ROLLBACK");
         }
@@ -139,12 +154,15 @@ impl Drop for Open<'_> {
 fn transaction<T>(
     client: &mut Client,
     stmts: &mut HashMap<&'static str, Statement>,
+    trips: &AtomicU64,
     f: &mut impl FnMut(&mut Db<'_, Client>) -> Result<T>,
 ) -> Outcome<T> {
     let mut tx = Open {
         client,
+        trips,
         open: false,
     };
+    trips.fetch_add(1, Ordering::Relaxed);
     // One round trip begins the transaction and reads its id, for `committed` to ask about.
     let begun = match tx.client.simple_query("BEGIN; SELECT txid_current()") {
         Ok(begun) => begun,
@@ -158,11 +176,13 @@ fn transaction<T>(
     let value = match f(&mut Db {
         client: &mut *tx.client,
         stmts,
+        trips,
     }) {
         Ok(value) => value,
         Err(e) => return Outcome::Before(e),
     };
     tx.open = false;
+    trips.fetch_add(1, Ordering::Relaxed);
     match tx.client.batch_execute("COMMIT") {
         Ok(()) => Outcome::Committed(value),
         Err(e) => Outcome::Commit {

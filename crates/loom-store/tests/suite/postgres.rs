@@ -391,3 +391,37 @@ fn unknown_url_parameters_and_schemes_are_refused() {
         assert!(err.is_bad_input());
     }
 }
+
+/// What a proxied call costs the database, in round trips: a server reads what is new since its
+/// cached state (the last seq, then the new events) and appends the new turn. Statements are
+/// prepared once per connection, so the count is taken once they are.
+#[test]
+fn the_hot_path_costs_few_round_trips() {
+    let Some(h) = PgHarness::try_open() else {
+        return;
+    };
+    let store = h.store();
+    let id = with_session(store, "s");
+    let mut n = 0;
+    let mut turn = |store: &PgStore| {
+        n += 1;
+        let c = format!("c{n}");
+        let before = store.round_trips();
+        store.latest_seq(&id).unwrap();
+        store.read(&id, 1..=Seq::MAX).unwrap();
+        let read = store.round_trips() - before;
+        let before = store.round_trips();
+        store
+            .append(
+                &id,
+                &[user("go"), call(&c, "bash"), result(&c, "bash", false)],
+            )
+            .unwrap();
+        (read, store.round_trips() - before)
+    };
+    turn(store);
+    // Begin (with the transaction's id), lock the session and read the calls named, write the
+    // events, the calls and the new length, commit.
+    assert_eq!(turn(store), (2, 4));
+    assert_eq!(turn(store), (2, 4));
+}
