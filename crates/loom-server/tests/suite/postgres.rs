@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use loom_core::{EventBody, SessionId};
 use loom_mock_upstream::{Mock, MockHandle};
 use loom_server::{AppState, AuthMode, Engine, ServeArgs, ServeConfig};
-use loom_store::{Opened, ProxyMode};
+use loom_store::{new_api_key, Opened, ProxyMode, TenantId};
 use loom_testkit::pg::fresh_schema;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -36,6 +36,10 @@ async fn open(db: &str) -> Opened {
 }
 
 async fn serve(db: &str, mock: &MockHandle, mode: ProxyMode) -> PgServer {
+    serve_with(db, mock, mode, AuthMode::None).await
+}
+
+async fn serve_with(db: &str, mock: &MockHandle, mode: ProxyMode, auth: AuthMode) -> PgServer {
     let mut config = ServeConfig::resolve(
         ServeArgs {
             listen: Some("127.0.0.1:0".parse().unwrap()),
@@ -43,7 +47,7 @@ async fn serve(db: &str, mock: &MockHandle, mode: ProxyMode) -> PgServer {
             config: None,
             upstream_openai: Some(format!("{}/v1", mock.base_url())),
             upstream_anthropic: Some(mock.base_url()),
-            auth: Some(AuthMode::None),
+            auth: Some(auth),
         },
         &|name| (name == "LOOM_UPSTREAM_OPENAI_KEY").then(|| "sk-upstream".to_owned()),
     )
@@ -314,4 +318,84 @@ impl std::io::Read for Held {
         let _ = self.0.recv();
         Ok(0)
     }
+}
+
+/// Keys live in the database: one made once works on every server, and a tenant's sessions are
+/// its own whichever server is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_and_tenants_hold_across_servers() {
+    let Some(schema) = fresh_schema() else {
+        return;
+    };
+    let mock = Mock::spawn().await.unwrap();
+    let a = serve_with(&schema.url, &mock, ProxyMode::Observe, AuthMode::Keys).await;
+    let b = serve_with(&schema.url, &mock, ProxyMode::Observe, AuthMode::Keys).await;
+    let key = |tenant: &str| {
+        let state = Arc::clone(&a.state);
+        let tenant = TenantId::new(tenant).unwrap();
+        tokio::task::spawn_blocking(move || {
+            let (secret, key) = new_api_key(tenant, None, None, 1).unwrap();
+            state.store.create_key(&key).unwrap();
+            secret
+        })
+    };
+    let acme = key("acme").await.unwrap();
+    let globex = key("globex").await.unwrap();
+    let get = |s: &PgServer, path: &str, key: &str| {
+        s.http
+            .get(format!("{}{path}", s.url))
+            .bearer_auth(key)
+            .send()
+    };
+    let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+    let r = a
+        .http
+        .post(format!("{}/v1/chat/completions", a.url))
+        .bearer_auth(&acme)
+        .header("x-loom-session", "t1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The session is acme's on the other server too, and absent for globex on both.
+    assert_eq!(
+        get(&b, "/loom/v1/sessions/t1", &acme)
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    for s in [&a, &b] {
+        let r = get(s, "/loom/v1/sessions/t1", &globex).await.unwrap();
+        assert_eq!(r.status(), 404);
+        let listed: Value = get(s, "/loom/v1/sessions", &globex)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(!listed.to_string().contains("t1"), "{listed}");
+    }
+    // A key revoked through one server is refused by the other.
+    let state = Arc::clone(&b.state);
+    tokio::task::spawn_blocking(move || {
+        let keys = state.store.keys().unwrap();
+        let acme_key = keys
+            .iter()
+            .find(|k| k.key.tenant.as_str() == "acme")
+            .unwrap();
+        state.store.revoke_key(&acme_key.key.id, 2).unwrap();
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        get(&a, "/loom/v1/sessions/t1", &acme)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    a.stop().await;
+    b.stop().await;
 }
