@@ -65,6 +65,25 @@ pub(super) fn is_disconnect(e: &StoreError) -> bool {
     })
 }
 
+/// Refuses text PostgreSQL cannot store: its `text` type holds no NUL character (SQLite's does),
+/// so such a value is the caller's to fix, named by `record` and `field`, and never reaches the
+/// database as an error it would report as its own.
+pub(super) fn storable(
+    session: &SessionId,
+    record: impl FnOnce() -> String,
+    field: &str,
+    value: &str,
+) -> Result<()> {
+    if value.contains('\0') {
+        return Err(StoreError::InvalidRecord {
+            session: session.clone(),
+            record: record(),
+            reason: format!("its {field} contains a NUL character, which PostgreSQL cannot store"),
+        });
+    }
+    Ok(())
+}
+
 /// Seqs are `u64` but PostgreSQL integers are `i64`; a bound past `i64::MAX` means "to the end".
 pub(super) fn seq_bound(seq: Seq) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)

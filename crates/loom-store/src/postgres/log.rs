@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
-use loom_core::{CallState, Ledger, NewEvent, Seq, SessionId, SessionInfo};
+use loom_core::{CallState, EventBody, Ledger, NewEvent, Seq, SessionId, SessionInfo};
 use postgres::GenericClient;
 
-use super::db::{corrupt, seq_bound, to_json, Db};
+use super::db::{corrupt, seq_bound, storable, to_json, Db};
 use crate::calls::{call_state, parse_status, status_name, touched_calls};
 use crate::records::{CallStatus, ModelCall, NewModelCall, NewSession, Usage};
 use crate::{validate, Result, StoreError};
@@ -307,6 +307,7 @@ pub(super) fn create_in(
     };
     let mut ledger = Ledger::new();
     validate::events(&session.id, &mut ledger, 1, events)?;
+    storable_calls(&session.id, events)?;
     if !events.is_empty() {
         write_events(db, pk, 1, events, &ledger)?;
     }
@@ -319,6 +320,30 @@ pub(super) fn create_in(
     })
 }
 
+/// Refuses a batch whose call ids or tool names PostgreSQL cannot store (see [`storable`]); the
+/// rest of each event is stored as escaped JSON, which can hold anything.
+fn storable_calls(session: &SessionId, events: &[NewEvent]) -> Result<()> {
+    for (index, event) in events.iter().enumerate() {
+        let record = || format!("event {index} of the batch");
+        match &event.body {
+            EventBody::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    storable(session, record, "tool call id", &call.id)?;
+                    storable(session, record, "tool name", &call.name)?;
+                }
+            }
+            EventBody::ToolResult {
+                call_id, tool_name, ..
+            } => {
+                storable(session, record, "call id", call_id)?;
+                storable(session, record, "tool name", tool_name)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Appends events to a session after checking them against its ledger.
 pub(super) fn append_in(
     db: &mut Db<'_, impl GenericClient>,
@@ -329,6 +354,7 @@ pub(super) fn append_in(
         let SessionRow { last_seq, .. } = require_session(db, session)?;
         return Ok(last_seq + 1..=last_seq);
     }
+    storable_calls(session, events)?;
     let touched = touched_calls(events);
     let (SessionRow { pk, last_seq }, mut ledger) =
         lock_with_ledger(db, session, touched.iter().copied())?;

@@ -35,7 +35,7 @@ use crate::records::{
 };
 use crate::{validate, ApiKey, BlobAlias, NewApiKey, Result, Store, StoreError};
 pub use blob::PgBlobStore;
-use db::{backend, corrupt, seq_bound, to_json, Cols, Db};
+use db::{backend, corrupt, seq_bound, storable, to_json, Cols, Db};
 use log::{
     append_in, create_in, last_of_each, load_ledger, lock_session, model_call, model_call_columns,
     report_in, require_session, store_calls, SessionRow,
@@ -370,6 +370,9 @@ impl Store for PgStore {
         tx::write(&self.pool, "storing a summary", |db| {
             let SessionRow { pk, last_seq } = lock_session(db, &summary.session)?;
             validate::summary(summary, last_seq)?;
+            let record = || "summary".to_owned();
+            storable(&summary.session, record, "content", &summary.content)?;
+            storable(&summary.session, record, "producer", &summary.producer)?;
             // The session's row is locked, so no other writer can take the same version.
             let version: i64 = db
                 .query_opt(
@@ -509,6 +512,7 @@ impl Store for PgStore {
             let ledger = load_ledger(db, pk, steps.iter().map(|s| s.call_id.as_str()))?;
             for step in steps {
                 validate::step(session, step, &ledger)?;
+                storable(session, || format!("step {}", step.id), "id", &step.id)?;
             }
             // One statement cannot update a row twice, so of several steps with one id the
             // last is written, as one upsert after another would leave it.

@@ -425,3 +425,45 @@ fn the_hot_path_costs_few_round_trips() {
     assert_eq!(turn(store), (2, 4));
     assert_eq!(turn(store), (2, 4));
 }
+
+/// PostgreSQL text holds no NUL character: such a value is refused as the caller's to fix,
+/// naming what holds it, and nothing of the call is written.
+#[test]
+fn text_postgres_cannot_hold_is_bad_input() {
+    let Some(h) = PgHarness::try_open() else {
+        return;
+    };
+    let id = with_session(h.store(), "s");
+    h.store().append(&id, &[user("first")]).unwrap();
+    for batch in [
+        vec![user("ok"), call("c\0", "bash")],
+        vec![call("c1", "ba\0sh")],
+    ] {
+        let err = h.store().append(&id, &batch).unwrap_err();
+        assert!(err.is_bad_input(), "{err}");
+        assert!(err.to_string().contains("NUL"), "{err}");
+    }
+    let err = h
+        .store()
+        .create_session(
+            &crate::suite::support::new_session("t"),
+            &[call("c\0", "bash")],
+        )
+        .unwrap_err();
+    assert!(err.is_bad_input(), "{err}");
+    assert!(h.store().session(&sid("t")).unwrap().is_none());
+    let summary = NewSummary {
+        session: id.clone(),
+        from_seq: 1,
+        to_seq: 1,
+        content: "a\0b".into(),
+        producer: "test".into(),
+        created_ms: 0,
+    };
+    let err = h.store().put_summary(&summary).unwrap_err();
+    assert!(err.is_bad_input(), "{err}");
+    assert!(err.to_string().contains("content"), "{err}");
+    assert_eq!(h.store().latest_seq(&id).unwrap(), 1);
+    assert!(h.store().summaries(&id).unwrap().is_empty());
+    assert!(h.store().tool_calls(&id).unwrap().is_empty());
+}
