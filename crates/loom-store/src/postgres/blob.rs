@@ -15,14 +15,18 @@ use loom_core::{BlobRef, StatsBuilder};
 use postgres::GenericClient;
 use sha2::{Digest, Sha256};
 
-use super::db::{backend, corrupt, Db};
-use super::pool::{Conn, Pool};
+use super::db::{backend, corrupt, is_disconnect, Db};
+use super::pool::{Conn, Pool, Pooled};
 use crate::blob::info_from;
 use crate::{BlobInfo, BlobStore, Result, StoreError};
 
 /// Bytes per stored chunk: large enough that a big output takes few round trips, small enough
 /// that holding one chunk costs little.
 const CHUNK: usize = 1024 * 1024;
+
+/// How many times a call whose connection broke before it read any input or wrote any output
+/// is run in all.
+const ATTEMPTS: u32 = 3;
 
 /// Content-addressed blobs in the database of a [`PgStore`](super::PgStore).
 #[derive(Debug, Clone)]
@@ -35,12 +39,6 @@ struct Located {
     content: i64,
     bytes: i64,
     chunks: i64,
-}
-
-impl PgBlobStore {
-    pub(super) fn new(pool: Arc<Pool>) -> Self {
-        Self { pool }
-    }
 }
 
 /// Fills `buf` from `reader` as far as it goes; fewer bytes than its length means the end.
@@ -129,29 +127,41 @@ fn verify(db: &mut Db<'_, impl GenericClient>, blob: &BlobRef, at: &Located) -> 
     Ok(())
 }
 
-impl BlobStore for PgBlobStore {
-    fn put_reader(&self, reader: &mut dyn Read) -> Result<BlobInfo> {
-        let mut conn = self.pool.get("storing a blob")?;
-        let Conn {
-            client,
-            stmts,
-            trips,
-        } = &mut *conn;
-        let mut tx = client
-            .transaction()
-            .map_err(backend("starting to store a blob"))?;
-        trips.fetch_add(1, Ordering::Relaxed);
-        let mut db = Db {
-            client: &mut tx,
-            stmts,
-            trips,
-        };
-        let content: i64 = db
-            .query_opt("SELECT nextval('blob_contents')", &[], "storing a blob")?
-            .map(|row| row.try_get(0))
-            .transpose()
-            .map_err(backend("storing a blob"))?
-            .ok_or_else(|| corrupt("blobs", "the content sequence gave no value"))?;
+/// How storing a blob failed: before its commit was sent (the server rolled it back), or at the
+/// commit, with the blob it was storing.
+enum PutFailed {
+    /// Before any input was read: the call can be run again as it is.
+    Unread(StoreError),
+    Before(StoreError),
+    Commit(StoreError, Box<BlobInfo>),
+}
+
+/// Streams `reader` into chunks and names them by their hash, in one transaction on `conn`.
+fn put_on(conn: &mut Conn, reader: &mut dyn Read) -> std::result::Result<BlobInfo, PutFailed> {
+    let Conn {
+        client,
+        stmts,
+        trips,
+    } = conn;
+    let mut tx = client
+        .transaction()
+        .map_err(|e| PutFailed::Unread(backend("starting to store a blob")(e)))?;
+    trips.fetch_add(1, Ordering::Relaxed);
+    let mut db = Db {
+        client: &mut tx,
+        stmts,
+        trips,
+    };
+    let content: i64 = db
+        .query_opt("SELECT nextval('blob_contents')", &[], "storing a blob")
+        .and_then(|row| {
+            row.map(|row| row.try_get(0))
+                .transpose()
+                .map_err(backend("storing a blob"))?
+                .ok_or_else(|| corrupt("blobs", "the content sequence gave no value"))
+        })
+        .map_err(PutFailed::Unread)?;
+    let stored = (|| {
         let mut stats = StatsBuilder::new();
         let mut buf = vec![0u8; CHUNK];
         let mut chunks: i64 = 0;
@@ -184,17 +194,130 @@ impl BlobStore for PgBlobStore {
             &[&info.blob.hex(), &content, &bytes, &chunks],
             "storing a blob",
         )?;
-        if inserted == 0 {
-            // The same bytes are already stored: this copy is rolled back with the transaction.
-            return Ok(info);
+        Ok((info, inserted == 1))
+    })();
+    let (info, new) = stored.map_err(PutFailed::Before)?;
+    if !new {
+        // The same bytes are already stored: this copy is rolled back with the transaction.
+        return Ok(info);
+    }
+    trips.fetch_add(1, Ordering::Relaxed);
+    match tx.commit() {
+        Ok(()) => Ok(info),
+        Err(e) => Err(PutFailed::Commit(
+            backend("committing a blob")(e),
+            Box::new(info),
+        )),
+    }
+}
+
+impl PgBlobStore {
+    pub(super) fn new(pool: Arc<Pool>) -> Self {
+        Self { pool }
+    }
+
+    /// What a store of a blob that got past reading its input comes to.
+    fn put_ended(
+        &self,
+        conn: Pooled<'_>,
+        outcome: std::result::Result<BlobInfo, PutFailed>,
+    ) -> Result<BlobInfo> {
+        const ACTION: &str = "storing a blob";
+        match outcome {
+            Ok(info) => Ok(info),
+            Err(PutFailed::Unread(e) | PutFailed::Before(e)) => {
+                drop(conn);
+                Err(self.gone(ACTION, e))
+            }
+            Err(PutFailed::Commit(e, info)) => {
+                conn.discard();
+                if !is_disconnect(&e) {
+                    return Err(e);
+                }
+                // Content-addressed: whether the lost commit was applied is whether the blob is
+                // there now.
+                let err = self.gone(ACTION, e);
+                if self.contains(&info.blob)? {
+                    return Ok(*info);
+                }
+                Err(err)
+            }
         }
-        trips.fetch_add(1, Ordering::Relaxed);
-        tx.commit().map_err(backend("committing a blob"))?;
-        Ok(info)
+    }
+
+    /// A broken connection is [`StoreError::Unavailable`] (and the pool's idle connections, most
+    /// likely broken too, are dropped); any other error is returned as it is.
+    fn gone(&self, action: &'static str, e: StoreError) -> StoreError {
+        if !is_disconnect(&e) {
+            return e;
+        }
+        self.pool.clear_idle();
+        StoreError::Unavailable {
+            action,
+            reason: format!("the connection to PostgreSQL broke ({e})"),
+        }
+    }
+
+    /// Finds the blob and checks every chunk against its hash.
+    fn located_and_verified(&self, conn: &mut Conn, blob: &BlobRef) -> Result<Located> {
+        let Conn {
+            client,
+            stmts,
+            trips,
+        } = conn;
+        let mut db = Db {
+            client,
+            stmts,
+            trips,
+        };
+        let at =
+            locate(&mut db, blob)?.ok_or_else(|| StoreError::BlobNotFound(blob.to_string()))?;
+        verify(&mut db, blob, &at)?;
+        Ok(at)
+    }
+}
+
+impl BlobStore for PgBlobStore {
+    fn put_reader(&self, reader: &mut dyn Read) -> Result<BlobInfo> {
+        const ACTION: &str = "storing a blob";
+        let mut attempt = 1;
+        loop {
+            let mut conn = self.pool.get(ACTION)?;
+            match put_on(&mut conn, reader) {
+                Err(PutFailed::Unread(e)) if is_disconnect(&e) && attempt < ATTEMPTS => {
+                    drop(conn);
+                    self.pool.clear_idle();
+                    attempt += 1;
+                }
+                Err(PutFailed::Unread(e)) => {
+                    drop(conn);
+                    return Err(self.gone(ACTION, e));
+                }
+                outcome => return self.put_ended(conn, outcome),
+            }
+        }
     }
 
     fn copy_to(&self, blob: &BlobRef, out: &mut dyn Write) -> Result<u64> {
-        let mut conn = self.pool.get("reading a blob")?;
+        const ACTION: &str = "reading a blob";
+        // Two passes: verify first, so that corrupt bytes never reach `out`. Until the second
+        // pass starts nothing is written, so a broken connection is simply tried again.
+        let mut attempt = 1;
+        let (mut conn, at) = loop {
+            let mut conn = self.pool.get(ACTION)?;
+            match self.located_and_verified(&mut conn, blob) {
+                Ok(at) => break (conn, at),
+                Err(e) if is_disconnect(&e) && attempt < ATTEMPTS => {
+                    drop(conn);
+                    self.pool.clear_idle();
+                    attempt += 1;
+                }
+                Err(e) => {
+                    drop(conn);
+                    return Err(self.gone(ACTION, e));
+                }
+            }
+        };
         let Conn {
             client,
             stmts,
@@ -205,13 +328,9 @@ impl BlobStore for PgBlobStore {
             stmts,
             trips,
         };
-        let at =
-            locate(&mut db, blob)?.ok_or_else(|| StoreError::BlobNotFound(blob.to_string()))?;
-        // Two passes: verify first, so that corrupt bytes never reach `out`.
-        verify(&mut db, blob, &at)?;
         let mut hasher = Sha256::new();
         let mut written: u64 = 0;
-        for_each_chunk(&mut db, blob, &at, |data| {
+        let streamed = for_each_chunk(&mut db, blob, &at, |data| {
             hasher.update(data);
             out.write_all(data).map_err(|source| StoreError::Io {
                 action: "writing blob",
@@ -220,7 +339,9 @@ impl BlobStore for PgBlobStore {
             })?;
             written += data.len() as u64;
             Ok(())
-        })?;
+        });
+        drop(conn);
+        streamed.map_err(|e| self.gone(ACTION, e))?;
         // Blobs are never rewritten, but a damaged disk may change bytes between the passes.
         let actual = hex::encode(hasher.finalize());
         if actual != blob.hex() {
@@ -233,20 +354,32 @@ impl BlobStore for PgBlobStore {
     }
 
     fn contains(&self, blob: &BlobRef) -> Result<bool> {
-        let mut conn = self.pool.get("looking up a blob")?;
-        let Conn {
-            client,
-            stmts,
-            trips,
-        } = &mut *conn;
-        Ok(locate(
-            &mut Db {
+        const ACTION: &str = "looking up a blob";
+        let mut attempt = 1;
+        loop {
+            let mut conn = self.pool.get(ACTION)?;
+            let Conn {
                 client,
                 stmts,
                 trips,
-            },
-            blob,
-        )?
-        .is_some())
+            } = &mut *conn;
+            let found = locate(
+                &mut Db {
+                    client,
+                    stmts,
+                    trips,
+                },
+                blob,
+            );
+            drop(conn);
+            match found {
+                Ok(found) => return Ok(found.is_some()),
+                Err(e) if is_disconnect(&e) && attempt < ATTEMPTS => {
+                    self.pool.clear_idle();
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.gone(ACTION, e)),
+            }
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! PostgreSQL faults, each on a cluster of the test's own: a restart under a write storm.
+//! PostgreSQL faults, each on a cluster of the test's own: a restart under a write storm, and
+//! restarts between calls.
 //!
 //! What must hold: the store reconnects and keeps serving, an append that got an `Ok` is in the
 //! log at the seqs it was given, and one that got an error is not there. A commit whose answer
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use loom_core::{EventBody, Seq};
-use loom_store::{PgStore, Store};
+use loom_store::{BlobStore, PgStore, Store};
 use loom_testkit::pg::Cluster;
 
 use crate::suite::support::{sid, user, with_session};
@@ -113,4 +114,35 @@ fn a_restart_under_a_write_storm_loses_nothing_acknowledged() {
     assert!(ok > 100, "only {ok} appends went through");
     // Nothing appeared that was not acknowledged.
     assert_eq!(stored.len(), ok);
+}
+
+/// After a restart, the connections a store kept are all broken: the next reads and writes of
+/// the log and of blobs find that out and go on with new ones.
+#[test]
+fn a_store_carries_on_after_a_restart() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let store = PgStore::open(&format!("{}?checkout_timeout_ms=20000", cluster.url)).unwrap();
+    let blobs = store.blobs();
+    let id = with_session(&store, "s");
+    store.append(&id, &[user("before")]).unwrap();
+    let kept = blobs.put(b"kept across the restart").unwrap().blob;
+    // Several idle connections, so that more than one is stale after the restart.
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| store.latest_seq(&id).unwrap());
+        }
+    });
+    cluster.restart();
+    assert_eq!(blobs.get(&kept).unwrap(), b"kept across the restart");
+    cluster.restart();
+    assert!(blobs.contains(&kept).unwrap());
+    cluster.restart();
+    let fresh = blobs.put(b"stored after it").unwrap().blob;
+    assert_eq!(blobs.get(&fresh).unwrap(), b"stored after it");
+    cluster.restart();
+    assert_eq!(store.append(&id, &[user("after")]).unwrap(), 2..=2);
+    cluster.restart();
+    assert_eq!(store.read(&id, 1..=Seq::MAX).unwrap().len(), 2);
 }
