@@ -14,7 +14,13 @@ use clap::{Parser, Subcommand};
 struct Cli {
     /// The database: an SQLite file path (blobs live in the folder beside it with the extension
     /// `.workspace`), or a `postgres://user@host:port/dbname` URL (blobs live in the database).
-    #[arg(long, global = true, env = "LOOM_DB", hide_env_values = true, default_value = "loom.db")]
+    #[arg(
+        long,
+        global = true,
+        env = "LOOM_DB",
+        hide_env_values = true,
+        default_value = "loom.db"
+    )]
     db: String,
 
     #[command(subcommand)]

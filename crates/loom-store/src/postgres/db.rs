@@ -160,21 +160,63 @@ impl<C: GenericClient> Db<'_, C> {
     ) -> Result<Vec<T>> {
         self.query(sql, params, action)?
             .iter()
-            .map(|row| decode(&Cols { row, action, table }))
+            .map(|row| {
+                decode(&Cols {
+                    row,
+                    base: 0,
+                    action,
+                    table,
+                })
+            })
             .collect()
+    }
+
+    /// A session's records read with the session itself, in one statement: `sql` joins the
+    /// session's row (`WHERE s.id = $1`) to its records with a `LEFT JOIN`, and selects first
+    /// whether the row holds a record, then the record's columns, which `decode` reads from 0.
+    /// `None` when the session does not exist.
+    pub(super) fn records_of<T>(
+        &mut self,
+        sql: &'static str,
+        params: &Params<'_>,
+        (table, action): (&'static str, &'static str),
+        mut decode: impl FnMut(&Cols<'_>) -> Result<T>,
+    ) -> Result<Option<Vec<T>>> {
+        let rows = self.query(sql, params, action)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let cols = Cols {
+                row,
+                base: 1,
+                action,
+                table,
+            };
+            // A session with no records gives one row, with NULLs.
+            if row.try_get::<_, bool>(0).map_err(backend(action))? {
+                out.push(decode(&cols)?);
+            }
+        }
+        Ok(Some(out))
     }
 }
 
 /// One row being decoded; every error names the action and the table.
 pub(super) struct Cols<'a> {
     pub(super) row: &'a Row,
+    /// The column that `get(0)` reads.
+    pub(super) base: usize,
     pub(super) action: &'static str,
     pub(super) table: &'static str,
 }
 
 impl<'a> Cols<'a> {
     pub(super) fn get<T: FromSql<'a>>(&self, idx: usize) -> Result<T> {
-        self.row.try_get(idx).map_err(backend(self.action))
+        self.row
+            .try_get(self.base + idx)
+            .map_err(backend(self.action))
     }
 
     pub(super) fn seq(&self, idx: usize) -> Result<Seq> {

@@ -154,7 +154,7 @@ impl<'a> CallRows<'a> {
 
 /// The session's row, locked until the transaction ends, and a ledger holding the stored state
 /// of `call_ids`, in one statement (one round trip); or [`StoreError::SessionNotFound`].
-fn lock_with_ledger<'a>(
+pub(super) fn lock_with_ledger<'a>(
     db: &mut Db<'_, impl GenericClient>,
     session: &SessionId,
     call_ids: impl IntoIterator<Item = &'a str>,
@@ -369,7 +369,6 @@ macro_rules! model_call_columns {
         "SELECT id, at_seq, created_ms, receipt, usage FROM model_calls"
     };
 }
-pub(super) use model_call_columns;
 
 /// A `model_calls` row selected with [`model_call_columns!`].
 pub(super) fn model_call(row: &super::db::Cols<'_>, session: &SessionId) -> Result<ModelCall> {
@@ -394,6 +393,23 @@ pub(super) fn report_in(
     call: u64,
     usage: &Usage,
 ) -> Result<ModelCall> {
+    // The common case, the first report of a call that exists, in one statement; anything else
+    // (a retry, a conflict, an unknown call, bad figures) takes the long way below, which says
+    // which it is.
+    if validate::usage(session, call, None, usage).is_ok() {
+        let text = to_json(usage, "model_calls")?;
+        let reported = db.all(
+            "UPDATE model_calls m SET usage = $3 FROM sessions s
+             WHERE s.id = $1 AND m.session = s.pk AND m.id = $2 AND m.usage IS NULL
+             RETURNING m.id, m.at_seq, m.created_ms, m.receipt, m.usage",
+            &[&session.as_str(), &seq_bound(call), &text],
+            ("model_calls", "recording a model call's usage"),
+            |row| model_call(row, session),
+        )?;
+        if let Some(stored) = reported.into_iter().next() {
+            return Ok(stored);
+        }
+    }
     let SessionRow { pk, .. } = find_session(db, session)?
         .ok_or_else(|| validate::unknown_model_call(session, call, None))?;
     // An id past PostgreSQL's integer range cannot be stored, so clamping it finds nothing.

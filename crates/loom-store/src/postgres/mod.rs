@@ -37,7 +37,7 @@ use crate::{validate, ApiKey, BlobAlias, NewApiKey, Result, Store, StoreError};
 pub use blob::PgBlobStore;
 use db::{backend, corrupt, seq_bound, storable, to_json, Cols, Db};
 use log::{
-    append_in, create_in, last_of_each, load_ledger, lock_session, model_call, model_call_columns,
+    append_in, create_in, last_of_each, load_ledger, lock_session, lock_with_ledger, model_call,
     report_in, require_session, store_calls, SessionRow,
 };
 use pool::Pool;
@@ -333,11 +333,12 @@ impl Store for PgStore {
 
     fn tool_calls(&self, session: &SessionId) -> Result<Vec<ToolCallRecord>> {
         tx::read(&self.pool, "listing tool calls", |db| {
-            let SessionRow { pk, .. } = require_session(db, session)?;
-            db.all(
-                "SELECT call_id, tool_name, call_seq, status, result_seq FROM tool_calls
-                 WHERE session = $1 ORDER BY call_seq, call_id",
-                &[&pk],
+            db.records_of(
+                "SELECT t.session IS NOT NULL, t.call_id, t.tool_name, t.call_seq, t.status,
+                        t.result_seq
+                 FROM sessions s LEFT JOIN tool_calls t ON t.session = s.pk
+                 WHERE s.id = $1 ORDER BY t.call_seq, t.call_id",
+                &[&session.as_str()],
                 ("tool_calls", "listing tool calls"),
                 |row| {
                     Ok(ToolCallRecord {
@@ -348,7 +349,8 @@ impl Store for PgStore {
                         result_seq: row.opt_seq(4)?,
                     })
                 },
-            )
+            )?
+            .ok_or_else(|| StoreError::SessionNotFound(session.clone()))
         })
     }
 
@@ -373,34 +375,32 @@ impl Store for PgStore {
             let record = || "summary".to_owned();
             storable(&summary.session, record, "content", &summary.content)?;
             storable(&summary.session, record, "producer", &summary.producer)?;
-            // The session's row is locked, so no other writer can take the same version.
+            // Numbered and stored in one statement; the session's row is locked, so no other
+            // writer can take the same version.
+            const ACTION: &str = "storing a summary";
             let version: i64 = db
                 .query_opt(
-                    "SELECT COALESCE(MAX(version), 0) + 1 FROM summaries WHERE session = $1",
-                    &[&pk],
-                    "numbering a summary",
+                    "INSERT INTO summaries
+                         (session, version, from_seq, to_seq, content, producer, created_ms)
+                     SELECT $1, COALESCE(MAX(version), 0) + 1, $2, $3, $4, $5, $6
+                     FROM summaries WHERE session = $1
+                     RETURNING version",
+                    &[
+                        &pk,
+                        &seq_bound(summary.from_seq),
+                        &seq_bound(summary.to_seq),
+                        &summary.content,
+                        &summary.producer,
+                        &summary.created_ms,
+                    ],
+                    ACTION,
                 )?
                 .map(|row| row.try_get(0))
                 .transpose()
-                .map_err(backend("numbering a summary"))?
-                .unwrap_or(1);
+                .map_err(backend(ACTION))?
+                .ok_or_else(|| corrupt("summaries", "the new summary was not numbered"))?;
             let numbered = u32::try_from(version)
                 .map_err(|_| corrupt("summaries", format!("version {version} out of range")))?;
-            db.execute(
-                "INSERT INTO summaries
-                     (session, version, from_seq, to_seq, content, producer, created_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[
-                    &pk,
-                    &version,
-                    &seq_bound(summary.from_seq),
-                    &seq_bound(summary.to_seq),
-                    &summary.content,
-                    &summary.producer,
-                    &summary.created_ms,
-                ],
-                "storing a summary",
-            )?;
             Ok(Summary {
                 version: numbered,
                 summary: summary.clone(),
@@ -410,11 +410,12 @@ impl Store for PgStore {
 
     fn summaries(&self, session: &SessionId) -> Result<Vec<Summary>> {
         tx::read(&self.pool, "listing summaries", |db| {
-            let SessionRow { pk, .. } = require_session(db, session)?;
-            db.all(
-                "SELECT version, from_seq, to_seq, content, producer, created_ms
-                 FROM summaries WHERE session = $1 ORDER BY version",
-                &[&pk],
+            db.records_of(
+                "SELECT m.session IS NOT NULL, m.version, m.from_seq, m.to_seq, m.content,
+                        m.producer, m.created_ms
+                 FROM sessions s LEFT JOIN summaries m ON m.session = s.pk
+                 WHERE s.id = $1 ORDER BY m.version",
+                &[&session.as_str()],
                 ("summaries", "listing summaries"),
                 |row| {
                     let version: i64 = row.get(0)?;
@@ -432,7 +433,8 @@ impl Store for PgStore {
                         },
                     })
                 },
-            )
+            )?
+            .ok_or_else(|| StoreError::SessionNotFound(session.clone()))
         })
     }
 
@@ -440,31 +442,25 @@ impl Store for PgStore {
         tx::write(&self.pool, "recording a model call", |db| {
             let SessionRow { pk, last_seq } = lock_session(db, &call.session)?;
             validate::model_call(call, last_seq)?;
+            // Numbered and stored in one statement, under the session's lock.
+            const ACTION: &str = "recording a model call";
+            let receipt = to_json(&call.receipt, "model_calls")?;
             let id: i64 = db
                 .query_opt(
-                    "SELECT COALESCE(MAX(id), 0) + 1 FROM model_calls WHERE session = $1",
-                    &[&pk],
-                    "numbering a model call",
+                    "INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
+                     SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4
+                     FROM model_calls WHERE session = $1
+                     RETURNING id",
+                    &[&pk, &seq_bound(call.at_seq), &call.created_ms, &receipt],
+                    ACTION,
                 )?
                 .map(|row| row.try_get(0))
                 .transpose()
-                .map_err(backend("numbering a model call"))?
-                .unwrap_or(1);
-            let receipt = to_json(&call.receipt, "model_calls")?;
-            db.execute(
-                "INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
-                 VALUES ($1, $2, $3, $4, $5)",
-                &[
-                    &pk,
-                    &id,
-                    &seq_bound(call.at_seq),
-                    &call.created_ms,
-                    &receipt,
-                ],
-                "recording a model call",
-            )?;
+                .map_err(backend(ACTION))?
+                .ok_or_else(|| corrupt("model_calls", "the new receipt was not numbered"))?;
             Ok(ModelCall {
-                id: u64::try_from(id).unwrap_or_default(),
+                id: u64::try_from(id)
+                    .map_err(|_| corrupt("model_calls", format!("id {id} out of range")))?,
                 call: call.clone(),
                 usage: None,
             })
@@ -473,30 +469,35 @@ impl Store for PgStore {
 
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
         tx::read(&self.pool, "listing model calls", |db| {
-            let SessionRow { pk, .. } = require_session(db, session)?;
-            db.all(
-                concat!(model_call_columns!(), " WHERE session = $1 ORDER BY id"),
-                &[&pk],
+            db.records_of(
+                "SELECT m.session IS NOT NULL, m.id, m.at_seq, m.created_ms, m.receipt, m.usage
+                 FROM sessions s LEFT JOIN model_calls m ON m.session = s.pk
+                 WHERE s.id = $1 ORDER BY m.id",
+                &[&session.as_str()],
                 ("model_calls", "listing model calls"),
                 |row| model_call(row, session),
-            )
+            )?
+            .ok_or_else(|| StoreError::SessionNotFound(session.clone()))
         })
     }
 
     fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
         tx::read(&self.pool, "reading the last model call", |db| {
-            let SessionRow { pk, .. } = require_session(db, session)?;
-            Ok(db
-                .all(
-                    concat!(
-                        model_call_columns!(),
-                        " WHERE session = $1 ORDER BY id DESC LIMIT 1"
-                    ),
-                    &[&pk],
+            // The session's row joined to its newest receipt only (by the primary key's index).
+            let found = db
+                .records_of(
+                    "SELECT m.session IS NOT NULL, m.id, m.at_seq, m.created_ms, m.receipt,
+                            m.usage
+                     FROM sessions s LEFT JOIN LATERAL (
+                         SELECT * FROM model_calls WHERE session = s.pk ORDER BY id DESC LIMIT 1
+                     ) m ON true
+                     WHERE s.id = $1",
+                    &[&session.as_str()],
                     ("model_calls", "reading the last model call"),
                     |row| model_call(row, session),
                 )?
-                .pop())
+                .ok_or_else(|| StoreError::SessionNotFound(session.clone()))?;
+            Ok(found.into_iter().next())
         })
     }
 
@@ -508,8 +509,8 @@ impl Store for PgStore {
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
         tx::write(&self.pool, "storing steps", |db| {
-            let SessionRow { pk, .. } = lock_session(db, session)?;
-            let ledger = load_ledger(db, pk, steps.iter().map(|s| s.call_id.as_str()))?;
+            let (SessionRow { pk, .. }, ledger) =
+                lock_with_ledger(db, session, steps.iter().map(|s| s.call_id.as_str()))?;
             for step in steps {
                 validate::step(session, step, &ledger)?;
                 storable(session, || format!("step {}", step.id), "id", &step.id)?;
@@ -543,11 +544,11 @@ impl Store for PgStore {
 
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
         tx::read(&self.pool, "listing steps", |db| {
-            let SessionRow { pk, .. } = require_session(db, session)?;
-            db.all(
-                "SELECT id, call_id, result_seq, body FROM steps
-                 WHERE session = $1 ORDER BY result_seq, id",
-                &[&pk],
+            db.records_of(
+                "SELECT t.session IS NOT NULL, t.id, t.call_id, t.result_seq, t.body
+                 FROM sessions s LEFT JOIN steps t ON t.session = s.pk
+                 WHERE s.id = $1 ORDER BY t.result_seq, t.id",
+                &[&session.as_str()],
                 ("steps", "listing steps"),
                 |row| {
                     Ok(StepRecord {
@@ -557,7 +558,8 @@ impl Store for PgStore {
                         body: row.json(3)?,
                     })
                 },
-            )
+            )?
+            .ok_or_else(|| StoreError::SessionNotFound(session.clone()))
         })
     }
 
@@ -583,8 +585,19 @@ impl Store for PgStore {
 
     fn resolve_alias(&self, session: &SessionId, alias: &BlobAlias) -> Result<Option<BlobRef>> {
         tx::read(&self.pool, "resolving an alias", |db| {
-            let SessionRow { pk, .. } = require_session(db, session)?;
-            stored_alias(db, pk, alias)
+            let found = db
+                .records_of(
+                    "SELECT a.session IS NOT NULL, a.blob
+                     FROM sessions s LEFT JOIN aliases a ON a.session = s.pk AND a.alias = $2
+                     WHERE s.id = $1",
+                    &[&session.as_str(), &alias.as_str()],
+                    ("aliases", "resolving an alias"),
+                    |row| {
+                        BlobRef::try_from(row.get::<String>(0)?).map_err(|e| corrupt("aliases", e))
+                    },
+                )?
+                .ok_or_else(|| StoreError::SessionNotFound(session.clone()))?;
+            Ok(found.into_iter().next())
         })
     }
 

@@ -392,9 +392,8 @@ fn unknown_url_parameters_and_schemes_are_refused() {
     }
 }
 
-/// What a proxied call costs the database, in round trips: a server reads what is new since its
-/// cached state (the last seq, then the new events) and appends the new turn. Statements are
-/// prepared once per connection, so the count is taken once they are.
+/// What the calls on a proxied request's path cost the database, in round trips. Statements are
+/// prepared once per connection, so the counts are taken once they are.
 #[test]
 fn the_hot_path_costs_few_round_trips() {
     let Some(h) = PgHarness::try_open() else {
@@ -402,28 +401,64 @@ fn the_hot_path_costs_few_round_trips() {
     };
     let store = h.store();
     let id = with_session(store, "s");
-    let mut n = 0;
-    let mut turn = |store: &PgStore| {
-        n += 1;
-        let c = format!("c{n}");
+    let cost = |f: &mut dyn FnMut()| {
         let before = store.round_trips();
-        store.latest_seq(&id).unwrap();
-        store.read(&id, 1..=Seq::MAX).unwrap();
-        let read = store.round_trips() - before;
-        let before = store.round_trips();
-        store
-            .append(
-                &id,
-                &[user("go"), call(&c, "bash"), result(&c, "bash", false)],
-            )
-            .unwrap();
-        (read, store.round_trips() - before)
+        f();
+        store.round_trips() - before
     };
-    turn(store);
-    // Begin (with the transaction's id), lock the session and read the calls named, write the
-    // events, the calls and the new length, commit.
-    assert_eq!(turn(store), (2, 4));
-    assert_eq!(turn(store), (2, 4));
+    let usage = Usage {
+        input_tokens: 10,
+        cached_input_tokens: None,
+        output_tokens: Some(2),
+        reported_ms: 0,
+    };
+    for n in 0..3 {
+        let c = format!("c{n}");
+        // What is new since a server's cached state: the last seq, then the events.
+        let read = cost(&mut || {
+            store.latest_seq(&id).unwrap();
+            store.read(&id, 1..=Seq::MAX).unwrap();
+        });
+        // Begin (with the transaction's id), lock the session and read the calls named, write
+        // the events, the calls and the new length, commit.
+        let append = cost(&mut || {
+            store
+                .append(
+                    &id,
+                    &[user("go"), call(&c, "bash"), result(&c, "bash", false)],
+                )
+                .unwrap();
+        });
+        let derived = cost(&mut || {
+            store.summaries(&id).unwrap();
+            store.last_model_call(&id).unwrap();
+        });
+        let mut receipt = None;
+        // Begin, lock the session, number and insert the receipt, commit.
+        let record = cost(&mut || {
+            receipt = Some(
+                store
+                    .record_model_call(&loom_store::NewModelCall {
+                        session: id.clone(),
+                        at_seq: 1,
+                        created_ms: 0,
+                        receipt: serde_json::json!({}),
+                    })
+                    .unwrap()
+                    .id,
+            );
+        });
+        let call_id = receipt.unwrap();
+        // An append's four, and the usage in one more.
+        let reply = cost(&mut || {
+            store
+                .append_reply(&id, &[user("reply")], Some((call_id, &usage)))
+                .unwrap();
+        });
+        if n > 0 {
+            assert_eq!((read, append, derived, record, reply), (2, 4, 2, 4, 5));
+        }
+    }
 }
 
 /// PostgreSQL text holds no NUL character: such a value is refused as the caller's to fix,
