@@ -133,7 +133,9 @@ async fn alternate(servers: [&PgServer; 2], id: &str, turns: usize) -> Vec<Value
         let r = servers[turn % 2]
             .post("/v1/chat/completions", &[("x-loom-session", id)], &body)
             .await;
-        assert_eq!(r.status(), 200, "turn {turn}");
+        if r.status() != 200 {
+            panic!("turn {turn}: {} {}", r.status(), r.text().await.unwrap());
+        }
         // The same session on either server: the other's appends were seen, nothing forked.
         assert_eq!(r.headers()["x-loom-session"], id, "turn {turn}");
         assert!(r.headers().get("x-loom-diverged").is_none(), "turn {turn}");
@@ -398,4 +400,56 @@ async fn keys_and_tenants_hold_across_servers() {
     );
     a.stop().await;
     b.stop().await;
+}
+
+/// PostgreSQL restarted while two servers carry conversations: the servers reconnect and keep
+/// serving, and every turn a client was answered for is in the log once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_ride_out_a_database_restart() {
+    let Some(cluster) = tokio::task::spawn_blocking(loom_testkit::pg::Cluster::start)
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+    // Requests wait for the database to come back rather than fail.
+    let db = format!("{}?checkout_timeout_ms=20000", cluster.url);
+    let mock = Mock::spawn().await.unwrap();
+    let a = serve(&db, &mock, ProxyMode::Fit).await;
+    let b = serve(&db, &mock, ProxyMode::Fit).await;
+    let restarts_done = std::sync::atomic::AtomicBool::new(false);
+    let ((), conversations) = tokio::join!(
+        async {
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let cluster = Arc::clone(&cluster);
+                tokio::task::spawn_blocking(move || cluster.restart())
+                    .await
+                    .unwrap();
+            }
+            restarts_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        },
+        async {
+            // Conversations go on until both restarts are over, so that they overlap them.
+            let mut all = Vec::new();
+            let mut n = 0;
+            while n < 3 || !restarts_done.load(std::sync::atomic::Ordering::Relaxed) {
+                all.push((n, alternate([&a, &b], &format!("r{n}"), 4).await));
+                n += 1;
+            }
+            all
+        }
+    );
+    for (n, messages) in conversations {
+        let log = a.log(&format!("r{n}")).await;
+        assert_eq!(log.len(), messages.len(), "conversation {n}");
+        let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>());
+    }
+    a.stop().await;
+    b.stop().await;
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
 }

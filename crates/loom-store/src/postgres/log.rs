@@ -152,48 +152,6 @@ impl<'a> CallRows<'a> {
     }
 }
 
-/// The session's row, locked until the transaction ends, and a ledger holding the stored state
-/// of `call_ids`, in one statement (one round trip); or [`StoreError::SessionNotFound`].
-pub(super) fn lock_with_ledger<'a>(
-    db: &mut Db<'_, impl GenericClient>,
-    session: &SessionId,
-    call_ids: impl IntoIterator<Item = &'a str>,
-) -> Result<(SessionRow, Ledger)> {
-    let ids: Vec<&str> = call_ids.into_iter().collect();
-    // The session's row joined to those of its calls among `ids`: one row with NULL call
-    // columns when there are none.
-    let rows = db.all(
-        "SELECT s.pk, s.last_seq, t.call_id, t.tool_name, t.call_seq, t.status, t.result_seq
-         FROM sessions s
-         LEFT JOIN tool_calls t ON t.session = s.pk AND t.call_id = ANY($2)
-         WHERE s.id = $1
-         FOR UPDATE OF s",
-        &[&session.as_str(), &ids],
-        ("tool_calls", "locking a session and loading its tool calls"),
-        |row| {
-            let at = session_row(row.get(0)?, row.get(1)?)?;
-            let Some(call_id) = row.get::<Option<String>>(2)? else {
-                return Ok((at, None));
-            };
-            let state = call_state(
-                row.get(3)?,
-                row.seq(4)?,
-                parse_status(row.get(5)?)?,
-                row.opt_seq(6)?,
-            )?;
-            Ok((at, Some((call_id, state))))
-        },
-    )?;
-    let Some((at, _)) = rows.first() else {
-        return Err(StoreError::SessionNotFound(session.clone()));
-    };
-    let at = *at;
-    Ok((
-        at,
-        Ledger::from_states(rows.into_iter().filter_map(|(_, call)| call)),
-    ))
-}
-
 /// Writes the ledger's state of `call_ids` (inserting new calls, updating answered ones).
 pub(super) fn store_calls<'a>(
     db: &mut Db<'_, impl GenericClient>,
@@ -355,9 +313,12 @@ pub(super) fn append_in(
         return Ok(last_seq + 1..=last_seq);
     }
     storable_calls(session, events)?;
+    // The ledger is read in a statement of its own, once the lock is held: a statement sees what
+    // was committed when it began, and a lock that had to wait began before the writer it waited
+    // for committed its calls (read in the locking statement, they would be stale).
+    let SessionRow { pk, last_seq } = lock_session(db, session)?;
     let touched = touched_calls(events);
-    let (SessionRow { pk, last_seq }, mut ledger) =
-        lock_with_ledger(db, session, touched.iter().copied())?;
+    let mut ledger = load_ledger(db, pk, touched.iter().copied())?;
     let first = last_seq + 1;
     validate::events(session, &mut ledger, first, events)?;
     write_events(db, pk, first, events, &ledger)

@@ -37,8 +37,8 @@ use crate::{validate, ApiKey, BlobAlias, NewApiKey, Result, Store, StoreError};
 pub use blob::PgBlobStore;
 use db::{backend, corrupt, seq_bound, storable, to_json, Cols, Db};
 use log::{
-    append_in, create_in, last_of_each, load_ledger, lock_session, lock_with_ledger, model_call,
-    report_in, require_session, store_calls, SessionRow,
+    append_in, create_in, last_of_each, load_ledger, lock_session, model_call, report_in,
+    require_session, store_calls, SessionRow,
 };
 use pool::Pool;
 
@@ -509,8 +509,9 @@ impl Store for PgStore {
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
         tx::write(&self.pool, "storing steps", |db| {
-            let (SessionRow { pk, .. }, ledger) =
-                lock_with_ledger(db, session, steps.iter().map(|s| s.call_id.as_str()))?;
+            // As for appends: the calls are read after the lock is held.
+            let SessionRow { pk, .. } = lock_session(db, session)?;
+            let ledger = load_ledger(db, pk, steps.iter().map(|s| s.call_id.as_str()))?;
             for step in steps {
                 validate::step(session, step, &ledger)?;
                 storable(session, || format!("step {}", step.id), "id", &step.id)?;

@@ -419,8 +419,8 @@ fn the_hot_path_costs_few_round_trips() {
             store.latest_seq(&id).unwrap();
             store.read(&id, 1..=Seq::MAX).unwrap();
         });
-        // Begin (with the transaction's id), lock the session and read the calls named, write
-        // the events, the calls and the new length, commit.
+        // Begin (with the transaction's id), lock the session, read the calls named, write the
+        // events, the calls and the new length, commit.
         let append = cost(&mut || {
             store
                 .append(
@@ -449,14 +449,14 @@ fn the_hot_path_costs_few_round_trips() {
             );
         });
         let call_id = receipt.unwrap();
-        // An append's four, and the usage in one more.
+        // An append that names no call (no ledger to read), and the usage in one more.
         let reply = cost(&mut || {
             store
                 .append_reply(&id, &[user("reply")], Some((call_id, &usage)))
                 .unwrap();
         });
         if n > 0 {
-            assert_eq!((read, append, derived, record, reply), (2, 4, 2, 4, 5));
+            assert_eq!((read, append, derived, record, reply), (2, 5, 2, 4, 5));
         }
     }
 }
@@ -501,4 +501,84 @@ fn text_postgres_cannot_hold_is_bad_input() {
     assert_eq!(h.store().latest_seq(&id).unwrap(), 1);
     assert!(h.store().summaries(&id).unwrap().is_empty());
     assert!(h.store().tool_calls(&id).unwrap().is_empty());
+}
+
+/// Regression: the ledger was once read in the statement that takes the session's lock, and a
+/// writer that waited for that lock then checked its calls against what was committed before it
+/// waited: two writers racing with the same call id both got it in.
+#[test]
+fn racing_appends_of_one_call_id_take_it_once() {
+    let Some(h) = PgHarness::try_open() else {
+        return;
+    };
+    let id = with_session(h.store(), "s");
+    let stores = [
+        PgStore::open(&h.schema.url).unwrap(),
+        PgStore::open(&h.schema.url).unwrap(),
+    ];
+    const CALLS: usize = 40;
+    let accepted: usize = std::thread::scope(|scope| {
+        let racers: Vec<_> = stores
+            .iter()
+            .map(|store| {
+                let id = &id;
+                scope.spawn(move || {
+                    (0..CALLS)
+                        .filter(|i| {
+                            let c = format!("c{i}");
+                            store.append(id, &[user("x"), call(&c, "bash")]).is_ok()
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).sum()
+    });
+    assert_eq!(accepted, CALLS);
+    assert_eq!(h.store().tool_calls(&id).unwrap().len(), CALLS);
+    assert_eq!(h.store().latest_seq(&id).unwrap(), 2 * CALLS as Seq);
+}
+
+/// The same race between an expiry and a result: the result is refused when the expiry won.
+#[test]
+fn a_result_racing_an_expiry_is_applied_or_refused_never_both() {
+    let Some(h) = PgHarness::try_open() else {
+        return;
+    };
+    let id = with_session(h.store(), "s");
+    const CALLS: usize = 30;
+    for i in 0..CALLS {
+        h.store()
+            .append(&id, &[call(&format!("c{i}"), "bash")])
+            .unwrap();
+    }
+    let other = PgStore::open(&h.schema.url).unwrap();
+    let (expired, resolved): (Vec<bool>, Vec<bool>) = std::thread::scope(|scope| {
+        let (store, id_ref) = (h.store(), &id);
+        let expiring = scope.spawn(move || {
+            (0..CALLS)
+                .map(|i| store.expire_tool_call(id_ref, &format!("c{i}")).is_ok())
+                .collect()
+        });
+        let (other, id_ref) = (&other, &id);
+        let resolving = scope.spawn(move || {
+            (0..CALLS)
+                .map(|i| {
+                    let c = format!("c{i}");
+                    other.append(id_ref, &[result(&c, "bash", false)]).is_ok()
+                })
+                .collect()
+        });
+        (expiring.join().unwrap(), resolving.join().unwrap())
+    });
+    for (i, (e, r)) in expired.iter().zip(&resolved).enumerate() {
+        assert!(e ^ r, "call c{i}: expired {e}, resolved {r}");
+    }
+    let calls = h.store().tool_calls(&id).unwrap();
+    let results = resolved.iter().filter(|r| **r).count();
+    assert_eq!(
+        calls.iter().filter(|c| c.result_seq.is_some()).count(),
+        results
+    );
+    assert_eq!(h.store().latest_seq(&id).unwrap(), (CALLS + results) as Seq);
 }
