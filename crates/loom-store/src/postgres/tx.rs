@@ -198,18 +198,25 @@ fn transaction<T>(
 /// ask).
 fn committed(pool: &Pool, txid: i64) -> Option<bool> {
     for _ in 0..RESOLVE_ASKS {
+        // Waits, within the checkout timeout, for the database to take connections again.
         let mut conn = pool.get("finding out whether a commit was applied").ok()?;
-        let status: Option<String> = conn
+        let asked = conn
             .client
             .query_one("SELECT txid_status($1)", &[&txid])
-            .and_then(|row| row.try_get(0))
-            .ok()?;
-        match status.as_deref() {
-            Some("committed") => return Some(true),
-            Some("aborted") => return Some(false),
-            Some("in progress") => std::thread::sleep(RESOLVE_PAUSE),
-            _ => return None,
+            .and_then(|row| row.try_get::<_, Option<String>>(0));
+        match asked {
+            Ok(Some(status)) if status == "committed" => return Some(true),
+            Ok(Some(status)) if status == "aborted" => return Some(false),
+            Ok(Some(status)) if status == "in progress" => {}
+            // Too old to be known, or an answer this build does not know.
+            Ok(_) => return None,
+            // A connection kept from before the break: drop it and the others, and ask again.
+            Err(_) => {
+                drop(conn);
+                pool.clear_idle();
+            }
         }
+        std::thread::sleep(RESOLVE_PAUSE);
     }
     None
 }
