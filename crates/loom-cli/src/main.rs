@@ -4,7 +4,6 @@ mod cmd;
 mod exit;
 mod progress;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -13,10 +12,16 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "loom", version, about, propagate_version = true)]
 struct Cli {
-    /// The database (SQLite, WAL). Blobs live in the folder beside it with the extension
-    /// `.workspace`.
-    #[arg(long, global = true, env = "LOOM_DB", default_value = "loom.db")]
-    db: PathBuf,
+    /// The database: an SQLite file path (blobs live in the folder beside it with the extension
+    /// `.workspace`), or a `postgres://user@host:port/dbname` URL (blobs live in the database).
+    #[arg(
+        long,
+        global = true,
+        env = "LOOM_DB",
+        hide_env_values = true,
+        default_value = "loom.db"
+    )]
+    db: String,
 
     #[command(subcommand)]
     command: Command,
@@ -55,6 +60,8 @@ enum Command {
     Keys(cmd::keys::Args),
     /// Serve the drop-in proxy for OpenAI and Anthropic clients and the HTTP API.
     Serve(cmd::serve::Args),
+    /// Manage the database itself: `loom db migrate` brings its schema up to date.
+    Db(cmd::db::Args),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +83,7 @@ fn main() -> ExitCode {
         Command::Tokens(args) => cmd::tokens::run(&ctx, args),
         Command::Keys(args) => cmd::keys::run(&ctx, args),
         Command::Serve(args) => cmd::serve::run(&ctx, args),
+        Command::Db(args) => cmd::db::run(&ctx, args),
     };
     exit::report(result)
 }

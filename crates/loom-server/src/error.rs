@@ -152,6 +152,14 @@ impl From<StoreError> for ApiError {
             }
             StoreError::ModelCallNotFound { .. } => Self::not_found(e.to_string()),
             StoreError::SessionExists(_) => Self::conflict(e.to_string()),
+            // Every connection busy, or the database restarting: nothing was done, and the
+            // client may retry. What exactly failed is logged, not sent.
+            StoreError::Unavailable { action, .. } => {
+                tracing::warn!("store: {e}");
+                Self::unavailable(format!(
+                    "the database is busy or unreachable while {action}; retry later"
+                ))
+            }
             StoreError::InvalidEvent { index, .. } => {
                 Self::invalid_field(format!("events[{index}]"), e.to_string())
             }
@@ -185,5 +193,22 @@ impl From<loom_import::ImportError> for ApiError {
         }
         tracing::error!("import: {e}");
         Self::internal("importing a history")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_store_is_503_and_says_no_more_than_what_was_done() {
+        let err = ApiError::from(StoreError::Unavailable {
+            action: "appending events",
+            reason: "cannot connect to PostgreSQL at 10.0.0.7:5432".into(),
+        });
+        assert_eq!(err.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(err.kind, "unavailable");
+        assert!(err.message.contains("appending events"), "{}", err.message);
+        assert!(!err.message.contains("10.0.0.7"), "{}", err.message);
     }
 }

@@ -122,7 +122,7 @@ fn corrupt(blob: &BlobRef, actual: String) -> StoreError {
     }
 }
 
-fn info_from(stats: ContentStats) -> Result<BlobInfo> {
+pub(crate) fn info_from(stats: ContentStats) -> Result<BlobInfo> {
     let blob = BlobRef::from_hex(&stats.sha256).map_err(|e| StoreError::Corrupt {
         table: "blobs",
         reason: e.to_string(),

@@ -148,6 +148,25 @@ pub enum StoreError {
         /// Newest version this build knows.
         supported: i64,
     },
+    /// The database cannot be reached now, or every connection to it is in use and none came
+    /// free in time; nothing was done, and the same call may succeed later (a server answers
+    /// 503).
+    #[error("database unavailable while {action}: {reason}")]
+    Unavailable {
+        /// What was being done.
+        action: &'static str,
+        /// Why no connection could be had.
+        reason: String,
+    },
+    /// A `--db` value that names no database Loom can use: an unknown URL scheme, or a URL that
+    /// does not parse.
+    #[error("database `{}` is refused: {reason}", .db.escape_debug())]
+    UnsupportedDatabase {
+        /// The value as given (a URL's password is never shown).
+        db: String,
+        /// What is wrong with it, and what is accepted.
+        reason: String,
+    },
     /// The database backend failed.
     #[error("database error while {action}: {source}")]
     Backend {
@@ -160,6 +179,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the failure is temporary (the database is restarting, every connection is busy):
+    /// nothing was done and the caller may retry later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+
     /// Whether the error is the caller's fault (bad input) rather than the system's.
     pub fn is_bad_input(&self) -> bool {
         matches!(
@@ -177,6 +202,7 @@ impl StoreError {
                 | Self::InvalidKey { .. }
                 | Self::KeyExists { .. }
                 | Self::KeyNotFound(_)
+                | Self::UnsupportedDatabase { .. }
         )
     }
 }

@@ -1,26 +1,32 @@
 //! Loom's storage: the event log and the records derived from it, behind one trait.
 //!
-//! [`Store`] is implemented by every backend ([`MemoryStore`] for tests and embedding, and
-//! [`SqliteStore`], the embedded default) and all of them pass the one conformance suite in
-//! `tests/suite/`. Large and binary outputs live in a [`BlobStore`], content-addressed and
-//! integrity-checked on every read. The API keys `loom serve` authenticates clients with live in
+//! [`Store`] is implemented by every backend ([`MemoryStore`] for tests and embedding,
+//! [`SqliteStore`], the embedded default, and [`PgStore`], for many servers sharing one
+//! PostgreSQL) and all of them pass the one conformance suite in `tests/suite/`. Large and binary
+//! outputs live in a [`BlobStore`], content-addressed and integrity-checked on every read. A
+//! database named by the user (`--db`) is opened with [`open`], which picks the backend. The API keys `loom serve` authenticates clients with live in
 //! the same store as the log ([`ApiKey`]), so that every server sharing a database sees them.
 
 mod blob;
+mod calls;
 mod error;
 mod keys;
 mod memory;
 mod offload;
+mod open;
+mod postgres;
 mod records;
 mod sqlite;
 mod validate;
 mod workspace;
 
+pub use self::postgres::{PgBlobStore, PgStore};
 pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
 pub use error::{Result, StoreError};
 pub use keys::{hash_api_key, new_api_key, ApiKey, NewApiKey, ProxyMode, TenantId};
 pub use memory::MemoryStore;
 pub use offload::{OffloadReport, Offloader, Resolution};
+pub use open::{open, Database, Opened};
 pub use records::{
     CallStatus, ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary,
     ToolCallRecord, Usage,

@@ -6,9 +6,13 @@
 //! its README asks for: OpenAPI 3.0's `nullable`, and `oneOf` read as `anyOf` (some of its `oneOf`
 //! lists overlap: an input message matches two branches).
 //!
+//! [`pg`] gives tests a PostgreSQL database of their own: a fresh schema on the cluster named by
+//! `LOOM_TEST_PG`, or on one started once per test binary by `scripts/postgres.sh`.
+//!
 //! Errors are plain strings (a path and a reason each): they are read by people looking at a
 //! failed test, never matched on by code.
 
+pub mod pg;
 mod schema;
 
 use std::path::{Path, PathBuf};

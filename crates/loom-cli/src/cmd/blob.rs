@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use loom_store::{parse_blob_ref, BlobStore};
+use loom_store::parse_blob_ref;
 
 use super::sessions::{closed_pipe_is_fine, open_existing};
 use super::Context;

@@ -14,7 +14,7 @@ use loom_core::{
     auto_tune_config, compact, CompactStep, CompactionConfig, EventBody, Preset, SessionId,
     StableCompactor, Step,
 };
-use loom_store::{Store, Workspace};
+use loom_store::Opened;
 use serde::Serialize;
 
 use super::steps::{derive, load_config, open, session_id};
@@ -144,7 +144,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
 }
 
 /// The preset (or the defaults), then the explicit overrides, validated once.
-fn config(ws: &Workspace, session: &SessionId, args: &Args) -> anyhow::Result<CompactionConfig> {
+fn config(ws: &Opened, session: &SessionId, args: &Args) -> anyhow::Result<CompactionConfig> {
     let mut config = match args.preset.as_deref() {
         None => CompactionConfig::default(),
         Some("auto") => auto_tune_config(&task(ws, session)?),
@@ -168,7 +168,7 @@ fn config(ws: &Workspace, session: &SessionId, args: &Args) -> anyhow::Result<Co
 }
 
 /// The session's task: its first user message (empty when it has none).
-fn task(ws: &Workspace, session: &SessionId) -> anyhow::Result<String> {
+fn task(ws: &Opened, session: &SessionId) -> anyhow::Result<String> {
     let last = ws.store.latest_seq(session)?;
     // Tasks come first; reading a bounded head keeps `auto` cheap on long sessions.
     for event in ws.store.read(session, 1..=last.min(64))? {

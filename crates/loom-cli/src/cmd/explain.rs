@@ -9,7 +9,7 @@ use std::io::Write;
 
 use loom_core::render::{CompactionState, CostMemo, Receipt};
 use loom_core::EventBody;
-use loom_store::{Store, Usage};
+use loom_store::Usage;
 
 use super::render::{load, RenderArgs};
 use super::Context;

@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::Context as _;
 use loom_core::Step;
-use loom_store::{BlobAlias, BlobStore, Workspace};
+use loom_store::{BlobAlias, Opened};
 
 use super::steps::{derive, load_config, open, session_id, ReduceArgs};
 use super::Context;
@@ -129,7 +129,7 @@ fn write_file(
 }
 
 /// Copies an offloaded output to `outputs/…` under its alias, checked against its hash.
-fn export_output(ws: &Workspace, outputs: &Path, step: &Step, alias: &str) -> anyhow::Result<()> {
+fn export_output(ws: &Opened, outputs: &Path, step: &Step, alias: &str) -> anyhow::Result<()> {
     let alias = BlobAlias::new(alias)?;
     let relative = alias
         .as_str()

@@ -8,11 +8,9 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use loom_core::{AgentId, SessionId};
 use loom_import::{Format, ImportReport, Importer, ParseOptions, Progress, DEFAULT_INLINE_LIMIT};
-use loom_store::Workspace;
 
 use super::Context;
 use crate::exit;
@@ -79,10 +77,10 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         .map(AgentId::new)
         .transpose()
         .map_err(|e| exit::bad_input(anyhow::Error::new(e).context("--agent")))?;
-    let ws = Workspace::open(&ctx.db)
-        .with_context(|| format!("opening the database {}", ctx.db.display()))?;
+    let ws = ctx.open()?;
     let mut bar = Bar::new();
-    let result = Importer::new(&ws.store, &ws.blobs, opts).run(&args.files, &mut bar);
+    let result =
+        Importer::new(ws.store.as_ref(), ws.blobs.as_ref(), opts).run(&args.files, &mut bar);
     bar.clear();
     let report = result.map_err(|e| {
         if e.is_bad_input() {

@@ -5,14 +5,14 @@
 
 use std::io::Write;
 
-use anyhow::Context as _;
 use loom_core::AgentId;
-use loom_store::{new_api_key, ApiKey, ProxyMode, SqliteStore, Store, StoreError, TenantId};
+use std::sync::Arc;
+
+use loom_store::{new_api_key, ApiKey, ProxyMode, Store, StoreError, TenantId};
 use serde_json::json;
 
 use super::sessions::{closed_pipe_is_fine, utc};
 use super::Context;
-use crate::exit;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -86,14 +86,13 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
 
 /// Opens the database. Only `create` may make a new one: listing or revoking in a file that
 /// does not exist is a mistaken `--db`, not an empty key list.
-fn open(ctx: &Context, create: bool) -> anyhow::Result<SqliteStore> {
-    if !create && !ctx.db.exists() {
-        return Err(exit::bad_input(anyhow::anyhow!(
-            "no database at {}; `loom keys create` makes one, or pass --db",
-            ctx.db.display()
-        )));
-    }
-    SqliteStore::open(&ctx.db).with_context(|| format!("opening the database {}", ctx.db.display()))
+fn open(ctx: &Context, create: bool) -> anyhow::Result<Arc<dyn Store>> {
+    let opened = if create {
+        ctx.open()?
+    } else {
+        ctx.open_existing("`loom keys create` makes one")?
+    };
+    Ok(opened.store)
 }
 
 fn create(ctx: &Context, args: CreateArgs) -> anyhow::Result<()> {
@@ -127,7 +126,7 @@ fn create(ctx: &Context, args: CreateArgs) -> anyhow::Result<()> {
         "key {} for tenant {} created in {}; it is shown once",
         stored.key.id,
         stored.key.tenant,
-        ctx.db.display()
+        ctx.database()?
     )?;
     Ok(())
 }

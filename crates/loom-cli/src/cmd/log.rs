@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use loom_core::{ContentPart, Event, EventBody, MessageContent, SessionId, ToolOutput};
-use loom_store::{Store, StoreError};
+use loom_store::StoreError;
 
 use super::sessions::{closed_pipe_is_fine, open_existing};
 use super::Context;

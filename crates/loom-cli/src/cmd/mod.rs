@@ -2,6 +2,7 @@
 
 pub(crate) mod blob;
 pub(crate) mod compact;
+pub(crate) mod db;
 pub(crate) mod explain;
 pub(crate) mod export_steps;
 pub(crate) mod import;
@@ -16,14 +17,45 @@ pub(crate) mod steps;
 pub(crate) mod tokens;
 pub(crate) mod usage;
 
-use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use loom_store::{Database, Opened};
+
+use crate::exit::bad_input;
 
 /// What every command gets besides its own arguments.
 #[derive(Debug)]
 pub(crate) struct Context {
-    /// The database path.
-    pub(crate) db: PathBuf,
+    /// The database as given: an SQLite path or a PostgreSQL URL.
+    pub(crate) db: String,
+}
+
+impl Context {
+    /// The database `--db` names; a value that names none is the user's to fix.
+    pub(crate) fn database(&self) -> anyhow::Result<Database> {
+        Database::parse(&self.db).map_err(bad_input)
+    }
+
+    /// Opens the database, creating it if it is missing.
+    pub(crate) fn open(&self) -> anyhow::Result<Opened> {
+        let db = self.database()?;
+        db.open()
+            .with_context(|| format!("opening the database {db}"))
+    }
+
+    /// Opens the database for reading; a missing SQLite file is the user's mistake (`hint` says
+    /// what makes one), not a reason to create an empty database.
+    pub(crate) fn open_existing(&self, hint: &str) -> anyhow::Result<Opened> {
+        let db = self.database()?;
+        if db.is_missing_file() {
+            return Err(bad_input(anyhow::anyhow!(
+                "no database at {db}; {hint}, or pass --db"
+            )));
+        }
+        db.open()
+            .with_context(|| format!("opening the database {db}"))
+    }
 }
 
 /// The wall clock in UTC milliseconds, for records whose time only the caller's clock can say.

@@ -9,7 +9,7 @@
 use std::io::Write;
 
 use loom_core::ReduceConfig;
-use loom_store::{parse_blob_ref, Offloader, Resolution, Store};
+use loom_store::{parse_blob_ref, Offloader, Resolution};
 
 use super::steps::{open, session_id};
 use super::Context;
@@ -29,7 +29,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let session = args.session.as_deref().map(session_id).transpose()?;
     let ws = open(ctx)?;
     let config = ReduceConfig::default();
-    let off = Offloader::new(&ws.store, &ws.blobs, &config);
+    let off = Offloader::new(ws.store.as_ref(), ws.blobs.as_ref(), &config);
     // Aliases are made when steps are derived: derive the missing ones first, in the given
     // session or — to tell whether an alias is ambiguous — in all of them.
     let sessions = match &session {

@@ -17,7 +17,7 @@ use loom_core::render::{
 use loom_core::{Event, SessionId};
 use loom_replay::EncodingMeter;
 use loom_server::live::{lock_live, Backend, LiveSessions};
-use loom_store::{Store, Workspace};
+use loom_store::Opened;
 
 use super::replay::read_policy;
 use super::Context;
@@ -58,7 +58,7 @@ pub(crate) struct Args {
 
 /// Everything a render of a stored session reads.
 pub(crate) struct Loaded {
-    pub(crate) ws: Workspace,
+    pub(crate) ws: Opened,
     pub(crate) session: SessionId,
     pub(crate) events: Vec<Event>,
     pub(crate) steps: StepIndex,
@@ -72,7 +72,7 @@ pub(crate) struct Loaded {
 /// What every render of a stored session checks first: the database, the session, an exact
 /// tokenizer for the model, the policy (with the budget applied) and the tools.
 struct Setup {
-    ws: Workspace,
+    ws: Opened,
     session: SessionId,
     info: loom_core::SessionInfo,
     encoding: loom_tokens::Encoding,
@@ -132,7 +132,7 @@ pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::R
         .into_iter()
         .map(|s| (s.call_id.clone(), s))
         .collect();
-    let summaries = loom_server::engine::summary_views(&ws.store, &session)?;
+    let summaries = loom_server::engine::summary_views(ws.store.as_ref(), &session)?;
     let now_ms = events.last().map_or(info.created_ms, |e| e.ts_ms);
     Ok(Loaded {
         ws,
@@ -205,8 +205,8 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     };
     let live = LiveSessions::new(1);
     let backend = Backend {
-        store: &loaded.ws.store,
-        blobs: &loaded.ws.blobs,
+        store: loaded.ws.store.as_ref(),
+        blobs: loaded.ws.blobs.as_ref(),
         reduce: &engine.reduce,
         live: &live,
     };
@@ -215,7 +215,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         .map_err(api_error)?
         .ok_or_else(|| bad_input(anyhow::anyhow!("session `{}` not found", loaded.session)))?;
     let out = engine
-        .render(&loaded.ws.store, &mut lock_live(&session), &spec)
+        .render(loaded.ws.store.as_ref(), &mut lock_live(&session), &spec)
         .map_err(api_error)?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", out.body)?;

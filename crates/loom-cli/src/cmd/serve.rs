@@ -7,11 +7,9 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use loom_server::{AuthMode, Engine, ServeArgs, ServeConfig};
-use loom_store::Workspace;
 
 use super::Context;
 use crate::exit::bad_input;
@@ -44,7 +42,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let config = ServeConfig::resolve(
         ServeArgs {
             listen: args.listen,
-            db: ctx.db.clone(),
+            db: PathBuf::from(&ctx.db),
             config: args.config,
             upstream_openai: args.upstream_openai,
             upstream_anthropic: args.upstream_anthropic,
@@ -91,15 +89,14 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         None => loom_tokens::Registry::built_in().context("loading the model registry")?,
     };
     let policy = super::replay::read_policy(config.policy.as_ref())?;
-    let ws = Workspace::open(&ctx.db)
-        .with_context(|| format!("opening the database {}", ctx.db.display()))?;
+    let ws = ctx.open()?;
     let engine = Engine {
         registry,
         policy,
         reduce: loom_core::ReduceConfig::default(),
     };
     let listen = config.listen;
-    let state = loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine)?;
+    let state = loom_server::state(config, ws.store, ws.blobs, engine)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

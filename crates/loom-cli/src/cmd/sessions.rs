@@ -2,11 +2,9 @@
 
 use std::io::Write;
 
-use anyhow::Context as _;
-use loom_store::{Store, Workspace};
+use loom_store::Opened;
 
 use super::Context;
-use crate::exit;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -80,14 +78,8 @@ pub(crate) fn closed_pipe_is_fine(result: anyhow::Result<()>) -> anyhow::Result<
 
 /// Opens the database for reading; a missing file is the user's mistake, not a reason to create
 /// an empty database.
-pub(crate) fn open_existing(ctx: &Context) -> anyhow::Result<Workspace> {
-    if !ctx.db.exists() {
-        return Err(exit::bad_input(anyhow::anyhow!(
-            "no database at {}; run `loom import` first or pass --db",
-            ctx.db.display()
-        )));
-    }
-    Workspace::open(&ctx.db).with_context(|| format!("opening the database {}", ctx.db.display()))
+pub(crate) fn open_existing(ctx: &Context) -> anyhow::Result<Opened> {
+    ctx.open_existing("run `loom import` first")
 }
 
 /// `YYYY-MM-DD HH:MM:SS` for UTC milliseconds.

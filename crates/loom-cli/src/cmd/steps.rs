@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use loom_core::{ReduceConfig, SessionId, Step};
-use loom_store::{Offloader, Workspace};
+use loom_store::{Offloader, Opened};
 
 use super::Context;
 use crate::exit;
@@ -68,12 +68,12 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
 
 /// The session's steps, derived where missing (or all again with `rebuild`).
 pub(crate) fn derive(
-    ws: &Workspace,
+    ws: &Opened,
     config: &ReduceConfig,
     session: &SessionId,
     rebuild: bool,
 ) -> anyhow::Result<Vec<Step>> {
-    let off = Offloader::new(&ws.store, &ws.blobs, config);
+    let off = Offloader::new(ws.store.as_ref(), ws.blobs.as_ref(), config);
     if rebuild {
         off.run(session, true)
             .with_context(|| format!("deriving the steps of session {session}"))?;

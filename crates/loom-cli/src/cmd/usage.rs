@@ -8,7 +8,7 @@
 use std::io::Write;
 
 use loom_core::SessionId;
-use loom_store::{Store, Usage};
+use loom_store::Usage;
 
 use super::Context;
 use crate::exit::bad_input;

@@ -2,6 +2,7 @@
 
 mod blob;
 mod compact;
+mod db;
 mod import;
 mod import_errors;
 mod keys;
@@ -82,6 +83,27 @@ impl Loom {
             .args(args)
             .arg("--db")
             .arg(self.db())
+            .current_dir(self.dir.path())
+            .env_remove("LOOM_DB")
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs `loom ARGS --db <db>` in the temp dir, with `db` given as is (a URL, a bad value).
+    pub(crate) fn run_on<I, S>(&self, db: &str, args: I) -> Run
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let out: Output = Command::new(env!("CARGO_BIN_EXE_loom"))
+            .args(args)
+            .arg("--db")
+            .arg(db)
             .current_dir(self.dir.path())
             .env_remove("LOOM_DB")
             .output()

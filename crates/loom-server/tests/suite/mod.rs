@@ -1,6 +1,7 @@
 mod api;
 mod isolation;
 mod openapi;
+mod postgres;
 mod props;
 mod proxy;
 mod support;

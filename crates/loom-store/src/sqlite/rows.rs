@@ -3,13 +3,12 @@
 //! Everything that reads a column and could meet a value this build did not write (a corrupt file,
 //! a hand edit) turns it into [`StoreError::Corrupt`] instead of panicking.
 
-use std::collections::BTreeSet;
-
-use loom_core::{CallState, EventBody, Ledger, NewEvent, Seq, SessionId};
+use loom_core::{CallState, Ledger, Seq, SessionId};
 use rusqlite::types::FromSql;
 use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 
 use super::backend;
+pub(super) use crate::calls::{call_state, parse_status, status_name, touched_calls};
 use crate::records::CallStatus;
 use crate::{Result, StoreError};
 
@@ -123,67 +122,6 @@ pub(super) fn find_session(conn: &Connection, id: &SessionId) -> Result<Option<S
 /// The session's row, or [`StoreError::SessionNotFound`].
 pub(super) fn require_session(conn: &Connection, id: &SessionId) -> Result<SessionRow> {
     find_session(conn, id)?.ok_or_else(|| StoreError::SessionNotFound(id.clone()))
-}
-
-pub(super) fn status_name(status: CallStatus) -> &'static str {
-    match status {
-        CallStatus::Pending => "pending",
-        CallStatus::Resolved => "resolved",
-        CallStatus::Errored => "errored",
-        CallStatus::Expired => "expired",
-    }
-}
-
-pub(super) fn parse_status(name: &str) -> Result<CallStatus> {
-    match name {
-        "pending" => Ok(CallStatus::Pending),
-        "resolved" => Ok(CallStatus::Resolved),
-        "errored" => Ok(CallStatus::Errored),
-        "expired" => Ok(CallStatus::Expired),
-        other => Err(corrupt("tool_calls", format!("unknown status `{other}`"))),
-    }
-}
-
-fn call_state(
-    tool_name: String,
-    call_seq: Seq,
-    status: CallStatus,
-    result_seq: Option<Seq>,
-) -> Result<CallState> {
-    Ok(match (status, result_seq) {
-        (CallStatus::Pending, _) => CallState::Pending {
-            tool_name,
-            call_seq,
-        },
-        (CallStatus::Expired, _) => CallState::Expired {
-            tool_name,
-            call_seq,
-        },
-        (CallStatus::Resolved | CallStatus::Errored, Some(result_seq)) => CallState::Resolved {
-            tool_name,
-            call_seq,
-            result_seq,
-            is_error: status == CallStatus::Errored,
-        },
-        (_, None) => return Err(corrupt("tool_calls", "a resolved call has no result_seq")),
-    })
-}
-
-/// The call ids a batch of events makes or answers: the only ledger entries it can touch.
-pub(super) fn touched_calls(events: &[NewEvent]) -> BTreeSet<&str> {
-    let mut ids = BTreeSet::new();
-    for event in events {
-        match &event.body {
-            EventBody::Assistant { tool_calls, .. } => {
-                ids.extend(tool_calls.iter().map(|c| c.id.as_str()));
-            }
-            EventBody::ToolResult { call_id, .. } => {
-                ids.insert(call_id.as_str());
-            }
-            _ => {}
-        }
-    }
-    ids
 }
 
 /// A ledger holding the stored state of `call_ids` (those that exist).

@@ -8,7 +8,7 @@ use loom_core::{BlobRef, ContentType};
 use loom_store::{parse_blob_ref, BlobStore, StoreError};
 use sha2::{Digest, Sha256};
 
-use crate::suite::support::{BlobHarness, FsBlobHarness, MemoryBlobHarness};
+use crate::suite::support::{BlobHarness, FsBlobHarness, MemoryBlobHarness, PgBlobHarness};
 
 /// A reader that makes `len` bytes of text lines on the fly, so a test can stream 100 MB without
 /// holding 100 MB: it cycles through a block of pseudo-random lines.
@@ -183,7 +183,9 @@ macro_rules! blob_backend {
             $(
                 #[test]
                 fn $scenario() {
-                    super::$scenario(&<$harness as BlobHarness>::open());
+                    if let Some(harness) = <$harness as BlobHarness>::try_open() {
+                        super::$scenario(&harness);
+                    }
                 }
             )*
 
@@ -194,6 +196,7 @@ macro_rules! blob_backend {
 
 with_blob_scenarios!(blob_backend!(memory, MemoryBlobHarness));
 with_blob_scenarios!(blob_backend!(fs, FsBlobHarness));
+with_blob_scenarios!(blob_backend!(postgres, PgBlobHarness));
 
 #[test]
 fn no_blob_backend_skips_a_scenario() {
@@ -203,7 +206,11 @@ fn no_blob_backend_skips_a_scenario() {
         .filter_map(|rest| rest.split('<').next())
         .collect();
     assert!(defined.len() >= 5, "found only {defined:?}");
-    for (backend, list) in [("memory", memory::COVERED), ("fs", fs::COVERED)] {
+    for (backend, list) in [
+        ("memory", memory::COVERED),
+        ("fs", fs::COVERED),
+        ("postgres", postgres::COVERED),
+    ] {
         let covered: BTreeSet<&str> = list.iter().copied().collect();
         assert_eq!(
             covered.len(),

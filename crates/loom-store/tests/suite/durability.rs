@@ -1,4 +1,5 @@
-//! Crash test: acknowledged appends survive SIGKILL, and no batch is ever half-written.
+//! Crash test: acknowledged appends survive SIGKILL, and no batch is ever half-written, on SQLite
+//! and on PostgreSQL.
 //!
 //! The test re-runs its own binary as a writer process (selected by an environment variable),
 //! which appends fixed-size batches in a loop and prints each seq range only after `append`
@@ -6,13 +7,12 @@
 //! against everything that was acknowledged, over several rounds on the same file.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use loom_core::{EventBody, NewEvent, Seq};
-use loom_store::{CallStatus, SqliteStore, Store, StoreError};
+use loom_store::{CallStatus, StoreError};
 
-use crate::suite::support::{call, new_session, result, sid, user};
+use crate::suite::support::{call, fresh_schema, new_session, result, sid, user};
 
 /// Set (to the database path) only in the writer process.
 const WRITER_ENV: &str = "LOOM_STORE_DURABILITY_WRITER";
@@ -38,10 +38,10 @@ fn expected(seq: Seq) -> NewEvent {
 /// it returns at once.
 #[test]
 fn durability_writer_process() {
-    let Ok(path) = std::env::var(WRITER_ENV) else {
+    let Ok(db) = std::env::var(WRITER_ENV) else {
         return;
     };
-    let store = SqliteStore::open(&path).unwrap();
+    let store = loom_store::open(&db).unwrap().store;
     let id = sid("storm");
     match store.create_session(&new_session("storm"), &[]) {
         Ok(_) | Err(StoreError::SessionExists(_)) => {}
@@ -60,7 +60,7 @@ fn durability_writer_process() {
 
 /// Runs a writer until it has acknowledged `acks` batches, kills it, and returns the last
 /// acknowledged seq (from every line it printed before it died).
-fn storm(path: &Path, acks: usize) -> Seq {
+fn storm(db: &str, acks: usize) -> Seq {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args([
@@ -69,7 +69,7 @@ fn storm(path: &Path, acks: usize) -> Seq {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(WRITER_ENV, path)
+        .env(WRITER_ENV, db)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -111,8 +111,8 @@ fn parse_ack(line: &str) -> Option<Seq> {
     Some(end)
 }
 
-fn check(path: &Path, acknowledged: Seq) {
-    let store = SqliteStore::open(path).unwrap();
+fn check(db: &str, acknowledged: Seq) {
+    let store = loom_store::open(db).unwrap().store;
     let id = sid("storm");
     let latest = store.latest_seq(&id).unwrap();
     assert!(
@@ -166,19 +166,35 @@ fn check(path: &Path, acknowledged: Seq) {
 fn acknowledged_appends_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("storm.db");
+    survive_sigkill(path.to_str().unwrap());
+}
+
+/// The same storm against PostgreSQL: the writer is a client killed mid-commit, and the server
+/// must keep exactly what it acknowledged.
+#[test]
+fn acknowledged_appends_survive_sigkill_on_postgres() {
+    let Some(schema) = fresh_schema() else {
+        return;
+    };
+    survive_sigkill(&schema.url);
+}
+
+/// Rounds of storms on the database `db` names, each killed at a different point.
+fn survive_sigkill(path: &str) {
     let mut acknowledged = 0;
     for round in 0..ROUNDS {
         // Kill at different points of the storm in each round.
-        let acked = storm(&path, 40 + 37 * round);
+        let acked = storm(path, 40 + 37 * round);
         assert!(
             acked > acknowledged,
             "round {round} acknowledged nothing new"
         );
         acknowledged = acked;
-        check(&path, acknowledged);
+        check(path, acknowledged);
         // The next writer continues from the recovered log, not from what was acknowledged.
-        acknowledged = SqliteStore::open(&path)
+        acknowledged = loom_store::open(path)
             .unwrap()
+            .store
             .latest_seq(&sid("storm"))
             .unwrap();
     }

@@ -4,6 +4,8 @@
 
 mod blob;
 mod durability;
+mod pg_faults;
+mod postgres;
 mod props;
 mod sqlite;
 mod store;

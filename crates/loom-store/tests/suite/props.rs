@@ -1,4 +1,5 @@
-//! Property test: random batches, valid and invalid, leave SQLite and memory in the same state.
+//! Property test: random batches, valid and invalid, leave SQLite and memory, and PostgreSQL and
+//! memory, in the same state.
 //!
 //! The memory backend is the reference; any difference in what is accepted, what error is given
 //! or what ends up stored is a bug in one of them.
@@ -7,7 +8,9 @@ use loom_core::{NewEvent, Seq, SessionId};
 use loom_store::{MemoryStore, Store};
 use proptest::prelude::*;
 
-use crate::suite::support::{calls, new_session, result, sid, user, SqliteHarness, StoreHarness};
+use crate::suite::support::{
+    calls, new_session, result, sid, user, PgHarness, SqliteHarness, StoreHarness,
+};
 
 const TOOLS: [&str; 2] = ["bash", "python"];
 
@@ -99,6 +102,26 @@ fn state(store: &impl Store, id: &SessionId) -> String {
     )
 }
 
+/// Runs `ops` (after creating the session with `first`) on `store` and on the reference, and
+/// fails on the first result or the final state that differs.
+fn agree_with_memory(
+    store: &impl Store,
+    first: Vec<Ev>,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let memory = MemoryStore::new();
+    let id = sid("s");
+    // Most runs should have a session to append to; a bad first batch tests creation too.
+    let ops: Vec<Op> = std::iter::once(Op::Create(first)).chain(ops).collect();
+    for (i, op) in ops.iter().enumerate() {
+        let expected = apply(&memory, &id, op);
+        let got = apply(store, &id, op);
+        prop_assert_eq!(got, expected, "operation {} ({:?}) differs", i, op);
+    }
+    prop_assert_eq!(state(store, &id), state(&memory, &id));
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -107,16 +130,18 @@ proptest! {
         first in prop::collection::vec(ev(), 0..5),
         ops in prop::collection::vec(op(), 1..14),
     ) {
-        let memory = MemoryStore::new();
         let sqlite = SqliteHarness::open();
-        let id = sid("s");
-        // Most runs should have a session to append to; a bad first batch tests creation too.
-        let ops: Vec<Op> = std::iter::once(Op::Create(first)).chain(ops).collect();
-        for (i, op) in ops.iter().enumerate() {
-            let expected = apply(&memory, &id, op);
-            let got = apply(sqlite.store(), &id, op);
-            prop_assert_eq!(got, expected, "operation {} ({:?}) differs", i, op);
+        agree_with_memory(sqlite.store(), first, ops)?;
+    }
+
+    #[test]
+    fn postgres_and_memory_agree(
+        first in prop::collection::vec(ev(), 0..5),
+        ops in prop::collection::vec(op(), 1..14),
+    ) {
+        // Without a cluster every case skips (and says so); with one, each case gets a schema.
+        if let Some(pg) = PgHarness::try_open() {
+            agree_with_memory(pg.store(), first, ops)?;
         }
-        prop_assert_eq!(state(sqlite.store(), &id), state(&memory, &id));
     }
 }

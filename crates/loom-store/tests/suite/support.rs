@@ -4,9 +4,12 @@ use std::path::PathBuf;
 
 use loom_core::{AgentId, ContentStats, EventBody, NewEvent, SessionId, ToolCall, ToolOutput};
 use loom_store::{
-    BlobStore, FsBlobStore, MemoryBlobStore, MemoryStore, NewSession, SqliteStore, Store,
+    BlobStore, FsBlobStore, MemoryBlobStore, MemoryStore, NewSession, PgBlobStore, PgStore,
+    SqliteStore, Store,
 };
 use tempfile::TempDir;
+
+pub(crate) use loom_testkit::pg::{fresh_schema, PgSchema};
 
 /// A fresh store of one backend, able to close and reopen it over the same storage.
 pub(crate) trait StoreHarness {
@@ -14,6 +17,14 @@ pub(crate) trait StoreHarness {
     type Store: Store;
     /// A new, empty store.
     fn open() -> Self;
+    /// A new, empty store, or `None` when the backend cannot run here (PostgreSQL with no
+    /// cluster to test against; the reason has been printed).
+    fn try_open() -> Option<Self>
+    where
+        Self: Sized,
+    {
+        Some(Self::open())
+    }
     /// The store under test.
     fn store(&self) -> &Self::Store;
     /// Closes the store and opens it again over the same storage. The memory backend's storage
@@ -70,12 +81,44 @@ impl StoreHarness for SqliteHarness {
     }
 }
 
+/// The PostgreSQL backend in a schema of its own on the test cluster (see `pg_support`).
+#[derive(Debug)]
+pub(crate) struct PgHarness {
+    store: PgStore,
+    pub(crate) schema: PgSchema,
+}
+
+impl StoreHarness for PgHarness {
+    type Store = PgStore;
+    fn open() -> Self {
+        Self::try_open().unwrap()
+    }
+    fn try_open() -> Option<Self> {
+        let schema = fresh_schema()?;
+        let store = PgStore::open(&schema.url).unwrap();
+        Some(Self { store, schema })
+    }
+    fn store(&self) -> &PgStore {
+        &self.store
+    }
+    fn reopen(&mut self) {
+        self.store = PgStore::open(&self.schema.url).unwrap();
+    }
+}
+
 /// A fresh blob store of one backend.
 pub(crate) trait BlobHarness {
     /// The backend.
     type Blobs: BlobStore;
     /// A new, empty blob store.
     fn open() -> Self;
+    /// A new, empty blob store, or `None` when the backend cannot run here.
+    fn try_open() -> Option<Self>
+    where
+        Self: Sized,
+    {
+        Some(Self::open())
+    }
     /// The store under test.
     fn blobs(&self) -> &Self::Blobs;
 }
@@ -109,6 +152,28 @@ impl BlobHarness for FsBlobHarness {
         Self { blobs, dir }
     }
     fn blobs(&self) -> &FsBlobStore {
+        &self.blobs
+    }
+}
+
+/// Blobs in a PostgreSQL schema of their own.
+#[derive(Debug)]
+pub(crate) struct PgBlobHarness {
+    pub(crate) blobs: PgBlobStore,
+    pub(crate) schema: PgSchema,
+}
+
+impl BlobHarness for PgBlobHarness {
+    type Blobs = PgBlobStore;
+    fn open() -> Self {
+        Self::try_open().unwrap()
+    }
+    fn try_open() -> Option<Self> {
+        let schema = fresh_schema()?;
+        let blobs = PgStore::open(&schema.url).unwrap().blobs();
+        Some(Self { blobs, schema })
+    }
+    fn blobs(&self) -> &PgBlobStore {
         &self.blobs
     }
 }

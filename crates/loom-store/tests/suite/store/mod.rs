@@ -10,7 +10,7 @@ mod scenarios;
 
 use std::collections::BTreeSet;
 
-use crate::suite::support::{MemoryHarness, SqliteHarness, StoreHarness};
+use crate::suite::support::{MemoryHarness, PgHarness, SqliteHarness, StoreHarness};
 
 /// Calls `$callback!($args; <every scenario as group::name>)`.
 macro_rules! with_store_scenarios {
@@ -58,7 +58,9 @@ macro_rules! store_backend {
             $(
                 #[test]
                 fn $scenario() {
-                    let mut harness = <$harness as StoreHarness>::open();
+                    let Some(mut harness) = <$harness as StoreHarness>::try_open() else {
+                        return;
+                    };
                     scenarios::$group::$scenario(&mut harness);
                 }
             )*
@@ -70,6 +72,7 @@ macro_rules! store_backend {
 
 with_store_scenarios!(store_backend!(memory, MemoryHarness));
 with_store_scenarios!(store_backend!(sqlite, SqliteHarness));
+with_store_scenarios!(store_backend!(postgres, PgHarness));
 
 /// The names of the scenario functions a source file defines.
 fn defined_scenarios(source: &str) -> BTreeSet<String> {
@@ -95,7 +98,11 @@ fn no_backend_skips_a_scenario() {
         defined.len() >= 16,
         "scenario parsing found only {defined:?}"
     );
-    for (backend, list) in [("memory", memory::COVERED), ("sqlite", sqlite::COVERED)] {
+    for (backend, list) in [
+        ("memory", memory::COVERED),
+        ("sqlite", sqlite::COVERED),
+        ("postgres", postgres::COVERED),
+    ] {
         let covered: BTreeSet<String> = list.iter().map(|s| (*s).to_owned()).collect();
         assert_eq!(
             covered.len(),
