@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::format::Format;
+pub(crate) use super::hash::{Fx, FxBuild};
 use super::layout::{self, form_of, StepIndex, SummaryView};
 use super::meter::TokenMeter;
 use super::policy::Policy;
@@ -18,31 +19,6 @@ use super::request::{Msg, Request, ResultForm, ToolSpec};
 use super::state::CompactionState;
 use super::Piece;
 use crate::event::{MessageContent, Seq, ToolOutput};
-
-/// A small, fast hasher for the memo's integer keys (SipHash's DoS resistance buys nothing for
-/// keys the pipeline makes itself, and the memo is hit several thousand times per render).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Fx(u64);
-
-impl std::hash::Hasher for Fx {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-pub(crate) type FxBuild = std::hash::BuildHasherDefault<Fx>;
 
 /// A hash of everything in a state that decides what the units in place cost: the boundary, the
 /// decisions about seqs at or after it, and the rest whole. Decisions about folded units are left

@@ -255,7 +255,7 @@ fn message(
 pub(crate) fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
     use std::hash::{Hash, Hasher};
     // Integers only: the fast hasher is enough.
-    let mut h = super::cost::Fx::default();
+    let mut h = super::hash::Fx::default();
     (
         "unit",
         unit.seq,

@@ -11,6 +11,7 @@ mod check;
 mod cost;
 mod diff;
 mod format;
+mod hash;
 mod layout;
 mod meter;
 mod policy;
