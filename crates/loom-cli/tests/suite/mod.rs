@@ -10,6 +10,7 @@ mod large;
 mod log;
 mod render;
 mod replay;
+mod serve;
 mod steps;
 mod usage;
 
