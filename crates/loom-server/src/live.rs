@@ -279,6 +279,11 @@ impl LiveSessions {
         self.lock().map.len()
     }
 
+    /// Whether session `id` is live (without touching its place in the order).
+    pub fn contains(&self, id: &SessionId) -> bool {
+        self.lock().map.contains_key(id)
+    }
+
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

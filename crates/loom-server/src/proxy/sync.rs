@@ -51,6 +51,27 @@ pub(crate) fn sync(
     agent: &AgentId,
     body: &RequestBody,
 ) -> Result<Synced> {
+    // The sessions of this conversation the server has live, newest fork first: a call that
+    // continues one of them needs no lookup of the others in the store.
+    let mut cached = Vec::new();
+    if b.live.contains(base) {
+        cached.push(base.clone());
+        for n in 2..=MAX_FORKS {
+            let id = fork_id(base, n)?;
+            if !b.live.contains(&id) {
+                break;
+            }
+            cached.push(id);
+        }
+    }
+    for id in cached.iter().rev() {
+        let Some(live) = b.live.get(b, id)? else {
+            continue;
+        };
+        if let Some(synced) = continuation(b, body, id, live)? {
+            return Ok(synced);
+        }
+    }
     if b.store.session(base)?.is_none() {
         let read = body.read_whole(b, base)?;
         create(b.store, base, agent, None, &read.events)?;
@@ -76,28 +97,12 @@ pub(crate) fn sync(
     let mut whole: Option<Read> = None;
     for id in forks.iter().rev() {
         let live = loaded(b, id)?;
-        let mut state = lock_live(&live);
-        // The session remembers the body's beginning: read and compare only the rest.
-        let continuation = state.body.as_ref().and_then(|memo| {
-            body.read_continuation(b, id, memo)
-                .map(|read| (memo.events(), read))
-        });
-        if let Some((before, read)) = continuation {
-            let logged = &state.events[before.min(state.events.len())..];
-            if extends(logged, &read.events) {
-                let new = &read.events[logged.len()..];
-                state.append(b, new)?;
-                let appended = new.len();
-                state.body = body.memo(before + read.events.len(), read);
-                drop(state);
-                return Ok(Synced {
-                    live,
-                    appended,
-                    diverged_from: None,
-                    continued: true,
-                });
+        if !cached.contains(id) {
+            if let Some(synced) = continuation(b, body, id, Arc::clone(&live))? {
+                return Ok(synced);
             }
         }
+        let mut state = lock_live(&live);
         let read = match whole.take() {
             Some(read) => read,
             None => body.read_whole(b, base)?,
@@ -141,6 +146,39 @@ pub(crate) fn sync(
         diverged_from: Some(newest),
         continued: false,
     })
+}
+
+/// Appends the body's new items to session `id` when its live state remembers the body's
+/// beginning and the log past that point is a prefix of what follows; `None` otherwise.
+fn continuation(
+    b: Backend<'_>,
+    body: &RequestBody,
+    id: &SessionId,
+    live: Arc<Mutex<Live>>,
+) -> Result<Option<Synced>> {
+    let mut state = lock_live(&live);
+    let read = state.body.as_ref().and_then(|memo| {
+        body.read_continuation(b, id, memo)
+            .map(|read| (memo.events(), read))
+    });
+    let Some((before, read)) = read else {
+        return Ok(None);
+    };
+    let logged = &state.events[before.min(state.events.len())..];
+    if !extends(logged, &read.events) {
+        return Ok(None);
+    }
+    let new = &read.events[logged.len()..];
+    state.append(b, new)?;
+    let appended = new.len();
+    state.body = body.memo(before + read.events.len(), read);
+    drop(state);
+    Ok(Some(Synced {
+        live,
+        appended,
+        diverged_from: None,
+        continued: true,
+    }))
 }
 
 /// The live state of a session that exists.
