@@ -52,6 +52,12 @@ pub struct Summary {
     pub render_p99_us: f64,
     /// Compaction points fired.
     pub compaction_points: u64,
+    /// Tokens Loom sent again uncached at compaction points: what a point's request sends after
+    /// its cached prefix, less what the conversation added since the previous call (the full
+    /// history's growth), summed over the points.
+    pub resent_at_points: u64,
+    /// `resent_at_points` over Loom's input tokens.
+    pub resent_share: f64,
     /// References in Loom's requests checked.
     pub refs_checked: u64,
     /// References that failed to return the original bytes.
@@ -128,12 +134,29 @@ pub fn summarize(scope: &str, runs: &[&TraceRun], registry_cached: f64) -> Summa
         .map(|c| c.render_ns)
         .collect();
     lat.sort_unstable();
+    let mut resent_at_points = 0u64;
+    for run in runs {
+        for pair in run.calls.windows(2) {
+            let (prev, c) = (&pair[0], &pair[1]);
+            if c.compaction {
+                let uncached = c.loom.tokens.saturating_sub(c.loom.cached);
+                let growth = c.full.tokens.saturating_sub(prev.full.tokens);
+                resent_at_points += uncached.saturating_sub(growth);
+            }
+        }
+    }
+    let loom = stats(runs, |c| c.loom, full_tokens, registry_cached, evidence);
+    let resent_share = if loom.input_tokens > 0 {
+        resent_at_points as f64 / loom.input_tokens as f64
+    } else {
+        0.0
+    };
     Summary {
         scope: scope.to_owned(),
         trajectories: runs.len(),
         calls: runs.iter().map(|r| r.calls.len()).sum(),
         evidence,
-        loom: stats(runs, |c| c.loom, full_tokens, registry_cached, evidence),
+        loom,
         full: stats(runs, |c| c.full, full_tokens, registry_cached, evidence),
         window: stats(runs, |c| c.window, full_tokens, registry_cached, evidence),
         render_p50_us: percentile(&lat, 0.50),
@@ -143,6 +166,8 @@ pub fn summarize(scope: &str, runs: &[&TraceRun], registry_cached: f64) -> Summa
             .flat_map(|r| &r.calls)
             .filter(|c| c.compaction)
             .count() as u64,
+        resent_at_points,
+        resent_share,
         refs_checked: runs
             .iter()
             .flat_map(|r| &r.calls)

@@ -216,11 +216,12 @@ fn write_table(
         }
         writeln!(
             out,
-            "{:<34} render p50 {:.0} µs, p99 {:.0} µs; {} compaction points; {}/{} references recovered{}",
+            "{:<34} render p50 {:.0} µs, p99 {:.0} µs; {} compaction points (re-sent {:.1}% of input); {}/{} references recovered{}",
             "",
             s.render_p50_us,
             s.render_p99_us,
             s.compaction_points,
+            s.resent_share * 100.0,
             s.refs_checked - s.refs_failed,
             s.refs_checked,
             if s.errors > 0 {
