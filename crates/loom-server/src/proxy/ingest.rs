@@ -242,8 +242,10 @@ impl RequestBody {
         match short {
             Some(opening) => Ok(opening),
             None => {
+                // Read whole: a conversation without a user message opens with all of it.
                 let events = import(b, self.api, &scratch, &self.raw, 0)?;
-                Ok(opening_of(events).unwrap_or_default())
+                let all: Vec<EventBody> = events.iter().map(|e| e.body.clone()).collect();
+                Ok(opening_of(events).unwrap_or(all))
             }
         }
     }
@@ -458,5 +460,90 @@ impl<'de> Visitor<'de> for Items {
 
     fn visit_unit<E: de::Error>(self) -> std::result::Result<Listed<'de>, E> {
         Ok(Listed::Other(Value::Null))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::TestBackend;
+    use serde_json::json;
+
+    /// The opening as reading the whole body gives it: up to the first user message, or all.
+    fn whole_opening(b: Backend<'_>, api: Api, raw: &[u8]) -> Vec<EventBody> {
+        let scratch = SessionId::new("opening").unwrap();
+        let events = import(b, api, &scratch, raw, 0).unwrap();
+        let end = events
+            .iter()
+            .position(|e| matches!(e.body, EventBody::User { .. }))
+            .map_or(events.len(), |i| i + 1);
+        events[..end].iter().map(|e| e.body.clone()).collect()
+    }
+
+    #[test]
+    fn the_opening_is_read_from_the_first_messages_as_from_the_whole_body() {
+        let t = TestBackend::new(4);
+        let b = t.backend();
+        let bodies = [
+            (
+                Api::ChatCompletions,
+                json!({"model": "m", "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello"},
+                    {"role": "user", "content": "more"}]}),
+            ),
+            // No user message at all: the whole conversation is its opening.
+            (
+                Api::ChatCompletions,
+                json!({"model": "m", "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "assistant", "content": "hello"}]}),
+            ),
+            (
+                Api::Messages,
+                json!({"model": "m", "max_tokens": 5, "system": "sys", "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "yes"},
+                    {"role": "user", "content": "go"}]}),
+            ),
+            (
+                Api::Responses,
+                json!({"model": "m", "instructions": "be brief", "input": [
+                    {"role": "user", "content": "hi"},
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+                    {"role": "user", "content": "more"}]}),
+            ),
+            (
+                Api::Responses,
+                json!({"model": "m", "input": "just a string"}),
+            ),
+        ];
+        for (api, body) in bodies {
+            let raw = Bytes::from(body.to_string());
+            let split = RequestBody::parse(api, raw.clone()).unwrap();
+            assert_eq!(
+                split.opening(b).unwrap(),
+                whole_opening(b, api, &raw),
+                "{api:?}: {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_or_not_json_is_refused_as_before() {
+        for raw in ["[1, 2]", "{\"model\": ", "\"text\"", ""] {
+            let e = RequestBody::parse(Api::ChatCompletions, Bytes::from(raw)).unwrap_err();
+            assert!(
+                e.message.contains("not valid JSON") || e.message.contains("must be a JSON object"),
+                "{raw:?}: {}",
+                e.message
+            );
+        }
+        // A conversation that is not a list is a field like any other: the check names it.
+        let split =
+            RequestBody::parse(Api::ChatCompletions, Bytes::from(r#"{"messages": 5}"#)).unwrap();
+        assert!(split.items.is_none());
+        assert_eq!(split.fields["messages"], 5);
     }
 }
