@@ -34,6 +34,26 @@ pub(crate) fn parse_status(name: &str) -> Result<CallStatus> {
     }
 }
 
+/// The status and result seq a call's state is stored as.
+pub(crate) fn call_row(state: &CallState) -> (CallStatus, Option<Seq>) {
+    match state {
+        CallState::Pending { .. } => (CallStatus::Pending, None),
+        CallState::Expired { .. } => (CallStatus::Expired, None),
+        CallState::Resolved {
+            result_seq,
+            is_error,
+            ..
+        } => {
+            let status = if *is_error {
+                CallStatus::Errored
+            } else {
+                CallStatus::Resolved
+            };
+            (status, Some(*result_seq))
+        }
+    }
+}
+
 pub(crate) fn call_state(
     tool_name: String,
     call_seq: Seq,

@@ -9,12 +9,12 @@
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
-use loom_core::{CallState, EventBody, Ledger, NewEvent, Seq, SessionId, SessionInfo};
+use loom_core::{EventBody, Ledger, NewEvent, Seq, SessionId, SessionInfo};
 use postgres::GenericClient;
 
 use super::db::{corrupt, seq_bound, storable, to_json, Db};
 use crate::calls::{call_state, parse_status, status_name, touched_calls};
-use crate::records::{CallStatus, ModelCall, NewModelCall, NewSession, Usage};
+use crate::records::{ModelCall, NewModelCall, NewSession, Usage};
 use crate::{validate, Result, StoreError};
 
 /// A session's row key and the last seq of its log.
@@ -126,22 +126,8 @@ impl<'a> CallRows<'a> {
             let Some(state) = ledger.get(call_id) else {
                 continue;
             };
-            let (status, result_seq) = match state {
-                CallState::Pending { .. } => (CallStatus::Pending, None),
-                CallState::Expired { .. } => (CallStatus::Expired, None),
-                CallState::Resolved {
-                    result_seq,
-                    is_error,
-                    ..
-                } => {
-                    let status = if *is_error {
-                        CallStatus::Errored
-                    } else {
-                        CallStatus::Resolved
-                    };
-                    (status, Some(seq_bound(*result_seq)))
-                }
-            };
+            let (status, result_seq) = crate::calls::call_row(state);
+            let result_seq = result_seq.map(seq_bound);
             rows.ids.push(call_id);
             rows.tools.push(state.tool_name());
             rows.call_seqs.push(seq_bound(state.call_seq()));

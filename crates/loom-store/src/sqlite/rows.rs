@@ -3,13 +3,12 @@
 //! Everything that reads a column and could meet a value this build did not write (a corrupt file,
 //! a hand edit) turns it into [`StoreError::Corrupt`] instead of panicking.
 
-use loom_core::{CallState, Ledger, Seq, SessionId};
+use loom_core::{Ledger, Seq, SessionId};
 use rusqlite::types::FromSql;
 use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 
 use super::backend;
 pub(super) use crate::calls::{call_state, parse_status, status_name, touched_calls};
-use crate::records::CallStatus;
 use crate::{Result, StoreError};
 
 /// A session's row key and the last seq of its log.
@@ -187,22 +186,8 @@ pub(super) fn store_calls<'a>(
         let Some(state) = ledger.get(call_id) else {
             continue;
         };
-        let (status, result_seq) = match state {
-            CallState::Pending { .. } => (CallStatus::Pending, None),
-            CallState::Expired { .. } => (CallStatus::Expired, None),
-            CallState::Resolved {
-                result_seq,
-                is_error,
-                ..
-            } => {
-                let status = if *is_error {
-                    CallStatus::Errored
-                } else {
-                    CallStatus::Resolved
-                };
-                (status, Some(seq_bound(*result_seq)))
-            }
-        };
+        let (status, result_seq) = crate::calls::call_row(state);
+        let result_seq = result_seq.map(seq_bound);
         stmt.execute(params![
             session_pk,
             call_id,
