@@ -9,9 +9,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::support::{config, engine};
 use loom_core::{EventBody, SessionId};
 use loom_mock_upstream::{Mock, MockHandle};
-use loom_server::{AppState, AuthMode, Engine, ServeArgs, ServeConfig};
+use loom_server::{AppState, AuthMode, ServeConfig};
 use loom_store::{new_api_key, Opened, ProxyMode, TenantId};
 use loom_testkit::pg::fresh_schema;
 use serde_json::{json, Value};
@@ -46,33 +47,13 @@ async fn serve_with(db: &str, mock: &MockHandle, mode: ProxyMode, auth: AuthMode
     serve_on(config, opened.store, opened.blobs).await
 }
 
-fn config(db: &str, mock: &MockHandle, auth: AuthMode) -> ServeConfig {
-    ServeConfig::resolve(
-        ServeArgs {
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            db: db.into(),
-            config: None,
-            upstream_openai: Some(format!("{}/v1", mock.base_url())),
-            upstream_anthropic: Some(mock.base_url()),
-            auth: Some(auth),
-        },
-        &|name| (name == "LOOM_UPSTREAM_OPENAI_KEY").then(|| "sk-upstream".to_owned()),
-    )
-    .unwrap()
-}
-
 /// A server over a store the caller already opened.
 async fn serve_on(
     config: ServeConfig,
     store: Arc<dyn loom_store::Store>,
     blobs: Arc<dyn loom_store::BlobStore>,
 ) -> PgServer {
-    let engine = Engine {
-        registry: loom_tokens::Registry::built_in().unwrap(),
-        policy: loom_core::render::Policy::default(),
-        reduce: loom_core::ReduceConfig::default(),
-    };
-    let state = loom_server::state(config, store, blobs, engine).unwrap();
+    let state = loom_server::state(config, store, blobs, engine()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();

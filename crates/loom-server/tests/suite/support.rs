@@ -19,14 +19,13 @@ pub(crate) struct Server {
     _dir: tempfile::TempDir,
 }
 
-pub(crate) async fn start(auth: AuthMode, mode: ProxyMode) -> Server {
-    let mock = Mock::spawn().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("loom.db");
-    let mut config = ServeConfig::resolve(
+/// The configuration of a test server on `db` in front of `mock`, with the server's own
+/// upstream key in the environment it reads.
+pub(crate) fn config(db: &str, mock: &MockHandle, auth: AuthMode) -> ServeConfig {
+    ServeConfig::resolve(
         ServeArgs {
             listen: Some("127.0.0.1:0".parse().unwrap()),
-            db: db.clone(),
+            db: db.into(),
             config: None,
             upstream_openai: Some(format!("{}/v1", mock.base_url())),
             upstream_anthropic: Some(mock.base_url()),
@@ -34,15 +33,27 @@ pub(crate) async fn start(auth: AuthMode, mode: ProxyMode) -> Server {
         },
         &|name| (name == "LOOM_UPSTREAM_OPENAI_KEY").then(|| "sk-upstream".to_owned()),
     )
-    .unwrap();
-    config.default_mode = mode;
-    let ws = Workspace::open(&db).unwrap();
-    let engine = Engine {
+    .unwrap()
+}
+
+/// The engine with the built-in registry and the default policy.
+pub(crate) fn engine() -> Engine {
+    Engine {
         registry: loom_tokens::Registry::built_in().unwrap(),
         policy: loom_core::render::Policy::default(),
         reduce: loom_core::ReduceConfig::default(),
-    };
-    let state = loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine).unwrap();
+    }
+}
+
+pub(crate) async fn start(auth: AuthMode, mode: ProxyMode) -> Server {
+    let mock = Mock::spawn().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("loom.db");
+    let mut config = config(&db.to_string_lossy(), &mock, auth);
+    config.default_mode = mode;
+    let ws = Workspace::open(&db).unwrap();
+    let state =
+        loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
