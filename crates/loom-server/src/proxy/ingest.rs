@@ -89,13 +89,17 @@ impl RequestBody {
             }
         };
         let Split { fields, items } = envelope;
+        // Each item is borrowed from `raw`: where it sits there is its pointer's offset. Should
+        // one not lie inside (it cannot), the body is read whole, never sliced wrong.
         let base = raw.as_ptr() as usize;
-        let items: Option<Vec<Range<usize>>> = items.map(|items| {
+        let items: Option<Vec<Range<usize>>> = items.and_then(|items| {
             items
                 .iter()
                 .map(|item| {
-                    let start = item.get().as_ptr() as usize - base;
-                    start..start + item.get().len()
+                    let text = item.get().as_bytes();
+                    let start = (text.as_ptr() as usize).checked_sub(base)?;
+                    let range = start..start.checked_add(text.len())?;
+                    (range.end <= raw.len()).then_some(range)
                 })
                 .collect()
         });
