@@ -64,7 +64,9 @@ pub(crate) struct BodyMemo {
 /// A history read from a body: its events and the call ids it used.
 #[derive(Debug)]
 pub(crate) struct Read {
+    /// The events, in order.
     pub events: Vec<NewEvent>,
+    /// Every call id they use, for checking the next continuation.
     calls: CallIds,
 }
 
