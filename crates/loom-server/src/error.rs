@@ -151,7 +151,11 @@ impl From<StoreError> for ApiError {
                 Self::not_found(e.to_string())
             }
             StoreError::ModelCallNotFound { .. } => Self::not_found(e.to_string()),
-            StoreError::SessionExists(_) => Self::conflict(e.to_string()),
+            // Another writer changed the session while this call prepared its write; the client
+            // may send the call again.
+            StoreError::SessionExists(_) | StoreError::Moved { .. } => {
+                Self::conflict(e.to_string())
+            }
             // Every connection busy, or the database restarting: nothing was done, and the
             // client may retry. What exactly failed is logged, not sent.
             StoreError::Unavailable { action, .. } => {

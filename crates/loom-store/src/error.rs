@@ -138,6 +138,16 @@ pub enum StoreError {
         /// What failed to decode.
         reason: String,
     },
+    /// A turn prepared against a log that another writer has since changed; nothing of it was
+    /// written, and the caller starts again from what the store holds (see
+    /// [`Store::write_turn`](crate::Store::write_turn)).
+    #[error("session `{session}` moved on: {reason}")]
+    Moved {
+        /// The session written.
+        session: SessionId,
+        /// What changed.
+        reason: String,
+    },
     /// The database's schema is newer than this build understands.
     #[error(
         "database schema version {found} is newer than this build's {supported}; upgrade loom"

@@ -17,6 +17,7 @@ mod open;
 mod postgres;
 mod records;
 mod sqlite;
+mod turn;
 mod validate;
 mod workspace;
 
@@ -32,6 +33,7 @@ pub use records::{
     ToolCallRecord, Usage,
 };
 pub use sqlite::SqliteStore;
+pub use turn::{CatchUp, Known, Turn, Written};
 pub use workspace::Workspace;
 
 use std::ops::RangeInclusive;
@@ -139,6 +141,24 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Records a model-call receipt; returns its id (1-based, per session).
     fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall>;
+
+    /// What changed in the session since `known`: the events after its length, the summaries
+    /// when a newer one exists, the newest receipt when it is not the known one (see
+    /// [`turn`](crate::Turn)). [`StoreError::SessionNotFound`] when the session does not exist.
+    fn catch_up(&self, session: &SessionId, known: Known) -> Result<CatchUp> {
+        turn::catch_up(self, session, known)
+    }
+
+    /// Writes one call's turn: its events from seq `turn.after + 1` (checked against the
+    /// ledger), its steps and aliases, its receipt at the end of its events, and the usage it
+    /// reports. Refused with [`StoreError::Moved`] when the log no longer holds `turn.after`
+    /// events, or holds other states for the calls the events name than `turn.calls`; any other
+    /// refusal is an error that names the record. A backend that writes it in one transaction
+    /// writes all or nothing; the default writes the events (with the usage) first, then the
+    /// aliases, steps and receipt, each atomic.
+    fn write_turn(&self, turn: &Turn<'_>) -> Result<Written> {
+        turn::write_turn(self, turn)
+    }
 
     /// Every receipt of the session, in the order they were recorded.
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>>;

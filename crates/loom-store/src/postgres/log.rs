@@ -266,7 +266,7 @@ pub(super) fn create_in(
 
 /// Refuses a batch whose call ids or tool names PostgreSQL cannot store (see [`storable`]); the
 /// rest of each event is stored as escaped JSON, which can hold anything.
-fn storable_calls(session: &SessionId, events: &[NewEvent]) -> Result<()> {
+pub(super) fn storable_calls(session: &SessionId, events: &[NewEvent]) -> Result<()> {
     for (index, event) in events.iter().enumerate() {
         let record = || format!("event {index} of the batch");
         match &event.body {

@@ -20,6 +20,7 @@ mod keys;
 mod log;
 mod pool;
 mod schema;
+mod turn;
 mod tx;
 
 use std::ops::RangeInclusive;
@@ -464,6 +465,22 @@ impl Store for PgStore {
                 call: call.clone(),
                 usage: None,
             })
+        })
+    }
+
+    fn catch_up(&self, session: &SessionId, known: crate::Known) -> Result<crate::CatchUp> {
+        tx::read(&self.pool, "catching up with a session", |db| {
+            turn::catch_up(db, session, known)
+        })
+    }
+
+    fn write_turn(&self, turn: &crate::Turn<'_>) -> Result<crate::Written> {
+        // One statement, outside any transaction (it is one on its own). Run again after a
+        // broken connection it cannot apply twice: a turn that did apply moved the log on, so
+        // the second run is refused as `Moved` and the caller reads what is there. Only a turn
+        // with no events and a receipt could be recorded twice, as two receipts.
+        tx::read(&self.pool, "writing a turn", |db| {
+            turn::write_turn(db, turn)
         })
     }
 

@@ -22,10 +22,11 @@ struct Migration {
 }
 
 /// Every migration, oldest first. Append only: a released step is never edited.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "the log, its derived records, api keys and blobs",
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "the log, its derived records, api keys and blobs",
+        sql: r#"
         -- One row per session. `last_seq` is the log's length; appends lock this row
         -- (`SELECT ... FOR UPDATE`), which is what keeps seqs contiguous and unique when several
         -- servers append to one session.
@@ -133,7 +134,96 @@ const MIGRATIONS: &[Migration] = &[Migration {
         -- storing chunks uncompressed saves the CPU of compressing them.
         ALTER TABLE blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
     "#,
-}];
+    },
+    Migration {
+        version: 2,
+        name: "a call's turn written in one statement",
+        sql: TURN_FUNCTION,
+    },
+];
+
+/// `loom_write_turn`: one call's turn (see `Store::write_turn`) as one statement, so that a
+/// server writes it in one round trip. The caller has checked the events against the ledger it
+/// holds and passes, for each call they name, the status it believes stored (`''`: absent) and the
+/// state after the turn. The function locks the session's row and refuses the turn with SQLSTATE
+/// `LM409` when the log is not `p_after` events long, a named call's status is not the one
+/// believed, an alias points elsewhere, or the usage is already reported (the caller then takes
+/// the long way, which says which); `LM404` when the session does not exist. It runs as one
+/// statement, so a refusal leaves nothing behind. Returns the receipt's id, or NULL.
+const TURN_FUNCTION: &str = r#"
+    CREATE FUNCTION loom_write_turn(
+        p_session TEXT, p_after BIGINT,
+        p_ts BIGINT[], p_kinds TEXT[], p_bodies TEXT[],
+        p_call_ids TEXT[], p_call_before TEXT[], p_call_tools TEXT[], p_call_seqs BIGINT[],
+        p_call_status TEXT[], p_call_results BIGINT[],
+        p_step_ids TEXT[], p_step_calls TEXT[], p_step_results BIGINT[], p_step_bodies TEXT[],
+        p_aliases TEXT[], p_alias_blobs TEXT[],
+        p_receipt TEXT, p_call_at BIGINT, p_call_created BIGINT,
+        p_usage_call BIGINT, p_usage TEXT
+    ) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_pk   BIGINT;
+        v_last BIGINT;
+        v_call BIGINT;
+    BEGIN
+        SELECT pk, last_seq INTO v_pk, v_last FROM sessions WHERE id = p_session FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'session % not found', p_session USING ERRCODE = 'LM404';
+        END IF;
+        IF v_last <> p_after THEN
+            RAISE EXCEPTION 'the log holds % events, not %', v_last, p_after
+                USING ERRCODE = 'LM409';
+        END IF;
+        IF EXISTS (
+            SELECT 1 FROM UNNEST(p_call_ids, p_call_before) AS b (call_id, was)
+            LEFT JOIN tool_calls t ON t.session = v_pk AND t.call_id = b.call_id
+            WHERE COALESCE(t.status, '') <> b.was
+        ) THEN
+            RAISE EXCEPTION 'a tool call changed state' USING ERRCODE = 'LM409';
+        END IF;
+        IF cardinality(p_ts) > 0 THEN
+            INSERT INTO events (session, seq, ts_ms, kind, body)
+            SELECT v_pk, p_after + e.n, e.ts_ms, e.kind, e.body
+            FROM UNNEST(p_ts, p_kinds, p_bodies) WITH ORDINALITY AS e (ts_ms, kind, body, n);
+            UPDATE sessions SET last_seq = p_after + cardinality(p_ts) WHERE pk = v_pk;
+        END IF;
+        INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
+        SELECT v_pk, * FROM UNNEST(p_call_ids, p_call_tools, p_call_seqs, p_call_status,
+                                   p_call_results)
+        ON CONFLICT (session, call_id)
+        DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq;
+        INSERT INTO steps (session, id, call_id, result_seq, body)
+        SELECT v_pk, * FROM UNNEST(p_step_ids, p_step_calls, p_step_results, p_step_bodies)
+        ON CONFLICT (session, id) DO UPDATE SET
+            call_id = excluded.call_id, result_seq = excluded.result_seq, body = excluded.body;
+        INSERT INTO aliases (session, alias, blob)
+        SELECT v_pk, * FROM UNNEST(p_aliases, p_alias_blobs)
+        ON CONFLICT (session, alias) DO NOTHING;
+        IF EXISTS (
+            SELECT 1 FROM UNNEST(p_aliases, p_alias_blobs) AS a (alias, blob)
+            JOIN aliases s ON s.session = v_pk AND s.alias = a.alias
+            WHERE s.blob <> a.blob
+        ) THEN
+            RAISE EXCEPTION 'an alias points at another blob' USING ERRCODE = 'LM409';
+        END IF;
+        IF p_usage IS NOT NULL THEN
+            UPDATE model_calls SET usage = p_usage
+            WHERE session = v_pk AND id = p_usage_call AND usage IS NULL;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'the usage of call % cannot be set here', p_usage_call
+                    USING ERRCODE = 'LM409';
+            END IF;
+        END IF;
+        IF p_receipt IS NOT NULL THEN
+            INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
+            SELECT v_pk, COALESCE(MAX(id), 0) + 1, p_call_at, p_call_created, p_receipt
+            FROM model_calls WHERE session = v_pk
+            RETURNING id INTO v_call;
+        END IF;
+        RETURN v_call;
+    END
+    $fn$;
+"#;
 
 /// The table of applied migrations.
 const CREATE_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS loom_migrations (

@@ -39,6 +39,10 @@ macro_rules! with_store_scenarios {
             records::aliases_point_at_one_blob,
             records::sessions_are_listed_with_counts,
             records::everything_survives_reopen,
+            turns::a_turn_writes_its_events_steps_aliases_and_receipt,
+            turns::a_turn_against_a_moved_log_writes_nothing,
+            turns::a_bad_turn_changes_nothing,
+            turns::catching_up_returns_only_what_changed,
             keys::keys_are_created_listed_and_found,
             keys::revoked_keys_are_still_found,
             keys::unknown_key_is_not_revoked,
@@ -90,6 +94,7 @@ fn no_backend_skips_a_scenario() {
         include_str!("scenarios/log.rs"),
         include_str!("scenarios/records.rs"),
         include_str!("scenarios/keys.rs"),
+        include_str!("scenarios/turns.rs"),
     ]
     .into_iter()
     .flat_map(defined_scenarios)

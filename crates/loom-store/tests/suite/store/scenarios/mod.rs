@@ -4,3 +4,4 @@
 pub(crate) mod keys;
 pub(crate) mod log;
 pub(crate) mod records;
+pub(crate) mod turns;
