@@ -1,18 +1,18 @@
 //! Rendering a stored session, for the API's render endpoint and the proxy's `fit` mode.
 //!
-//! The same steps as `loom render`: derive the session's missing steps (offloading large outputs),
-//! continue from the compaction state of the session's last receipt when it was made under the
-//! same policy, model and format (so consecutive requests stay append-only between compaction
-//! points), render, and record the receipt as a model call. Everything here is blocking: callers
+//! The same steps as `loom render`, over a live session: continue from the compaction state of the
+//! session's last receipt when it was made under the same policy, model and format (so
+//! consecutive requests stay append-only between compaction points), render, and hand back the
+//! receipt, which the caller records with the call's turn. Everything here is blocking: callers
 //! run it off the async threads.
 
 use loom_core::render::{
     self, CompactionState, Format, Policy, Receipt, RenderInput, SummaryView, ToolSpec,
 };
 use loom_core::{ReduceConfig, SessionId};
-use loom_store::{NewModelCall, Store};
+use loom_store::{NewModelCall, StoreError, Summary};
 
-use crate::live::Live;
+use crate::live::{lock_live, Backend, Live, TURN_ATTEMPTS};
 use loom_tokens::{Registry, Tokenizer};
 
 use crate::error::{ApiError, Result};
@@ -93,20 +93,49 @@ impl Engine {
         Ok((meter, policy))
     }
 
-    /// Renders a live session for `spec` and records the receipt. The caller has caught the
-    /// session up with the store ([`Live::refresh`]) and holds it for the call.
+    /// Renders session `id` for `spec` and records the receipt (the API's render and `loom
+    /// render`), rendering again from the store should another writer move the session on
+    /// between the two. `None` when the session does not exist.
+    pub fn render_session(
+        &self,
+        b: Backend<'_>,
+        id: &SessionId,
+        spec: &RenderSpec,
+    ) -> Result<Option<RenderOutcome>> {
+        let mut attempt = 1;
+        loop {
+            let Some(live) = b.live.get(b, id)? else {
+                return Ok(None);
+            };
+            let mut live = lock_live(&live);
+            let (mut out, record) = self.render(&mut live, spec)?;
+            match live.commit(b, record.as_ref(), None) {
+                Ok(call) => {
+                    out.model_call = call;
+                    return Ok(Some(out));
+                }
+                Err(StoreError::Moved { .. }) if attempt < TURN_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Renders a live session for `spec`, continuing from its newest receipt, and returns the
+    /// receipt to record with the call's turn ([`Live::commit`]); `None` when nothing needs
+    /// recording (a repeated render of an unchanged log that does not ask for one). The caller
+    /// has caught the session up with the store ([`Live::refresh`]) and holds it for the call;
+    /// nothing here reads or writes the store.
     pub fn render(
         &self,
-        store: &dyn Store,
         live: &mut Live,
         spec: &RenderSpec,
-    ) -> Result<RenderOutcome> {
+    ) -> Result<(RenderOutcome, Option<NewModelCall>)> {
         let session = live.id().clone();
         let (meter, policy) = self.prepare(spec)?;
-        let summaries = summary_views(store, &session)?;
-        let prev = store
-            .last_model_call(&session)?
-            .and_then(|last| continued_state(&last, &policy, &spec.model, spec.format));
+        let summaries = summary_views(live.summaries());
+        let prev = live
+            .last_call()
+            .and_then(|last| continued_state(last, &policy, &spec.model, spec.format));
         let now_ms = live.now_ms();
         let audience = live.audience_at(now_ms);
         let (events, steps, projection, memo) = live.parts(&audience);
@@ -126,43 +155,37 @@ impl Engine {
         let rendered = render::render_projection(&input, &projection, &prev_state, memo)
             .map_err(|e| ApiError::invalid(format!("session `{session}`: {e}")))?;
         let at_seq = render::last_seq(events);
-        let model_call = if !spec.always_record && prev_seq == Some(at_seq) {
-            None
-        } else {
-            let call = store.record_model_call(&NewModelCall {
-                session: session.clone(),
-                at_seq,
-                created_ms: now_ms,
-                receipt: serde_json::json!({
-                    "receipt": rendered.receipt,
-                    "state": rendered.state,
-                }),
-            })?;
-            Some(call.id)
-        };
-        Ok(RenderOutcome {
-            body: rendered.body(),
-            receipt: rendered.receipt,
-            model_call,
-        })
+        let record = (spec.always_record || prev_seq != Some(at_seq)).then(|| NewModelCall {
+            session: session.clone(),
+            at_seq,
+            created_ms: now_ms,
+            receipt: serde_json::json!({
+                "receipt": rendered.receipt,
+                "state": rendered.state,
+            }),
+        });
+        Ok((
+            RenderOutcome {
+                body: rendered.body(),
+                receipt: rendered.receipt,
+                model_call: None,
+            },
+            record,
+        ))
     }
 }
 
-/// The summaries a render of `session` can apply: those that cover the log from its start.
-pub fn summary_views(
-    store: &dyn Store,
-    session: &SessionId,
-) -> loom_store::Result<Vec<SummaryView>> {
-    Ok(store
-        .summaries(session)?
-        .into_iter()
+/// The summaries a render can apply: those that cover the log from its start.
+pub fn summary_views(summaries: &[Summary]) -> Vec<SummaryView> {
+    summaries
+        .iter()
         .filter(|s| s.summary.from_seq == 1)
         .map(|s| SummaryView {
             version: s.version,
             to_seq: s.summary.to_seq,
-            content: s.summary.content,
+            content: s.summary.content.clone(),
         })
-        .collect())
+        .collect()
 }
 
 /// The compaction state of a recorded call to continue from, with the seq it was rendered at:

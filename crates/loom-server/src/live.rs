@@ -2,9 +2,12 @@
 //! not a pass over the whole log.
 //!
 //! A [`Live`] session holds the log as read, its projection (pushed one event at a time), its
-//! steps (derived as results arrive) and the render's cost memo. It is a cache over the store,
-//! never the truth: every use starts with [`Live::refresh`], one indexed query that picks up
-//! what another process appended, and every write goes to the store first. [`LiveSessions`]
+//! steps (derived as results arrive), the tool-call ledger, the summaries, the newest receipt and
+//! the render's cost memo. It is a cache over the store, never the truth: every use starts with
+//! [`Live::refresh`], one query that picks up what another process wrote since. A call's new
+//! events are held ([`Live::stage`]) and written with its receipt as one turn
+//! ([`Live::commit`]), which the store refuses whole when another writer moved the log on; the
+//! state is then read again. [`LiveSessions`]
 //! bounds how many are kept (least recently used go first), so memory stays bounded however
 //! many sessions a server sees.
 
@@ -13,8 +16,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use loom_core::render::{Audience, CostMemo, Projection, StepIndex};
-use loom_core::{AgentId, Event, EventBody, Ingest, NewEvent, ReduceConfig, SessionId};
-use loom_store::{BlobStore, Offloader, Store};
+use loom_core::{
+    AgentId, CallState, Event, EventBody, Ingest, Ledger, NewEvent, ReduceConfig, Seq, SessionId,
+    Step,
+};
+use loom_store::{
+    BlobStore, CallStatus, Known, ModelCall, NewModelCall, Offloader, StagedWrites, Store,
+    StoreError, Summary, Turn, Usage,
+};
 
 use crate::error::Result;
 use crate::proxy::ingest::BodyMemo;
@@ -56,6 +65,29 @@ pub struct Live {
     pub(crate) body: Option<BodyMemo>,
     /// An estimate of the memory this state holds (see [`weight`]).
     bytes: usize,
+    /// The tool calls' states after the last event held.
+    ledger: Ledger,
+    /// The session's summaries, oldest version first.
+    summaries: Vec<Summary>,
+    /// The newest receipt, which a render continues from.
+    last_call: Option<ModelCall>,
+    /// Events held but not yet written, with what was derived from them: the call's turn,
+    /// written by [`Live::commit`].
+    pending: Option<Pending>,
+    /// A write of this state's turn failed: it may hold events the log does not, and is loaded
+    /// again on its next use.
+    broken: bool,
+}
+
+/// A call's turn being prepared: events the state holds that the log does not have yet.
+#[derive(Debug)]
+struct Pending {
+    /// The log's length before them.
+    after: Seq,
+    /// The states, before these events, of the calls they name.
+    calls: Ledger,
+    events: Vec<NewEvent>,
+    writes: StagedWrites,
 }
 
 /// What one event is estimated to cost in memory: its JSON text, held in the log and again, in
@@ -66,6 +98,10 @@ fn weight(e: &Event) -> usize {
     let json = serde_json::to_vec(&e.body).map_or(0, |v| v.len());
     3 * json + EVENT_OVERHEAD
 }
+
+/// How many times a call prepares its turn when the store refuses it because another writer
+/// moved the session on meanwhile; past it the call fails with 409.
+pub const TURN_ATTEMPTS: u32 = 3;
 
 /// Bytes a live session's structures hold besides its events, and each event besides its text.
 const SESSION_OVERHEAD: usize = 8 << 10;
@@ -83,11 +119,22 @@ impl Live {
             .into_iter()
             .map(|s| (s.call_id.clone(), s))
             .collect();
-        let events = b.store.read(id, 1..=info.event_count.max(1))?;
+        let all = b.store.catch_up(id, Known::default())?;
+        let events = all.events;
         let mut ingest = Ingest::new();
+        let mut ledger = Ledger::new();
         for e in &events {
             // Steps are already derived; the ingest only has to count them.
             ingest.next(e);
+            // The log keeps its rules, so this fails only on a log written by another build,
+            // which the store's own checks (on the next write) answer for.
+            let _ = ledger.apply(e.seq, &e.body);
+        }
+        // Expiry is not an event: it is read from the stored calls.
+        for call in b.store.tool_calls(id)? {
+            if call.status == CallStatus::Expired {
+                let _ = ledger.expire(&call.call_id);
+            }
         }
         let mut live = Self {
             id: id.clone(),
@@ -101,6 +148,11 @@ impl Live {
             memo: CostMemo::new(),
             body: None,
             bytes: SESSION_OVERHEAD,
+            ledger,
+            summaries: all.summaries.unwrap_or_default(),
+            last_call: all.last_call,
+            pending: None,
+            broken: false,
         };
         let audience = live.audience_at(events.last().map_or(info.created_ms, |e| e.ts_ms));
         for e in &events {
@@ -110,6 +162,21 @@ impl Live {
         }
         live.events = events;
         Ok(Some(live))
+    }
+
+    /// The seq of the last event held (written or not).
+    pub fn last_seq(&self) -> Seq {
+        self.events.last().map_or(0, |e| e.seq)
+    }
+
+    /// The session's summaries, oldest version first.
+    pub fn summaries(&self) -> &[Summary] {
+        &self.summaries
+    }
+
+    /// The newest receipt.
+    pub fn last_call(&self) -> Option<&ModelCall> {
+        self.last_call.as_ref()
     }
 
     /// The session's id.
@@ -159,38 +226,210 @@ impl Live {
         }
     }
 
-    /// Catches up with the store: the events another process appended since.
+    /// Catches up with the store: the events another process appended since, and the summaries
+    /// and receipt when newer ones exist (one read).
     pub fn refresh(&mut self, b: Backend<'_>) -> Result<()> {
-        let have = self.events.len() as u64;
-        let latest = b.store.latest_seq(&self.id)?;
-        if latest > have {
-            let new = b.store.read(&self.id, have + 1..=latest)?;
-            self.absorb(b, new)?;
+        let known = Known {
+            seq: self.last_seq(),
+            summary_version: self.summaries.last().map_or(0, |s| s.version),
+            call: self.last_call.as_ref().map_or(0, |c| c.id),
+        };
+        let new = b.store.catch_up(&self.id, known)?;
+        if let Some(summaries) = new.summaries {
+            self.summaries = summaries;
+        }
+        if new.last_call.is_some() {
+            self.last_call = new.last_call;
+        }
+        if !new.events.is_empty() {
+            for e in &new.events {
+                let _ = self.ledger.apply(e.seq, &e.body);
+            }
+            let off = Offloader::new(b.store, b.blobs, b.reduce);
+            let steps = off.derive_known(&self.id, &mut self.ingest, &new.events)?;
+            self.absorb(steps, new.events);
         }
         Ok(())
     }
 
-    /// Appends `new` to the log (durably, through the store) and to this state.
-    pub fn append(&mut self, b: Backend<'_>, new: &[NewEvent]) -> Result<()> {
+    /// Takes `new` as the log's next events, to be written with the call's receipt by
+    /// [`Live::commit`]: they are checked against the tool-call ledger (a batch that breaks it
+    /// is refused whole, as the store refuses it), their steps derived and their large outputs
+    /// stored, and the state holds them from now on.
+    pub fn stage(&mut self, b: Backend<'_>, new: &[NewEvent]) -> Result<()> {
         if new.is_empty() {
             return Ok(());
         }
-        let seqs = b.store.append(&self.id, new)?;
-        let events = new
+        let first = self.last_seq() + 1;
+        let mut touched: Vec<&str> = Vec::new();
+        for e in new {
+            match &e.body {
+                EventBody::Assistant { tool_calls, .. } => {
+                    touched.extend(tool_calls.iter().map(|c| c.id.as_str()));
+                }
+                EventBody::ToolResult { call_id, .. } => touched.push(call_id),
+                _ => {}
+            }
+        }
+        let states = |ledger: &Ledger| {
+            Ledger::from_states(
+                touched
+                    .iter()
+                    .filter_map(|id| ledger.get(id).map(|s| ((*id).to_owned(), s.clone()))),
+            )
+        };
+        let mut check = states(&self.ledger);
+        for (index, e) in new.iter().enumerate() {
+            let seq = first + index as Seq;
+            check
+                .apply(seq, &e.body)
+                .map_err(|source| StoreError::InvalidEvent {
+                    session: self.id.clone(),
+                    index,
+                    seq,
+                    source,
+                })?;
+        }
+        let before = states(&self.ledger);
+        let pending = self.pending.get_or_insert_with(|| Pending {
+            after: first - 1,
+            calls: Ledger::new(),
+            events: Vec::new(),
+            writes: StagedWrites::default(),
+        });
+        // The states before the turn: a call named earlier in it keeps the state it had then.
+        if before.iter().any(|(id, _)| pending.calls.get(id).is_none()) {
+            let mut merged: Vec<(String, CallState)> = before
+                .iter()
+                .map(|(id, state)| (id.to_owned(), state.clone()))
+                .collect();
+            merged.extend(
+                pending
+                    .calls
+                    .iter()
+                    .map(|(id, state)| (id.to_owned(), state.clone())),
+            );
+            // `from_states` keeps the last of an id: the earlier state wins.
+            pending.calls = Ledger::from_states(merged);
+        }
+        for (index, e) in new.iter().enumerate() {
+            let _ = self.ledger.apply(first + index as Seq, &e.body);
+        }
+        pending.events.extend_from_slice(new);
+        let events: Vec<Event> = new
             .iter()
-            .zip(*seqs.start()..=*seqs.end())
+            .zip(first..)
             .map(|(e, seq)| Event {
                 seq,
                 ts_ms: e.ts_ms,
                 body: e.body.clone(),
             })
             .collect();
-        self.absorb(b, events)
+        let off = Offloader::new(b.store, b.blobs, b.reduce);
+        let derived = off.derive_staged(&self.id, &mut self.ingest, &events);
+        let (steps, writes) = match derived {
+            Ok(derived) => derived,
+            Err(e) => {
+                // The ledger and the ingest have moved on: this state is reloaded.
+                self.broken = true;
+                return Err(e.into());
+            }
+        };
+        if let Some(pending) = &mut self.pending {
+            pending.writes.steps.extend(writes.steps);
+            pending.writes.aliases.extend(writes.aliases);
+        }
+        self.absorb(steps, events);
+        Ok(())
     }
 
-    fn absorb(&mut self, b: Backend<'_>, events: Vec<Event>) -> Result<()> {
-        let off = Offloader::new(b.store, b.blobs, b.reduce);
-        for step in off.derive_next(&self.id, &mut self.ingest, &events)? {
+    /// Appends `new` to the log now (one write) and to this state.
+    pub fn append(&mut self, b: Backend<'_>, new: &[NewEvent]) -> Result<()> {
+        self.stage(b, new)?;
+        self.commit(b, None, None)?;
+        Ok(())
+    }
+
+    /// Writes the call's turn: the events [`Live::stage`] took, what was derived from them, the
+    /// receipt and the usage, in one write. A turn with nothing to write writes nothing. On an
+    /// error (the log moved on: [`StoreError::Moved`]) nothing was written and this state is
+    /// loaded again on its next use.
+    pub fn commit(
+        &mut self,
+        b: Backend<'_>,
+        receipt: Option<&NewModelCall>,
+        usage: Option<(u64, &Usage)>,
+    ) -> Result<Option<u64>, StoreError> {
+        let Some(pending) = self.pending.take() else {
+            if receipt.is_none() && usage.is_none() {
+                return Ok(None);
+            }
+            return self.write(b, None, receipt, usage);
+        };
+        self.write(b, Some(pending), receipt, usage)
+    }
+
+    /// Marks this state as not to be trusted (a turn that failed or was abandoned): it is read
+    /// again on its next use.
+    pub fn discard(&mut self) {
+        self.broken = true;
+    }
+
+    fn write(
+        &mut self,
+        b: Backend<'_>,
+        pending: Option<Pending>,
+        receipt: Option<&NewModelCall>,
+        usage: Option<(u64, &Usage)>,
+    ) -> Result<Option<u64>, StoreError> {
+        let none = Ledger::new();
+        let turn = match &pending {
+            Some(p) => Turn {
+                session: &self.id,
+                after: p.after,
+                calls: &p.calls,
+                events: &p.events,
+                steps: &p.writes.steps,
+                aliases: &p.writes.aliases,
+                receipt,
+                usage,
+            },
+            None => Turn {
+                session: &self.id,
+                after: self.last_seq(),
+                calls: &none,
+                events: &[],
+                steps: &[],
+                aliases: &[],
+                receipt,
+                usage,
+            },
+        };
+        match b.store.write_turn(&turn) {
+            Ok(written) => {
+                if let (Some(id), Some(receipt)) = (written.call, receipt) {
+                    self.last_call = Some(ModelCall {
+                        id,
+                        call: receipt.clone(),
+                        usage: None,
+                    });
+                }
+                if let (Some((call, usage)), Some(last)) = (usage, &mut self.last_call) {
+                    if last.id == call {
+                        last.usage = Some(*usage);
+                    }
+                }
+                Ok(written.call)
+            }
+            Err(e) => {
+                self.broken = pending.is_some();
+                Err(e)
+            }
+        }
+    }
+
+    fn absorb(&mut self, steps: Vec<Step>, events: Vec<Event>) {
+        for step in steps {
             self.steps.insert(step.call_id.clone(), step);
         }
         let audience = self.audience_at(events.last().map_or(self.now_ms(), |e| e.ts_ms));
@@ -200,7 +439,6 @@ impl Live {
             self.bytes += weight(e);
         }
         self.events.extend(events);
-        Ok(())
     }
 }
 
@@ -244,8 +482,9 @@ impl Lru {
     }
 
     fn drop_session(&mut self, id: &SessionId) {
-        if let Some((_, _, size)) = self.map.remove(id) {
+        if let Some((_, used, size)) = self.map.remove(id) {
             self.bytes -= size;
+            self.order.remove(&used);
         }
     }
 }
@@ -310,6 +549,12 @@ impl LiveSessions {
             }
             found.map(|(live, _)| live)
         };
+        // A state whose turn was never written (its call failed between the two) holds events
+        // the log may not: it is dropped and read again.
+        let cached = cached.filter(|live| {
+            let state = lock_live(live);
+            !(state.broken || state.pending.is_some())
+        });
         if let Some(live) = cached {
             let bytes = {
                 let mut state = lock_live(&live);
@@ -329,9 +574,22 @@ impl LiveSessions {
         let mut lru = self.lock();
         lru.tick += 1;
         let tick = lru.tick;
-        // Another call may have loaded it meanwhile: keep the first, so both use one state.
+        // Another call may have loaded it meanwhile: keep the first, so both use one state
+        // (unless it is one being dropped for a failed turn).
         if let Some((existing, _, _)) = lru.map.get(id) {
-            return Ok(Some(Arc::clone(existing)));
+            // Never waits for a session's lock while holding the cache's: one in use is kept.
+            let usable = match existing.try_lock() {
+                Ok(state) => !(state.broken || state.pending.is_some()),
+                Err(std::sync::TryLockError::Poisoned(state)) => {
+                    let state = state.into_inner();
+                    !(state.broken || state.pending.is_some())
+                }
+                Err(std::sync::TryLockError::WouldBlock) => true,
+            };
+            if usable {
+                return Ok(Some(Arc::clone(existing)));
+            }
+            lru.drop_session(id);
         }
         lru.map.insert(id.clone(), (Arc::clone(&live), tick, bytes));
         lru.bytes += bytes;
@@ -482,5 +740,62 @@ mod tests {
             .get(b, &SessionId::new("nope").unwrap())
             .unwrap()
             .is_none());
+    }
+
+    #[test]
+    fn a_turn_against_a_moved_log_is_refused_and_the_state_read_again() {
+        let t = TestBackend::new(4);
+        let (store, live, b) = (&t.store, &t.live, t.backend());
+        let a = SessionId::new("a").unwrap();
+        store
+            .create_session(
+                &NewSession {
+                    id: a.clone(),
+                    agent: AgentId::new("x").unwrap(),
+                    parent: None,
+                    created_ms: 1,
+                },
+                &[user("hi")],
+            )
+            .unwrap();
+        let la = live.get(b, &a).unwrap().unwrap();
+        let mut state = lock_live(&la);
+        state.stage(b, &[user("mine")]).unwrap();
+        assert_eq!(state.last_seq(), 2, "a staged event is held");
+        assert_eq!(store.latest_seq(&a).unwrap(), 1, "and not written yet");
+        // Another process appends between the call's read and its write.
+        store.append(&a, &[user("theirs")]).unwrap();
+        assert!(matches!(
+            state.commit(b, None, None),
+            Err(StoreError::Moved { .. })
+        ));
+        drop(state);
+        assert_eq!(
+            store.latest_seq(&a).unwrap(),
+            2,
+            "nothing of the turn was written"
+        );
+        // The next use reads the session again: the log as stored, without the refused event.
+        let la = live.get(b, &a).unwrap().unwrap();
+        let mut state = lock_live(&la);
+        let seqs: Vec<u64> = state.events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2]);
+        state.stage(b, &[user("mine")]).unwrap();
+        state.commit(b, None, None).unwrap();
+        assert_eq!(store.latest_seq(&a).unwrap(), 3);
+        // A batch that breaks the ledger is refused whole and held by nothing.
+        let orphan = NewEvent::new(
+            6,
+            EventBody::ToolResult {
+                call_id: "nope".into(),
+                tool_name: "f".into(),
+                stats: loom_core::ContentStats::of(b"x"),
+                content: loom_core::ToolOutput::Text("x".into()),
+                is_error: false,
+            },
+        );
+        assert!(state.stage(b, &[user("ok"), orphan]).is_err());
+        assert_eq!(state.last_seq(), 3);
+        assert_eq!(state.commit(b, None, None).unwrap(), None);
     }
 }

@@ -26,7 +26,7 @@ pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, Memo
 pub use error::{Result, StoreError};
 pub use keys::{hash_api_key, new_api_key, ApiKey, NewApiKey, ProxyMode, TenantId};
 pub use memory::MemoryStore;
-pub use offload::{OffloadReport, Offloader, Resolution};
+pub use offload::{OffloadReport, Offloader, Resolution, StagedWrites};
 pub use open::{open, Database, Opened};
 pub use records::{
     CallStatus, ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary,

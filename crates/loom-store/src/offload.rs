@@ -43,6 +43,24 @@ pub enum Resolution {
     Ambiguous(Vec<SessionId>),
 }
 
+/// The step records and aliases derived from events not yet in the log, for the caller to write
+/// with them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StagedWrites {
+    /// The steps, as records.
+    pub steps: Vec<StepRecord>,
+    /// The aliases of the outputs offloaded (the blobs are stored already).
+    pub aliases: Vec<(BlobAlias, BlobRef)>,
+}
+
+/// Where deriving puts what it makes: stored as it goes (aliases) and at the end (steps),
+/// collected for the caller, or nowhere.
+enum Sink {
+    Store(Vec<StepRecord>),
+    Collect(StagedWrites),
+    Skip,
+}
+
 /// Derives steps and offloads outputs for sessions of one store.
 #[derive(Debug, Clone, Copy)]
 pub struct Offloader<'a> {
@@ -79,7 +97,7 @@ impl<'a> Offloader<'a> {
         let last = self.store.latest_seq(session)?;
         let mut ingest = Ingest::new();
         let mut report = OffloadReport::default();
-        let mut records = Vec::new();
+        let mut sink = Sink::Store(Vec::new());
         let mut from = 1;
         while from <= last {
             let to = from.saturating_add(PAGE - 1).min(last);
@@ -90,11 +108,14 @@ impl<'a> Offloader<'a> {
                 &page,
                 &known,
                 &mut report,
-                &mut records,
+                &mut sink,
                 None,
             )?;
             from = to.saturating_add(1);
         }
+        let Sink::Store(records) = sink else {
+            unreachable!("the sink stays what it was made");
+        };
         // Blobs and aliases first, steps last and in one batch: a step never points at an
         // output that is not stored yet.
         if !records.is_empty() {
@@ -115,7 +136,7 @@ impl<'a> Offloader<'a> {
         events: &[Event],
     ) -> Result<Vec<Step>> {
         let mut report = OffloadReport::default();
-        let mut records = Vec::new();
+        let mut sink = Sink::Store(Vec::new());
         let mut steps = Vec::new();
         self.reduce_events(
             session,
@@ -123,12 +144,63 @@ impl<'a> Offloader<'a> {
             events,
             &BTreeSet::new(),
             &mut report,
-            &mut records,
+            &mut sink,
             Some(&mut steps),
         )?;
-        if !records.is_empty() {
-            self.store.put_steps(session, &records)?;
+        if let Sink::Store(records) = sink {
+            if !records.is_empty() {
+                self.store.put_steps(session, &records)?;
+            }
         }
+        Ok(steps)
+    }
+
+    /// As [`Self::derive_next`] for events not yet in the log: the offloaded outputs are stored
+    /// (content-addressed, so storing one early is harmless), and the step records and aliases
+    /// are returned for the caller to write with the events (a [`Turn`](crate::Turn)).
+    pub fn derive_staged(
+        &self,
+        session: &SessionId,
+        ingest: &mut Ingest,
+        events: &[Event],
+    ) -> Result<(Vec<Step>, StagedWrites)> {
+        let mut report = OffloadReport::default();
+        let mut sink = Sink::Collect(StagedWrites::default());
+        let mut steps = Vec::new();
+        self.reduce_events(
+            session,
+            ingest,
+            events,
+            &BTreeSet::new(),
+            &mut report,
+            &mut sink,
+            Some(&mut steps),
+        )?;
+        let Sink::Collect(writes) = sink else {
+            unreachable!("the sink stays what it was made");
+        };
+        Ok((steps, writes))
+    }
+
+    /// As [`Self::derive_next`] for events another writer appended, which stored their steps,
+    /// outputs and aliases with them: the steps are derived in memory and nothing is written.
+    pub fn derive_known(
+        &self,
+        session: &SessionId,
+        ingest: &mut Ingest,
+        events: &[Event],
+    ) -> Result<Vec<Step>> {
+        let mut report = OffloadReport::default();
+        let mut steps = Vec::new();
+        self.reduce_events(
+            session,
+            ingest,
+            events,
+            &BTreeSet::new(),
+            &mut report,
+            &mut Sink::Skip,
+            Some(&mut steps),
+        )?;
         Ok(steps)
     }
 
@@ -141,7 +213,7 @@ impl<'a> Offloader<'a> {
         events: &[Event],
         known: &BTreeSet<String>,
         report: &mut OffloadReport,
-        records: &mut Vec<StepRecord>,
+        sink: &mut Sink,
         mut steps: Option<&mut Vec<Step>>,
     ) -> Result<()> {
         for event in events {
@@ -161,11 +233,15 @@ impl<'a> Offloader<'a> {
             let stats = ContentStats::of(&bytes);
             let reduction = arrived.reduce(self.config, &bytes, &stats);
             if let Some(alias) = &reduction.offload {
-                self.offload(session, alias, content, &bytes, &stats)?;
+                self.offload(session, alias, content, &bytes, &stats, sink)?;
                 report.offloaded += 1;
                 report.offloaded_bytes += stats.bytes;
             }
-            records.push(record(session, &reduction.step)?);
+            match sink {
+                Sink::Store(records) => records.push(record(session, &reduction.step)?),
+                Sink::Collect(writes) => writes.steps.push(record(session, &reduction.step)?),
+                Sink::Skip => {}
+            }
             if let Some(steps) = steps.as_deref_mut() {
                 steps.push(reduction.step);
             }
@@ -250,13 +326,23 @@ impl<'a> Offloader<'a> {
         content: &ToolOutput,
         bytes: &[u8],
         stats: &ContentStats,
+        sink: &mut Sink,
     ) -> Result<()> {
+        if let Sink::Skip = sink {
+            return Ok(());
+        }
         let blob = match content {
             ToolOutput::Blob(blob) if blob.hex() == stats.sha256 => blob.clone(),
             _ => self.blobs.put(bytes)?.blob,
         };
-        self.store
-            .put_alias(session, &BlobAlias::new(alias)?, &blob)
+        let alias = BlobAlias::new(alias)?;
+        match sink {
+            Sink::Collect(writes) => {
+                writes.aliases.push((alias, blob));
+                Ok(())
+            }
+            _ => self.store.put_alias(session, &alias, &blob),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use loom_core::render::{
 };
 use loom_core::{Event, SessionId};
 use loom_replay::EncodingMeter;
-use loom_server::live::{lock_live, Backend, LiveSessions};
+use loom_server::live::{Backend, LiveSessions};
 use loom_store::Opened;
 
 use super::replay::read_policy;
@@ -132,7 +132,7 @@ pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::R
         .into_iter()
         .map(|s| (s.call_id.clone(), s))
         .collect();
-    let summaries = loom_server::engine::summary_views(ws.store.as_ref(), &session)?;
+    let summaries = loom_server::engine::summary_views(&ws.store.summaries(&session)?);
     let now_ms = events.last().map_or(info.created_ms, |e| e.ts_ms);
     Ok(Loaded {
         ws,
@@ -210,13 +210,10 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         reduce: &engine.reduce,
         live: &live,
     };
-    let session = live
-        .get(backend, &loaded.session)
+    let out = engine
+        .render_session(backend, &loaded.session, &spec)
         .map_err(api_error)?
         .ok_or_else(|| bad_input(anyhow::anyhow!("session `{}` not found", loaded.session)))?;
-    let out = engine
-        .render(loaded.ws.store.as_ref(), &mut lock_live(&session), &spec)
-        .map_err(api_error)?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", out.body)?;
     let mut err = std::io::stderr().lock();

@@ -315,12 +315,9 @@ async fn render(
     let _guard = lock.lock().await;
     let out = state
         .blocking("rendering", move |s| {
-            let live = s
-                .live
-                .get(s.backend(), &sid)?
-                .ok_or_else(|| ApiError::not_found(format!("session `{id}` not found")))?;
-            let mut live = crate::live::lock_live(&live);
-            s.engine.render(s.store.as_ref(), &mut live, &spec)
+            s.engine
+                .render_session(s.backend(), &sid, &spec)?
+                .ok_or_else(|| ApiError::not_found(format!("session `{id}` not found")))
         })
         .await?;
     if out.receipt.compaction.is_some() && out.model_call.is_some() {

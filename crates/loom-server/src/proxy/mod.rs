@@ -30,7 +30,7 @@ use axum::{Json, Router};
 use loom_core::render::ToolSpec;
 use loom_core::{AgentId, SessionId};
 use loom_provider::{check_request, error_body, Api};
-use loom_store::{NewModelCall, ProxyMode};
+use loom_store::{NewModelCall, ProxyMode, StoreError};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -303,29 +303,60 @@ async fn prepare(
     let lock = state.session_locks.get(&base).lock_owned().await;
     let observe_receipt = json!({"observe": {"model": model, "api": route(api)}});
     let synced_body = Arc::clone(&body);
-    let (synced, outcome) = state
+    let (synced, outcome, call, live) = state
         .blocking("syncing the conversation", move |s| {
-            let started = Instant::now();
-            let synced = sync::sync(s.backend(), &base, &agent, &synced_body)?;
-            s.metrics.phase(Phase::Sync, started.elapsed());
-            s.metrics.history_read(synced.continued);
-            tracing::debug!("{base}: {} new events", synced.appended);
-            let outcome = if mode == ProxyMode::Fit {
+            // The history's new events are held by the live session and written with the
+            // call's receipt as one turn. A turn the store refuses because another writer moved
+            // the session on meanwhile is prepared again from what the store holds.
+            let mut attempt = 1;
+            loop {
                 let started = Instant::now();
+                let synced = sync::sync(s.backend(), &base, &agent, &synced_body)?;
+                s.metrics.phase(Phase::Sync, started.elapsed());
+                s.metrics.history_read(synced.continued);
+                tracing::debug!("{base}: {} new events", synced.appended);
                 let mut live = crate::live::lock_live(&synced.live);
-                let outcome = s.engine.render(s.store.as_ref(), &mut live, &spec)?;
-                s.metrics.phase(Phase::Render, started.elapsed());
-                Some(outcome)
-            } else {
-                None
-            };
-            let session = crate::live::lock_live(&synced.live).id().clone();
-            Ok(((session, synced.diverged_from), outcome))
+                let (outcome, receipt) = if mode == ProxyMode::Fit {
+                    let started = Instant::now();
+                    match s.engine.render(&mut live, &spec) {
+                        Ok((outcome, receipt)) => {
+                            s.metrics.phase(Phase::Render, started.elapsed());
+                            (Some(outcome), receipt)
+                        }
+                        Err(e) => {
+                            // The history is logged even when it cannot be rendered.
+                            live.commit(s.backend(), None, None)?;
+                            return Err(e);
+                        }
+                    }
+                } else {
+                    let receipt = NewModelCall {
+                        session: live.id().clone(),
+                        at_seq: live.last_seq(),
+                        created_ms: now_ms(),
+                        receipt: observe_receipt.clone(),
+                    };
+                    (None, Some(receipt))
+                };
+                let started = Instant::now();
+                match live.commit(s.backend(), receipt.as_ref(), None) {
+                    Ok(call) => {
+                        s.metrics.phase(Phase::Record, started.elapsed());
+                        let session = live.id().clone();
+                        drop(live);
+                        return Ok(((session, synced.diverged_from), outcome, call, synced.live));
+                    }
+                    Err(StoreError::Moved { .. }) if attempt < crate::live::TURN_ATTEMPTS => {
+                        tracing::debug!("{base}: the session moved on; preparing the call again");
+                        attempt += 1;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
         })
         .await?;
     let (session, diverged_from) = synced;
-    let session_for_call = session.clone();
-    let (body, call) = match outcome {
+    let body = match outcome {
         Some(out) => {
             let assembling = Instant::now();
             if out.receipt.compaction.is_some() {
@@ -343,7 +374,7 @@ async fn prepare(
                     let bytes = serde_json::to_vec(&merged)
                         .map_err(|_| ApiError::internal("serialising the request"))?;
                     state.metrics.phase(Phase::Assemble, assembling.elapsed());
-                    (Bytes::from(bytes), out.model_call)
+                    Bytes::from(bytes)
                 }
                 Err(why) => {
                     tracing::error!("{session}: the fitted request failed its check ({why}); forwarding the client's own");
@@ -354,27 +385,11 @@ async fn prepare(
                         "the fitted request failed Loom's check ({why}): forwarded unfitted"
                     ));
                     mode = ProxyMode::Observe;
-                    (body.raw().clone(), out.model_call)
+                    body.raw().clone()
                 }
             }
         }
-        None => {
-            let call = state
-                .blocking("recording the call", move |s| {
-                    let started = Instant::now();
-                    let at_seq = s.store.latest_seq(&session_for_call)?;
-                    let call = s.store.record_model_call(&NewModelCall {
-                        session: session_for_call,
-                        at_seq,
-                        created_ms: now_ms(),
-                        receipt: observe_receipt,
-                    })?;
-                    s.metrics.phase(Phase::Record, started.elapsed());
-                    Ok(call.id)
-                })
-                .await?;
-            (body.raw().clone(), Some(call))
-        }
+        None => body.raw().clone(),
     };
     let mut reply_headers = HeaderMap::new();
     let shown = principal
@@ -406,6 +421,7 @@ async fn prepare(
         target: LogTarget {
             session,
             call,
+            live: Some(live),
             guard: Some(lock),
         },
         reply_headers,

@@ -35,7 +35,7 @@ pub(crate) struct Synced {
     /// The session the call belongs to (the base id or a fork of it), caught up with the store
     /// and holding the whole history.
     pub live: Arc<Mutex<Live>>,
-    /// Events appended by this call.
+    /// Events this call adds (held by the live session until its turn is written).
     pub appended: usize,
     /// The session the history departed from, when this call started a fork.
     pub diverged_from: Option<SessionId>,
@@ -109,7 +109,7 @@ pub(crate) fn sync(
         };
         if extends(&state.events, &read.events) {
             let new = &read.events[state.events.len()..];
-            state.append(b, new)?;
+            state.stage(b, new)?;
             let appended = new.len();
             state.body = body.memo(read.events.len(), read);
             drop(state);
@@ -169,7 +169,7 @@ fn continuation(
         return Ok(None);
     }
     let new = &read.events[logged.len()..];
-    state.append(b, new)?;
+    state.stage(b, new)?;
     let appended = new.len();
     state.body = body.memo(before + read.events.len(), read);
     drop(state);
@@ -313,7 +313,8 @@ mod tests {
         json!({"role": "tool", "tool_call_id": id, "content": text})
     }
 
-    /// Syncs `body` into the conversation `s`: (session, appended, diverged from, continued).
+    /// Syncs `body` into the conversation `s` and writes the turn: (session, appended, diverged
+    /// from, continued).
     fn run(b: Backend<'_>, body: &RequestBody) -> Result<(String, usize, Option<String>, bool)> {
         let r = sync(
             b,
@@ -321,6 +322,8 @@ mod tests {
             &AgentId::new("a").unwrap(),
             body,
         )?;
+        // As a call does once it has rendered: the turn is written.
+        lock_live(&r.live).commit(b, None, None)?;
         let id = lock_live(&r.live).id().to_string();
         Ok((
             id,

@@ -8,7 +8,7 @@
 //! client's SDK sees the error) and no partial turn is logged. Nothing is retried: once a byte
 //! has reached the client the answer is the upstream's.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -21,6 +21,7 @@ use loom_store::Usage;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::ApiError;
+use crate::live::Live;
 use crate::state::{now_ms, AppState};
 
 /// Largest non-streaming reply read into memory.
@@ -49,6 +50,9 @@ pub(crate) struct LogTarget {
     pub session: SessionId,
     /// The model call recorded for this request.
     pub call: Option<u64>,
+    /// The session's live state, which the reply is written through (one write, and the next
+    /// call finds it held).
+    pub live: Option<Arc<Mutex<Live>>>,
     /// The conversation's lock, held until the reply is logged.
     pub guard: Option<OwnedMutexGuard<()>>,
 }
@@ -276,6 +280,7 @@ async fn log_reply(
     let LogTarget {
         session,
         call,
+        live,
         guard,
     } = target;
     let event = assistant_event(api, reply.clone());
@@ -288,6 +293,18 @@ async fn log_reply(
     let logged = state
         .blocking("logging a reply", move |s| {
             let report = call.zip(usage.as_ref());
+            // Through the live session: the reply and its usage in one write. When another
+            // writer moved the session on since the call was prepared, or the reply does not
+            // fit the state held, the store's own append decides (the state is read again on
+            // its next use).
+            if let Some(live) = live {
+                let mut live = crate::live::lock_live(&live);
+                let staged = live.stage(s.backend(), std::slice::from_ref(&event));
+                if staged.is_ok() && live.commit(s.backend(), None, report).is_ok() {
+                    return Ok(());
+                }
+                live.discard();
+            }
             s.store.append_reply(&session, &[event], report)?;
             Ok(())
         })
