@@ -55,6 +55,8 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --session-turns N       sessions: calls per conversation        [3]
   --live-sessions N       sessions: the server's live-session cache size [server default]
   --live-bytes N          sessions: the server's live-session cache bound in bytes [server default]
+  --db URL                a PostgreSQL database (postgres://...) instead of a fresh
+                          SQLite file per run; its round trips per call are printed
   --time-limit SECS       wall-clock bound of each scenario run   [900]
   --seed N                the conversations' seed                 [1]
   --stream                replies as server-sent events (stream: true)
@@ -176,6 +178,13 @@ impl Options {
                 "--session-turns" => o.session_turns = number(&flag, &value()?)?,
                 "--live-sessions" => o.live_sessions = Some(number(&flag, &value()?)?),
                 "--live-bytes" => o.live_bytes = Some(number(&flag, &value()?)?),
+                "--db" => {
+                    let url = value()?;
+                    if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+                        bail!("--db: `{url}`: expected a PostgreSQL URL (postgres://...)");
+                    }
+                    let _ = harness::DATABASE.set(url);
+                }
                 "--time-limit" => o.time_limit = Duration::from_secs(number(&flag, &value()?)?),
                 "--seed" => {
                     let text = value()?;

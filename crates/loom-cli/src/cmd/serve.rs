@@ -95,6 +95,25 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         policy,
         reduce: loom_core::ReduceConfig::default(),
     };
+    // The BPE tables the registry's models count with are built now, before the server listens,
+    // rather than by the first calls (a second or more of CPU each, which every call arriving
+    // meanwhile would wait for).
+    let encodings: std::collections::BTreeSet<&str> = engine
+        .registry
+        .models()
+        .iter()
+        .filter_map(|m| match m.tokenizer {
+            loom_tokens::TokenizerSpec::Bpe(encoding) => Some(encoding.name()),
+            _ => None,
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for name in &encodings {
+            if let Some(encoding) = loom_tokens::Encoding::from_name(name) {
+                scope.spawn(move || encoding.count("warm"));
+            }
+        }
+    });
     let listen = config.listen;
     let state = loom_server::state(config, ws.store, ws.blobs, engine)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

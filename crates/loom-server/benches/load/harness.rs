@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use loom_mock_upstream::{Mock, MockHandle};
 use loom_server::{AuthMode, Engine, ServeArgs, ServeConfig, ServeError};
-use loom_store::{ProxyMode, Workspace};
+use loom_store::{BlobStore, ProxyMode, Store, Workspace};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -42,9 +42,17 @@ pub(crate) struct Answer {
     pub(crate) message: Value,
 }
 
+/// The database every harness of this run uses instead of a fresh SQLite file: a PostgreSQL URL
+/// (`--db`), set once before the scenarios start.
+pub(crate) static DATABASE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// The mock, the server and the client.
 #[derive(Debug)]
 pub(crate) struct Harness {
+    /// The PostgreSQL store, when the run uses one (for its round trips).
+    pg: Option<Arc<loom_store::PgStore>>,
+    /// Calls sent through Loom.
+    proxied: std::sync::atomic::AtomicU64,
     loom: String,
     direct: String,
     mock: MockHandle,
@@ -83,13 +91,24 @@ impl Harness {
         if let Some(n) = options.live_sessions {
             config.limits.live_sessions = n;
         }
-        let ws = Workspace::open(&db).context("opening the database")?;
+        let (store, blobs, pg): (Arc<dyn Store>, Arc<dyn BlobStore>, _) = match DATABASE.get() {
+            Some(url) => {
+                let pg = Arc::new(
+                    loom_store::PgStore::open(url).context("opening the PostgreSQL database")?,
+                );
+                (pg.clone(), Arc::new(pg.blobs()), Some(pg))
+            }
+            None => {
+                let ws = Workspace::open(&db).context("opening the database")?;
+                (Arc::new(ws.store), Arc::new(ws.blobs), None)
+            }
+        };
         let engine = Engine {
             registry: loom_tokens::Registry::built_in().context("loading the model registry")?,
             policy: loom_core::render::Policy::default(),
             reduce: loom_core::ReduceConfig::default(),
         };
-        let state = loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine)
+        let state = loom_server::state(config, store, blobs, engine)
             .context("building the server's state")?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -104,6 +123,8 @@ impl Harness {
             .build()
             .context("building the client")?;
         Ok(Self {
+            pg,
+            proxied: std::sync::atomic::AtomicU64::new(0),
             direct: format!("{}/v1/chat/completions", mock.base_url()),
             loom,
             mock,
@@ -120,6 +141,8 @@ impl Harness {
         let req = match via {
             Via::Direct => self.http.post(&self.direct),
             Via::Loom(mode, budget) => {
+                self.proxied
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut req = self
                     .http
                     .post(format!("{}/v1/chat/completions", self.loom))
@@ -223,6 +246,15 @@ impl Harness {
 
     /// Stops the server, letting in-flight requests finish.
     pub(crate) async fn stop(mut self) -> Result<()> {
+        if let Some(pg) = &self.pg {
+            let calls = self.proxied.load(std::sync::atomic::Ordering::Relaxed);
+            let trips = pg.round_trips();
+            super::progress(format_args!(
+                "PostgreSQL: {trips} round trips for {calls} proxied calls ({:.2} a call, \
+                 loading and creating sessions included)",
+                trips as f64 / calls.max(1) as f64
+            ));
+        }
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
