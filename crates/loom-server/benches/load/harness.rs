@@ -93,9 +93,13 @@ impl Harness {
         }
         let (store, blobs, pg): (Arc<dyn Store>, Arc<dyn BlobStore>, _) = match DATABASE.get() {
             Some(url) => {
-                let pg = Arc::new(
-                    loom_store::PgStore::open(url).context("opening the PostgreSQL database")?,
-                );
+                // The driver blocks on a runtime of its own: opened off the async threads.
+                let url = url.clone();
+                let pg = tokio::task::spawn_blocking(move || loom_store::PgStore::open(&url))
+                    .await
+                    .context("opening the PostgreSQL database")?
+                    .context("opening the PostgreSQL database")?;
+                let pg = Arc::new(pg);
                 (pg.clone(), Arc::new(pg.blobs()), Some(pg))
             }
             None => {

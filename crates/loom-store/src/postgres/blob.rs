@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::db::{backend, corrupt, is_disconnect, Db};
 use super::pool::{Conn, Pool, Pooled};
+use super::tx;
 use crate::blob::info_from;
 use crate::{BlobInfo, BlobStore, Result, StoreError};
 
@@ -278,6 +279,28 @@ impl PgBlobStore {
 }
 
 impl BlobStore for PgBlobStore {
+    fn put(&self, bytes: &[u8]) -> Result<BlobInfo> {
+        if bytes.len() > CHUNK {
+            let mut reader = bytes;
+            return self.put_reader(&mut reader);
+        }
+        // One chunk, whose bytes and hash are known before anything is sent: one statement
+        // (`loom_put_blob`), which writes nothing when the blob is already stored. Run again
+        // after a broken connection it finds the blob stored, or stores it.
+        let mut stats = StatsBuilder::new();
+        stats.update(bytes);
+        let info = info_from(stats.finish())?;
+        let len = i64::try_from(bytes.len()).map_err(|_| corrupt("blobs", "a blob's size"))?;
+        tx::statement(&self.pool, "storing a blob", |db| {
+            db.query_opt(
+                "SELECT loom_put_blob($1, $2, $3)",
+                &[&info.blob.hex(), &bytes, &len],
+                "storing a blob",
+            )
+        })?;
+        Ok(info)
+    }
+
     fn put_reader(&self, reader: &mut dyn Read) -> Result<BlobInfo> {
         const ACTION: &str = "storing a blob";
         let mut attempt = 1;

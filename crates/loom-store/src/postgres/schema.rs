@@ -137,7 +137,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 2,
-        name: "a call's turn written in one statement",
+        name: "a call's turn, and a small blob, each written in one statement",
         sql: TURN_FUNCTION,
     },
 ];
@@ -221,6 +221,32 @@ const TURN_FUNCTION: &str = r#"
             RETURNING id INTO v_call;
         END IF;
         RETURN v_call;
+    END
+    $fn$;
+
+    -- A blob of at most one chunk, in one statement: nothing is written when its hash is
+    -- already stored; a writer that loses a race for the same hash removes its own chunk.
+    -- Returns whether this call stored it.
+    CREATE FUNCTION loom_put_blob(p_sha256 TEXT, p_data BYTEA, p_bytes BIGINT)
+    RETURNS BOOLEAN LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_content BIGINT;
+    BEGIN
+        IF EXISTS (SELECT 1 FROM blobs WHERE sha256 = p_sha256) THEN
+            RETURN FALSE;
+        END IF;
+        v_content := nextval('blob_contents');
+        IF p_bytes > 0 THEN
+            INSERT INTO blob_chunks (content, idx, data) VALUES (v_content, 0, p_data);
+        END IF;
+        INSERT INTO blobs (sha256, content, bytes, chunks)
+        VALUES (p_sha256, v_content, p_bytes, CASE WHEN p_bytes > 0 THEN 1 ELSE 0 END)
+        ON CONFLICT (sha256) DO NOTHING;
+        IF NOT FOUND THEN
+            DELETE FROM blob_chunks WHERE content = v_content;
+            RETURN FALSE;
+        END IF;
+        RETURN TRUE;
     END
     $fn$;
 "#;

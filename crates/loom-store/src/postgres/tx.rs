@@ -65,6 +65,18 @@ pub(super) fn read<T>(
     }
 }
 
+/// Runs `f`, one statement that writes, outside any transaction (it is one on its own, so one
+/// round trip), and again on a fresh connection when the connection broke: only for a statement
+/// that is safe to run twice (`loom_write_turn` refuses a turn the log already moved past;
+/// `loom_put_blob` stores a blob once).
+pub(super) fn statement<T>(
+    pool: &Pool,
+    action: &'static str,
+    f: impl FnMut(&mut Db<'_, Client>) -> Result<T>,
+) -> Result<T> {
+    read(pool, action, f)
+}
+
 /// Runs `f` in a transaction and commits it; on `Err` everything `f` did is rolled back.
 ///
 /// `f` may run more than once: again when PostgreSQL aborted the transaction for a conflict with
