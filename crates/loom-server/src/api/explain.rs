@@ -43,58 +43,14 @@ pub(crate) async fn explain(
     let client_id = id.clone();
     let out = state
         .blocking("explaining an event", move |s| {
-            let event = s
-                .store
-                .read(&sid, n..=n)?
-                .pop()
-                .ok_or_else(|| ApiError::invalid_field("event", format!("no event {n}")))?;
-            let mut calls = Vec::new();
-            for mc in s.store.model_calls(&sid)? {
-                // A call proxied in observe mode went upstream as the client sent it: there is
-                // no render to explain, only that the event was sent as it is.
-                let receipt: Option<Receipt> =
-                    serde_json::from_value(mc.call.receipt["receipt"].clone()).ok();
-                let mut row = match &receipt {
-                    Some(r) => json!({
-                        "call": mc.id,
-                        "at_seq": mc.call.at_seq,
-                        "fate": r.fate(n),
-                        "estimate": r.estimate,
-                    }),
-                    None if n <= mc.call.at_seq => json!({
-                        "call": mc.id,
-                        "at_seq": mc.call.at_seq,
-                        "fate": "sent as the client sent it (observe mode)",
-                    }),
-                    None => json!({
-                        "call": mc.id,
-                        "at_seq": mc.call.at_seq,
-                        "fate": "not yet in the log",
-                    }),
-                };
-                if let Some(point) = receipt
-                    .as_ref()
-                    .and_then(|r| r.compaction.as_ref())
-                    .filter(|p| p.at_seq >= n)
-                {
-                    row["compaction"] = serde_json::to_value(point).unwrap_or(Value::Null);
-                }
-                if let Some(usage) = mc.usage {
-                    row["usage"] = serde_json::to_value(usage).unwrap_or(Value::Null);
-                }
-                calls.push(row);
-            }
-            let reference = match &event.body {
-                EventBody::ToolResult { call_id, .. } => {
-                    let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
-                    off.steps(&sid)?
-                        .into_iter()
-                        .find(|step| &step.call_id == call_id)
-                        .and_then(|step| step.outcome_ref)
-                }
-                _ => None,
-            };
-            let original = match reference {
+            let mut out = explain_event(
+                s.store.as_ref(),
+                s.blobs.as_ref(),
+                &s.engine.reduce,
+                &sid,
+                n,
+            )?;
+            out["original"] = match out["original"]["ref"].as_str() {
                 Some(r) => json!({
                     "ref": r,
                     "recall": format!("/loom/v1/sessions/{}/recall?ref={r}", encode(&client_id)),
@@ -103,15 +59,83 @@ pub(crate) async fn explain(
                     "events": format!("/loom/v1/sessions/{}/events?from={n}&to={n}", encode(&client_id)),
                 }),
             };
-            Ok(json!({
-                "event": n,
-                "kind": event.body.kind().as_str(),
-                "calls": calls,
-                "original": original,
-            }))
+            Ok(out)
         })
         .await?;
     Ok(Json(out).into_response())
+}
+
+/// What happened to event `n` of `session` in each recorded model call (its fate in the call's
+/// receipt, the compaction point that took it, the call's usage), and where its original is: the
+/// reference of the output a step offloaded (`original.ref`), or the event itself
+/// (`original.events: [n, n]`). The API's and the Python package's `explain`.
+pub fn explain_event(
+    store: &dyn loom_store::Store,
+    blobs: &dyn loom_store::BlobStore,
+    reduce: &loom_core::ReduceConfig,
+    session: &SessionId,
+    n: u64,
+) -> Result<Value> {
+    let event = store
+        .read(session, n..=n)?
+        .pop()
+        .ok_or_else(|| ApiError::invalid_field("event", format!("no event {n}")))?;
+    let mut calls = Vec::new();
+    for mc in store.model_calls(session)? {
+        // A call proxied in observe mode went upstream as the client sent it: there is no
+        // render to explain, only that the event was sent as it is.
+        let receipt: Option<Receipt> =
+            serde_json::from_value(mc.call.receipt["receipt"].clone()).ok();
+        let mut row = match &receipt {
+            Some(r) => json!({
+                "call": mc.id,
+                "at_seq": mc.call.at_seq,
+                "fate": r.fate(n),
+                "estimate": r.estimate,
+            }),
+            None if n <= mc.call.at_seq => json!({
+                "call": mc.id,
+                "at_seq": mc.call.at_seq,
+                "fate": "sent as the client sent it (observe mode)",
+            }),
+            None => json!({
+                "call": mc.id,
+                "at_seq": mc.call.at_seq,
+                "fate": "not yet in the log",
+            }),
+        };
+        if let Some(point) = receipt
+            .as_ref()
+            .and_then(|r| r.compaction.as_ref())
+            .filter(|p| p.at_seq >= n)
+        {
+            row["compaction"] = serde_json::to_value(point).unwrap_or(Value::Null);
+        }
+        if let Some(usage) = mc.usage {
+            row["usage"] = serde_json::to_value(usage).unwrap_or(Value::Null);
+        }
+        calls.push(row);
+    }
+    let reference = match &event.body {
+        EventBody::ToolResult { call_id, .. } => {
+            let off = Offloader::new(store, blobs, reduce);
+            off.steps(session)?
+                .into_iter()
+                .find(|step| &step.call_id == call_id)
+                .and_then(|step| step.outcome_ref)
+        }
+        _ => None,
+    };
+    let original = match reference {
+        Some(r) => json!({ "ref": r }),
+        None => json!({ "events": [n, n] }),
+    };
+    Ok(json!({
+        "event": n,
+        "kind": event.body.kind().as_str(),
+        "calls": calls,
+        "original": original,
+    }))
 }
 
 /// Whether the session's log or steps refer to `blob` (an inline output offloaded by a step, or a

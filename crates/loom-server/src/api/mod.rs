@@ -6,7 +6,7 @@
 //! Every id in a path or body is the tenant's own (see `auth`); every error is an [`ApiError`].
 
 mod body;
-mod explain;
+pub mod explain;
 mod extract;
 mod results;
 

@@ -1,0 +1,251 @@
+"""Loom, the context engine for LLM agents, in-process.
+
+    import loom
+
+    db = loom.open("loom.db")                       # or "postgres://user@host:5432/db"
+    db.import_history(messages, format="openai", session="run-1")
+    rendered = db.session("run-1").render(model="gpt-4o", budget=16_000)
+    client.chat.completions.create(**rendered.body)  # budget-fitted, cache-stable
+
+Everything is Loom's engine itself (the Rust library `loom serve` and the CLI run), called
+without a server: the same log, renders, receipts and references. `loom.connect(URL)` gives the
+same interface over a running `loom serve`.
+
+Errors are exceptions under :class:`LoomError`, one class per kind, each with ``record``,
+``field`` and ``reason`` attributes; nothing stored changes when one is raised.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _loom
+from ._loom import (
+    Conflict,
+    InvalidEvent,
+    InvalidInput,
+    LoomError,
+    NotFound,
+    SessionNotFound,
+    StorageError,
+    Unavailable,
+)
+
+__version__: str = _loom.__version__
+
+__all__ = [
+    "open",
+    "connect",
+    "count_tokens",
+    "Database",
+    "Session",
+    "Rendered",
+    "LoomError",
+    "InvalidInput",
+    "InvalidEvent",
+    "NotFound",
+    "SessionNotFound",
+    "Conflict",
+    "Unavailable",
+    "StorageError",
+]
+
+#: The input formats :meth:`Database.import_history` reads.
+HISTORY_FORMATS = ("openai", "anthropic", "responses")
+#: The request formats :meth:`Session.render` writes.
+RENDER_FORMATS = ("openai-chat", "openai-responses", "anthropic", "react")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered request: ``body`` is ready for the provider's SDK (``create(**body)`` after
+    adding ``model``), ``receipt`` says what was included, stubbed, folded, summarised or
+    dropped and why, ``model_call`` is the id of the call recorded for it (None when the log has
+    not changed since the last render, which is then not recorded again)."""
+
+    body: Dict[str, Any]
+    receipt: Dict[str, Any]
+    model_call: Optional[int] = None
+
+
+def _history_body(
+    messages: Union[Sequence[Mapping[str, Any]], Mapping[str, Any]],
+    format: str,
+    system: Optional[Any],
+) -> str:
+    if format not in HISTORY_FORMATS:
+        raise InvalidInput(
+            f"format: `{format}`: expected one of {', '.join(HISTORY_FORMATS)}"
+        )
+    if isinstance(messages, Mapping):
+        # A whole request body, as the provider takes it.
+        return json.dumps(messages)
+    items = list(messages)
+    if format == "responses":
+        body: Dict[str, Any] = {"input": items}
+        if system is not None:
+            body["instructions"] = system
+    else:
+        body = {"messages": items}
+        if system is not None:
+            if format == "anthropic":
+                body["system"] = system
+            else:
+                body["messages"] = [{"role": "system", "content": system}] + items
+    return json.dumps(body)
+
+
+class Session:
+    """One session of a :class:`Database`: its log, renders and receipts."""
+
+    def __init__(self, db: "Database", id: str) -> None:
+        self._db = db
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r})"
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The session's record (id, agent, parent, created_ms, event_count)."""
+        found = self._db._native.session_info(self.id)
+        if found is None:
+            raise SessionNotFound(f"session `{self.id}` not found")
+        return json.loads(found)
+
+    def exists(self) -> bool:
+        return self._db._native.session_info(self.id) is not None
+
+    def append(self, events: Iterable[Mapping[str, Any]]) -> Tuple[int, int]:
+        """Appends events in Loom's JSON form (docs/formats.md: ``{"kind": "user", "content":
+        ..., "ts_ms": ...}``; ``ts_ms`` defaults to now); returns the first and last seq given.
+        A batch that breaks a rule is refused whole (:class:`InvalidEvent`)."""
+        batch = [dict(e) for e in events]
+        now = _now_ms()
+        for event in batch:
+            event.setdefault("ts_ms", now)
+        return self._db._native.append(self.id, json.dumps(batch))
+
+    def events(self, first: int = 1, last: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The log's events ``first..=last`` (to the end by default)."""
+        end = last if last is not None else 2**63 - 1
+        return json.loads(self._db._native.read(self.id, first, end))
+
+    def render(
+        self,
+        model: str,
+        budget: Optional[int] = None,
+        format: str = "openai-chat",
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    ) -> Rendered:
+        """Renders the session for ``model`` within ``budget`` input tokens (the model's window
+        less its response reserve when None), in ``format``, with ``tools`` (the provider's tool
+        definitions) budgeted with it."""
+        tools_json = json.dumps(list(tools)) if tools is not None else None
+        body, receipt, call = self._db._native.render(
+            self.id, model, budget, format, tools_json
+        )
+        return Rendered(json.loads(body), json.loads(receipt), call)
+
+    def explain(self, seq: int) -> Dict[str, Any]:
+        """What happened to event ``seq`` in each recorded model call, and where its original is."""
+        return json.loads(self._db._native.explain(self.id, seq))
+
+    def report_usage(
+        self,
+        call: int,
+        input_tokens: int,
+        cached_input_tokens: Optional[int] = None,
+        output_tokens: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """Records what the provider said model call ``call`` used (the same figures again change
+        nothing; other figures raise :class:`InvalidInput`)."""
+        return json.loads(
+            self._db._native.report_usage(
+                self.id, call, input_tokens, cached_input_tokens, output_tokens
+            )
+        )
+
+    def model_calls(self) -> List[Dict[str, Any]]:
+        """Every recorded model call: receipt, the seq it was rendered at, usage."""
+        return json.loads(self._db._native.model_calls(self.id))
+
+    def recall(self, reference: str) -> bytes:
+        """The original bytes of an output a render replaced by a reference."""
+        return self._db.recall(reference, session=self.id)
+
+
+class Database:
+    """An open Loom database. Safe to share across threads; the GIL is released while Loom
+    reads, writes, renders or counts."""
+
+    def __init__(self, native: Any, location: str) -> None:
+        self._native = native
+        self.location = location
+
+    def __repr__(self) -> str:
+        return f"loom.open({self.location!r})"
+
+    def session(self, id: str) -> Session:
+        """The session ``id`` (it need not exist yet: :meth:`create_session` or
+        :meth:`import_history` make it)."""
+        return Session(self, id)
+
+    def create_session(self, id: str, agent: Optional[str] = None) -> Session:
+        """Creates an empty session (:class:`Conflict` when it exists)."""
+        self._native.create_session(id, agent)
+        return Session(self, id)
+
+    def sessions(self) -> List[Dict[str, Any]]:
+        """Every session's record, ordered by id."""
+        return json.loads(self._native.sessions())
+
+    def import_history(
+        self,
+        messages: Union[Sequence[Mapping[str, Any]], Mapping[str, Any]],
+        format: str = "openai",
+        session: Optional[str] = None,
+        agent: Optional[str] = None,
+        system: Optional[Any] = None,
+    ) -> Session:
+        """Imports a provider history into ``session``: a list of OpenAI Chat messages
+        (``format="openai"``), Anthropic messages (``"anthropic"``, with ``system=``) or OpenAI
+        Responses input items (``"responses"``), or a whole request body. An existing session
+        whose log the history extends gets the rest appended."""
+        if session is None:
+            raise InvalidInput("session: name the session to import into")
+        body = _history_body(messages, format, system)
+        self._native.import_history(body, format, session, agent)
+        return Session(self, session)
+
+    def recall(self, reference: str, session: Optional[str] = None) -> bytes:
+        """The original bytes a reference names: ``sha256:<hex>``, or an alias such as
+        ``outputs/bash_003.txt`` within ``session``."""
+        return self._native.recall(reference, session)
+
+
+def open(db: str = "loom.db") -> Database:  # noqa: A001 - the name other tools call
+    """Opens (creating if needed) a Loom database: an SQLite file path, or a PostgreSQL URL
+    (``postgres://user@host:port/dbname``) shared with ``loom serve``."""
+    return Database(_loom.open(str(db)), str(db))
+
+
+def count_tokens(text: str, model: str) -> int:
+    """The number of tokens ``text`` is for ``model``: exact for OpenAI models (the same BPE as
+    tiktoken), Loom's calibrated estimate for models without a public tokenizer."""
+    return _loom.count_tokens(text, model)
+
+
+def connect(url: str, key: Optional[str] = None, timeout: float = 60.0) -> "Database":
+    """The same interface over a running ``loom serve`` (its HTTP API under ``/loom/v1``)."""
+    from .client import connect as _connect
+
+    return _connect(url, key=key, timeout=timeout)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)

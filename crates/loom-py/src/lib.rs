@@ -1,0 +1,615 @@
+//! `loom._loom`: the engine in-process, for the Python package `loom` (crates/loom-py/python).
+//!
+//! The native layer is small and typed at its edges: records cross it as JSON text (Loom's own
+//! JSON forms, the same bytes as the CLI and the HTTP API), which the Python layer turns into
+//! dicts. Everything that reads or writes the store, renders or counts runs with the GIL
+//! released, and a [`Database`] is shared across threads safely (its state is behind the same
+//! locks `loom serve` uses).
+
+use std::sync::Arc;
+
+use loom_core::render::{Format, ToolSpec};
+use loom_core::{AgentId, NewEvent, ReduceConfig, SessionId};
+use loom_server::engine::RenderSpec;
+use loom_server::live::{Backend, LiveSessions};
+use loom_server::{ApiError, Engine};
+use loom_store::{BlobStore, NewSession, Offloader, Resolution, Store, StoreError, Usage};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+create_exception!(
+    _loom,
+    LoomError,
+    PyException,
+    "Every error Loom raises. `record`, `field` and `reason` say what was refused and why \
+     (None when they do not apply)."
+);
+create_exception!(
+    _loom,
+    InvalidInput,
+    LoomError,
+    "Bad input: nothing was stored or changed."
+);
+create_exception!(
+    _loom,
+    InvalidEvent,
+    InvalidInput,
+    "An event that breaks the log's rules (an orphan result, a duplicate call id): nothing of \
+     its batch was stored."
+);
+create_exception!(
+    _loom,
+    NotFound,
+    LoomError,
+    "A session, model call, blob or alias that does not exist."
+);
+create_exception!(
+    _loom,
+    SessionNotFound,
+    NotFound,
+    "A session that does not exist."
+);
+create_exception!(
+    _loom,
+    Conflict,
+    LoomError,
+    "A write that conflicts with what is stored (a session that exists, a usage already \
+     reported with other figures, another writer that moved the session on)."
+);
+create_exception!(
+    _loom,
+    Unavailable,
+    LoomError,
+    "The database cannot be reached or is busy: nothing was done; retry later."
+);
+create_exception!(
+    _loom,
+    StorageError,
+    LoomError,
+    "The store failed (I/O, a corrupt record, a schema newer than this build)."
+);
+
+/// A Python exception of the class for `kind`, with `record`, `field` and `reason` set.
+fn raise<E: pyo3::PyTypeInfo>(
+    message: String,
+    record: Option<String>,
+    field: Option<String>,
+    reason: Option<String>,
+) -> PyErr {
+    let err = PyErr::new::<E, _>(message);
+    Python::attach(|py| {
+        let value = err.value(py);
+        let _ = value.setattr("record", record);
+        let _ = value.setattr("field", field);
+        let _ = value.setattr("reason", reason);
+    });
+    err
+}
+
+fn store_error(e: StoreError) -> PyErr {
+    let message = e.to_string();
+    match e {
+        StoreError::SessionNotFound(id) => raise::<SessionNotFound>(
+            message,
+            Some(format!("session {id}")),
+            None,
+            Some("not found".into()),
+        ),
+        StoreError::InvalidEvent {
+            session,
+            index,
+            seq,
+            source,
+        } => raise::<InvalidEvent>(
+            message,
+            Some(format!(
+                "session {session}, event {index} of the batch (seq {seq})"
+            )),
+            Some(format!("events[{index}]")),
+            Some(source.to_string()),
+        ),
+        StoreError::InvalidRecord {
+            session,
+            record,
+            reason,
+        } => raise::<InvalidInput>(
+            message,
+            Some(format!("session {session}, {record}")),
+            None,
+            Some(reason),
+        ),
+        StoreError::CallState { session, source } => raise::<InvalidInput>(
+            message,
+            Some(format!("session {session}")),
+            None,
+            Some(source.to_string()),
+        ),
+        StoreError::SessionExists(_) | StoreError::Moved { .. } => {
+            raise::<Conflict>(message.clone(), None, None, Some(message))
+        }
+        StoreError::ModelCallNotFound { reason, .. } => {
+            raise::<NotFound>(message, None, None, Some(reason))
+        }
+        StoreError::BlobNotFound(_) => raise::<NotFound>(message, None, None, None),
+        StoreError::Unavailable { reason, .. } => {
+            raise::<Unavailable>(message, None, None, Some(reason))
+        }
+        e if e.is_bad_input() => raise::<InvalidInput>(message, None, None, None),
+        _ => raise::<StorageError>(message, None, None, None),
+    }
+}
+
+fn api_error(e: ApiError) -> PyErr {
+    let reason = Some(e.message.clone());
+    match e.kind {
+        "invalid_request" | "payload_too_large" => {
+            raise::<InvalidInput>(e.message, None, e.field, reason)
+        }
+        "not_found" if e.message.starts_with("session") && e.message.ends_with("not found") => {
+            raise::<SessionNotFound>(e.message, None, e.field, reason)
+        }
+        "not_found" => raise::<NotFound>(e.message, None, e.field, reason),
+        "conflict" => raise::<Conflict>(e.message, None, e.field, reason),
+        "unavailable" => raise::<Unavailable>(e.message, None, e.field, reason),
+        _ => raise::<LoomError>(e.message, None, e.field, reason),
+    }
+}
+
+fn import_error(e: loom_import::ImportError) -> PyErr {
+    api_error(ApiError::from(e))
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> PyErr {
+    let reason = reason.into();
+    raise::<InvalidInput>(
+        format!("{field}: {reason}"),
+        None,
+        Some(field.to_owned()),
+        Some(reason),
+    )
+}
+
+fn session_id(id: &str) -> PyResult<SessionId> {
+    SessionId::new(id).map_err(|e| invalid("session", e.to_string()))
+}
+
+fn json_text<T: serde::Serialize>(value: &T) -> PyResult<String> {
+    serde_json::to_string(value).map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// What a database handle holds: the store, its blobs, the engine and the live sessions (the
+/// same cache `loom serve` keeps, so a render costs what is new since the last one).
+struct Inner {
+    store: Arc<dyn Store>,
+    blobs: Arc<dyn BlobStore>,
+    engine: Engine,
+    live: LiveSessions,
+}
+
+impl Inner {
+    fn backend(&self) -> Backend<'_> {
+        Backend {
+            store: self.store.as_ref(),
+            blobs: self.blobs.as_ref(),
+            reduce: &self.engine.reduce,
+            live: &self.live,
+        }
+    }
+}
+
+/// An open Loom database (an SQLite file or a PostgreSQL URL). Safe to share across threads.
+#[pyclass(frozen, module = "loom._loom")]
+struct Database {
+    inner: Arc<Inner>,
+}
+
+/// Opens (creating if needed) the database at `db`: an SQLite path or a `postgres://` URL.
+#[pyfunction]
+fn open(py: Python<'_>, db: String) -> PyResult<Database> {
+    let inner = py.detach(move || -> PyResult<Inner> {
+        let opened = loom_store::open(&db).map_err(store_error)?;
+        let registry = loom_tokens::Registry::built_in()
+            .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
+        Ok(Inner {
+            store: opened.store,
+            blobs: opened.blobs,
+            engine: Engine {
+                registry,
+                policy: loom_core::render::Policy::default(),
+                reduce: ReduceConfig::default(),
+            },
+            live: LiveSessions::new(1_024),
+        })
+    })?;
+    Ok(Database {
+        inner: Arc::new(inner),
+    })
+}
+
+/// The exact number of tokens `text` is for `model` (its tokenizer from the registry; a model
+/// without a public tokenizer is Loom's calibrated estimate).
+#[pyfunction]
+fn count_tokens(py: Python<'_>, text: String, model: String) -> PyResult<u64> {
+    py.detach(move || {
+        let registry = loom_tokens::Registry::built_in()
+            .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
+        let info = registry
+            .lookup(&model)
+            .map_err(|e| invalid("model", e.to_string()))?;
+        let tokenizer = loom_tokens::Tokenizer::for_model(info)
+            .map_err(|e| invalid("model", format!("model `{model}`: {e}")))?;
+        Ok(loom_tokens::CountTokens::count(&tokenizer, &text))
+    })
+}
+
+#[pymethods]
+impl Database {
+    /// Creates an empty session; returns its record as JSON.
+    #[pyo3(signature = (session, agent=None))]
+    fn create_session(
+        &self,
+        py: Python<'_>,
+        session: String,
+        agent: Option<String>,
+    ) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let agent = AgentId::new(agent.as_deref().unwrap_or(loom_import::DEFAULT_AGENT))
+                .map_err(|e| invalid("agent", e.to_string()))?;
+            let info = inner
+                .store
+                .create_session(
+                    &NewSession {
+                        id,
+                        agent,
+                        parent: None,
+                        created_ms: now_ms(),
+                    },
+                    &[],
+                )
+                .map_err(store_error)?;
+            json_text(&info)
+        })
+    }
+
+    /// Every session, as a JSON list of records ordered by id.
+    fn sessions(&self, py: Python<'_>) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || json_text(&inner.store.sessions().map_err(store_error)?))
+    }
+
+    /// The session's record as JSON, or None.
+    fn session_info(&self, py: Python<'_>, session: String) -> PyResult<Option<String>> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            inner
+                .store
+                .session(&id)
+                .map_err(store_error)?
+                .map(|info| json_text(&info))
+                .transpose()
+        })
+    }
+
+    /// Appends events (a JSON list in Loom's event form, without seqs); returns the first and
+    /// last seq they were given. A batch that breaks a rule is refused whole.
+    fn append(&self, py: Python<'_>, session: String, events: String) -> PyResult<(u64, u64)> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let events: Vec<NewEvent> = serde_json::from_str(&events)
+                .map_err(|e| invalid("events", format!("not a list of Loom events: {e}")))?;
+            if events.is_empty() {
+                return Err(invalid("events", "no events to append"));
+            }
+            let seqs = inner.store.append(&id, &events).map_err(store_error)?;
+            Ok((*seqs.start(), *seqs.end()))
+        })
+    }
+
+    /// The events with seqs `first..=last`, as a JSON list.
+    fn read(&self, py: Python<'_>, session: String, first: u64, last: u64) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            if inner.store.session(&id).map_err(store_error)?.is_none() {
+                return Err(store_error(StoreError::SessionNotFound(id)));
+            }
+            json_text(
+                &inner
+                    .store
+                    .read(&id, first.max(1)..=last)
+                    .map_err(store_error)?,
+            )
+        })
+    }
+
+    /// Imports a history (a JSON document as the provider takes it: OpenAI Chat, Anthropic
+    /// Messages or OpenAI Responses) into session `session`; returns the import's report as
+    /// JSON. An existing session whose log the history extends gets the rest appended.
+    #[pyo3(signature = (body, format, session, agent=None))]
+    fn import_history(
+        &self,
+        py: Python<'_>,
+        body: String,
+        format: String,
+        session: String,
+        agent: Option<String>,
+    ) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let mut opts = loom_import::ParseOptions::new(now_ms());
+            opts.format = format
+                .parse()
+                .map_err(|e: loom_import::ImportError| invalid("format", e.to_string()))?;
+            opts.session = Some(session_id(&session)?);
+            opts.agent = agent
+                .map(|a| AgentId::new(a).map_err(|e| invalid("agent", e.to_string())))
+                .transpose()?;
+            let mut sessions = loom_import::parse_slice(
+                "history",
+                "history",
+                body.as_bytes(),
+                &opts,
+                inner.blobs.as_ref(),
+            )
+            .map_err(import_error)?;
+            // A session that exists takes the rest of a history that extends its log, as the
+            // proxy does with a client's next call.
+            if let [parsed] = sessions.as_mut_slice() {
+                if let Some(info) = inner.store.session(&parsed.id).map_err(store_error)? {
+                    let stored = inner
+                        .store
+                        .read(&parsed.id, 1..=info.event_count.max(1))
+                        .map_err(store_error)?;
+                    let extends = stored.len() <= parsed.events.len()
+                        && stored
+                            .iter()
+                            .zip(&parsed.events)
+                            .all(|(old, new)| old.body == new.body);
+                    if !extends {
+                        let first = stored
+                            .iter()
+                            .zip(&parsed.events)
+                            .position(|(old, new)| old.body != new.body)
+                            .map_or(parsed.events.len() + 1, |i| i + 1);
+                        return Err(raise::<Conflict>(
+                            format!(
+                                "session `{}` holds a log this history does not extend (first \
+                                 difference at seq {first}: the stored log has {} events, the \
+                                 history {})",
+                                parsed.id,
+                                stored.len(),
+                                parsed.events.len()
+                            ),
+                            Some(format!("session {}", parsed.id)),
+                            None,
+                            Some("the history departs from the stored log".into()),
+                        ));
+                    }
+                    let new = &parsed.events[stored.len()..];
+                    if !new.is_empty() {
+                        inner.store.append(&parsed.id, new).map_err(store_error)?;
+                    }
+                    return json_text(&serde_json::json!({
+                        "sessions": [{
+                            "id": parsed.id,
+                            "outcome": if new.is_empty() { "unchanged" } else { "extended" },
+                            "events": new.len(),
+                            "blobs": 0,
+                        }]
+                    }));
+                }
+            }
+            let plan = loom_import::plan(inner.store.as_ref(), sessions).map_err(import_error)?;
+            let report = plan
+                .commit(inner.store.as_ref(), now_ms(), &mut loom_import::NoProgress)
+                .map_err(import_error)?;
+            let sessions: Vec<serde_json::Value> = report
+                .sessions
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "id": r.id,
+                        "outcome": r.outcome,
+                        "events": r.events,
+                        "blobs": r.blobs,
+                    })
+                })
+                .collect();
+            json_text(&serde_json::json!({ "sessions": sessions }))
+        })
+    }
+
+    /// Renders the session for `model` within `budget` input tokens in `format`; returns the
+    /// request body and the receipt as JSON, and the id of the model call recorded for it (None
+    /// when the log has not changed since the last render).
+    #[pyo3(signature = (session, model, budget=None, format="openai-chat".to_owned(), tools=None))]
+    fn render(
+        &self,
+        py: Python<'_>,
+        session: String,
+        model: String,
+        budget: Option<u64>,
+        format: String,
+        tools: Option<String>,
+    ) -> PyResult<(String, String, Option<u64>)> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let format = Format::parse(&format).ok_or_else(|| {
+                invalid(
+                    "format",
+                    format!(
+                        "unknown format `{format}`; expected openai-chat, openai-responses, \
+                         anthropic or react"
+                    ),
+                )
+            })?;
+            let tools = match tools {
+                None => Vec::new(),
+                Some(text) => {
+                    let value: serde_json::Value =
+                        serde_json::from_str(&text).map_err(|e| invalid("tools", e.to_string()))?;
+                    ToolSpec::parse_list(&value).map_err(|e| invalid("tools", e.to_string()))?
+                }
+            };
+            if budget == Some(0) {
+                return Err(invalid("budget", "expected a positive number of tokens"));
+            }
+            let spec = RenderSpec {
+                model,
+                budget,
+                format,
+                tools,
+                always_record: false,
+            };
+            let out = inner
+                .engine
+                .render_session(inner.backend(), &id, &spec)
+                .map_err(api_error)?
+                .ok_or_else(|| store_error(StoreError::SessionNotFound(id)))?;
+            Ok((
+                json_text(&out.body)?,
+                json_text(&out.receipt)?,
+                out.model_call,
+            ))
+        })
+    }
+
+    /// What happened to event `seq` in each recorded model call, and where its original is, as
+    /// JSON.
+    fn explain(&self, py: Python<'_>, session: String, seq: u64) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let info = inner
+                .store
+                .session(&id)
+                .map_err(store_error)?
+                .ok_or_else(|| store_error(StoreError::SessionNotFound(id.clone())))?;
+            if seq == 0 || seq > info.event_count {
+                return Err(invalid(
+                    "seq",
+                    format!(
+                        "session `{id}` has no event {seq} (it has {})",
+                        info.event_count
+                    ),
+                ));
+            }
+            let out = loom_server::api::explain::explain_event(
+                inner.store.as_ref(),
+                inner.blobs.as_ref(),
+                &inner.engine.reduce,
+                &id,
+                seq,
+            )
+            .map_err(api_error)?;
+            json_text(&out)
+        })
+    }
+
+    /// The original bytes a reference names: `sha256:<hex>`, or an alias within `session`
+    /// (or, without one, whichever session has it, when only one does).
+    #[pyo3(signature = (reference, session=None))]
+    fn recall<'py>(
+        &self,
+        py: Python<'py>,
+        reference: String,
+        session: Option<String>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let inner = Arc::clone(&self.inner);
+        let bytes = py.detach(move || {
+            let session = session.as_deref().map(session_id).transpose()?;
+            let off = Offloader::new(
+                inner.store.as_ref(),
+                inner.blobs.as_ref(),
+                &inner.engine.reduce,
+            );
+            match off
+                .resolve(session.as_ref(), &reference)
+                .map_err(store_error)?
+            {
+                Resolution::Found(blob) => inner.blobs.get(&blob).map_err(store_error),
+                Resolution::Ambiguous(sessions) => Err(invalid(
+                    "session",
+                    format!(
+                        "`{reference}` names different outputs in sessions {}: name the session",
+                        sessions
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        })?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Records what the provider said model call `call` used; returns the call as JSON. The
+    /// same figures again change nothing; other figures are refused.
+    #[pyo3(signature = (session, call, input_tokens, cached_input_tokens=None, output_tokens=None))]
+    fn report_usage(
+        &self,
+        py: Python<'_>,
+        session: String,
+        call: u64,
+        input_tokens: u64,
+        cached_input_tokens: Option<u64>,
+        output_tokens: Option<u64>,
+    ) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let usage = Usage {
+                input_tokens,
+                cached_input_tokens,
+                output_tokens,
+                reported_ms: now_ms(),
+            };
+            let call = inner
+                .store
+                .report_usage(&id, call, &usage)
+                .map_err(store_error)?;
+            json_text(&call)
+        })
+    }
+
+    /// Every model call of the session (receipts and usage), as JSON.
+    fn model_calls(&self, py: Python<'_>, session: String) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            json_text(&inner.store.model_calls(&id).map_err(store_error)?)
+        })
+    }
+}
+
+#[pymodule]
+fn _loom(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Database>()?;
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
+    m.add("LoomError", py.get_type::<LoomError>())?;
+    m.add("InvalidInput", py.get_type::<InvalidInput>())?;
+    m.add("InvalidEvent", py.get_type::<InvalidEvent>())?;
+    m.add("NotFound", py.get_type::<NotFound>())?;
+    m.add("SessionNotFound", py.get_type::<SessionNotFound>())?;
+    m.add("Conflict", py.get_type::<Conflict>())?;
+    m.add("Unavailable", py.get_type::<Unavailable>())?;
+    m.add("StorageError", py.get_type::<StorageError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
