@@ -52,6 +52,9 @@ pub enum Outcome {
     Imported,
     /// Already stored with identical events; nothing was written.
     Unchanged,
+    /// Stored with a log the import extends: the events past it were appended (only from
+    /// [`plan_extending`]).
+    Extended,
 }
 
 /// One session's result.
@@ -76,6 +79,8 @@ pub struct ImportReport {
     pub imported: usize,
     /// Sessions already stored with identical events.
     pub unchanged: usize,
+    /// Sessions stored with a log the import extended (see [`plan_extending`]).
+    pub extended: usize,
     /// Events written.
     pub events: u64,
     /// Tool outputs offloaded to the blob store in the sessions written.
@@ -157,7 +162,8 @@ impl<R: Read> Read for Counting<'_, R> {
 /// Sessions checked against the store, ready to write.
 #[derive(Debug)]
 pub struct Plan {
-    sessions: Vec<(ParsedSession, Outcome)>,
+    /// Each session, what will happen to it, and how many of its events are stored already.
+    sessions: Vec<(ParsedSession, Outcome, usize)>,
 }
 
 /// Compares `sessions` with each other and with the store; writes nothing.
@@ -165,6 +171,18 @@ pub struct Plan {
 /// A session given twice with identical events is kept once; with different events it is an
 /// error. A session already stored must have identical events.
 pub fn plan(store: &dyn Store, sessions: Vec<ParsedSession>) -> Result<Plan> {
+    plan_with(store, sessions, false)
+}
+
+/// As [`plan`], except that a session stored with a log that the import extends (the stored
+/// events are the import's first events) is not a conflict: the rest is appended
+/// ([`Outcome::Extended`]). This is how a growing history is kept in step with its session, as
+/// `loom serve` does with a client's next call.
+pub fn plan_extending(store: &dyn Store, sessions: Vec<ParsedSession>) -> Result<Plan> {
+    plan_with(store, sessions, true)
+}
+
+fn plan_with(store: &dyn Store, sessions: Vec<ParsedSession>, extend: bool) -> Result<Plan> {
     let mut seen: BTreeMap<SessionId, usize> = BTreeMap::new();
     let mut kept: Vec<ParsedSession> = Vec::with_capacity(sessions.len());
     for s in sessions {
@@ -189,10 +207,16 @@ pub fn plan(store: &dyn Store, sessions: Vec<ParsedSession>) -> Result<Plan> {
             session: s.id.clone(),
             source: Box::new(source),
         };
-        let outcome = match store.session(&s.id).map_err(store_err)? {
-            None => Outcome::Imported,
+        let (outcome, stored_len) = match store.session(&s.id).map_err(store_err)? {
+            None => (Outcome::Imported, 0),
             Some(_) => {
                 let stored: Vec<Event> = store.read(&s.id, 1..=Seq::MAX).map_err(store_err)?;
+                let prefix = stored.len() < s.events.len()
+                    && stored.iter().zip(&s.events).all(|(a, b)| a.body == b.body);
+                if extend && prefix {
+                    out.push((s, Outcome::Extended, stored.len()));
+                    continue;
+                }
                 if let Some((seq, reason)) =
                     first_difference(stored.iter().map(|e| &e.body), &s.events)
                 {
@@ -203,10 +227,10 @@ pub fn plan(store: &dyn Store, sessions: Vec<ParsedSession>) -> Result<Plan> {
                         reason,
                     });
                 }
-                Outcome::Unchanged
+                (Outcome::Unchanged, stored.len())
             }
         };
-        out.push((s, outcome));
+        out.push((s, outcome, stored_len));
     }
     Ok(Plan { sessions: out })
 }
@@ -216,7 +240,7 @@ impl Plan {
     pub fn new_sessions(&self) -> usize {
         self.sessions
             .iter()
-            .filter(|(_, o)| *o == Outcome::Imported)
+            .filter(|(_, o, _)| *o == Outcome::Imported)
             .count()
     }
 
@@ -236,23 +260,42 @@ impl Plan {
         let mut batch_events = 0usize;
         let mut batch_bytes = 0u64;
         let total = self.sessions.len();
-        for (i, (s, outcome)) in self.sessions.into_iter().enumerate() {
-            let events = s.events.len() as u64;
-            report.sessions.push(SessionReport {
-                id: s.id.clone(),
-                outcome,
-                events,
-                blobs: s.offloaded,
-            });
-            if outcome == Outcome::Imported {
-                report.imported += 1;
-                report.events += events;
-                report.blobs += s.offloaded;
-                batch_events += s.events.len();
-                batch_bytes += inline_bytes(&s.events);
-                batch.push(s);
+        for (i, (s, outcome, stored)) in self.sessions.into_iter().enumerate() {
+            if outcome == Outcome::Extended {
+                let new = &s.events[stored..];
+                store
+                    .append(&s.id, new)
+                    .map_err(|source| ImportError::Store {
+                        at: Box::new(s.at.clone()),
+                        session: s.id.clone(),
+                        source: Box::new(source),
+                    })?;
+                report.sessions.push(SessionReport {
+                    id: s.id.clone(),
+                    outcome,
+                    events: new.len() as u64,
+                    blobs: s.offloaded,
+                });
+                report.extended += 1;
+                report.events += new.len() as u64;
             } else {
-                report.unchanged += 1;
+                let events = s.events.len() as u64;
+                report.sessions.push(SessionReport {
+                    id: s.id.clone(),
+                    outcome,
+                    events,
+                    blobs: s.offloaded,
+                });
+                if outcome == Outcome::Imported {
+                    report.imported += 1;
+                    report.events += events;
+                    report.blobs += s.offloaded;
+                    batch_events += s.events.len();
+                    batch_bytes += inline_bytes(&s.events);
+                    batch.push(s);
+                } else {
+                    report.unchanged += 1;
+                }
             }
             let last = i + 1 == total;
             if !batch.is_empty()

@@ -26,7 +26,8 @@ use std::str::FromStr;
 
 pub use error::{ImportError, Location, Result};
 pub use import::{
-    plan, ImportReport, Importer, NoProgress, Outcome, Plan, Progress, SessionReport,
+    plan, plan_extending, ImportReport, Importer, NoProgress, Outcome, Plan, Progress,
+    SessionReport,
 };
 pub use parse::{
     parse_file, parse_reader, parse_slice, ParseOptions, ParsedSession, DEFAULT_AGENT,

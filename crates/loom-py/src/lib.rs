@@ -307,8 +307,17 @@ impl Database {
         let inner = Arc::clone(&self.inner);
         py.detach(move || {
             let id = session_id(&session)?;
-            let events: Vec<NewEvent> = serde_json::from_str(&events)
-                .map_err(|e| invalid("events", format!("not a list of Loom events: {e}")))?;
+            let list: Vec<serde_json::Value> = serde_json::from_str(&events)
+                .map_err(|e| invalid("events", format!("not a list: {e}")))?;
+            let events = list
+                .into_iter()
+                .enumerate()
+                .map(|(i, value)| {
+                    serde_json::from_value::<NewEvent>(value).map_err(|e| {
+                        invalid(&format!("events[{i}]"), format!("not a Loom event: {e}"))
+                    })
+                })
+                .collect::<PyResult<Vec<NewEvent>>>()?;
             if events.is_empty() {
                 return Err(invalid("events", "no events to append"));
             }
@@ -356,7 +365,7 @@ impl Database {
             opts.agent = agent
                 .map(|a| AgentId::new(a).map_err(|e| invalid("agent", e.to_string())))
                 .transpose()?;
-            let mut sessions = loom_import::parse_slice(
+            let sessions = loom_import::parse_slice(
                 "history",
                 "history",
                 body.as_bytes(),
@@ -366,52 +375,8 @@ impl Database {
             .map_err(import_error)?;
             // A session that exists takes the rest of a history that extends its log, as the
             // proxy does with a client's next call.
-            if let [parsed] = sessions.as_mut_slice() {
-                if let Some(info) = inner.store.session(&parsed.id).map_err(store_error)? {
-                    let stored = inner
-                        .store
-                        .read(&parsed.id, 1..=info.event_count.max(1))
-                        .map_err(store_error)?;
-                    let extends = stored.len() <= parsed.events.len()
-                        && stored
-                            .iter()
-                            .zip(&parsed.events)
-                            .all(|(old, new)| old.body == new.body);
-                    if !extends {
-                        let first = stored
-                            .iter()
-                            .zip(&parsed.events)
-                            .position(|(old, new)| old.body != new.body)
-                            .map_or(parsed.events.len() + 1, |i| i + 1);
-                        return Err(raise::<Conflict>(
-                            format!(
-                                "session `{}` holds a log this history does not extend (first \
-                                 difference at seq {first}: the stored log has {} events, the \
-                                 history {})",
-                                parsed.id,
-                                stored.len(),
-                                parsed.events.len()
-                            ),
-                            Some(format!("session {}", parsed.id)),
-                            None,
-                            Some("the history departs from the stored log".into()),
-                        ));
-                    }
-                    let new = &parsed.events[stored.len()..];
-                    if !new.is_empty() {
-                        inner.store.append(&parsed.id, new).map_err(store_error)?;
-                    }
-                    return json_text(&serde_json::json!({
-                        "sessions": [{
-                            "id": parsed.id,
-                            "outcome": if new.is_empty() { "unchanged" } else { "extended" },
-                            "events": new.len(),
-                            "blobs": 0,
-                        }]
-                    }));
-                }
-            }
-            let plan = loom_import::plan(inner.store.as_ref(), sessions).map_err(import_error)?;
+            let plan = loom_import::plan_extending(inner.store.as_ref(), sessions)
+                .map_err(import_error)?;
             let report = plan
                 .commit(inner.store.as_ref(), now_ms(), &mut loom_import::NoProgress)
                 .map_err(import_error)?;

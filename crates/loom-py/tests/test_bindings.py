@@ -36,11 +36,6 @@ def history(steps: int, output_lines: int = 3) -> list:
     return messages
 
 
-@pytest.fixture()
-def db(tmp_path):
-    return loom.open(str(tmp_path / "loom.db"))
-
-
 def snapshot(db: loom.Database) -> str:
     """Everything stored that a refused call could change."""
     state = []
@@ -96,6 +91,8 @@ def test_a_long_history_is_fitted_and_its_outputs_recalled(db):
     original = s.recall(ref)
     assert original.decode().startswith("src/file_0.py:0: def parse_0")
     assert db.recall(ref, session="long") == original
+    with pytest.raises(loom.NotFound):
+        s.recall("outputs/none.txt")
     assert any(call["call"] == 1 for call in explained["calls"])
 
 
@@ -137,7 +134,7 @@ def test_bad_input_raises_and_changes_nothing(db):
     # Not Loom's event form at all.
     with pytest.raises(loom.InvalidInput) as shape:
         s.append([{"kind": "telepathy"}])
-    assert shape.value.field == "events"
+    assert shape.value.field == "events[0]"
     with pytest.raises(loom.InvalidInput):
         s.append([])
     # A duplicate session, an unknown session, a bad session id.
@@ -161,8 +158,6 @@ def test_bad_input_raises_and_changes_nothing(db):
         db.import_history([{"role": "wizard", "content": "x"}], session="imported")
     with pytest.raises(loom.InvalidInput):
         db.import_history(history(1), format="yaml", session="imported")
-    with pytest.raises(loom.NotFound):
-        db.recall("outputs/none.txt", session="guarded")
     with pytest.raises(loom.InvalidInput):
         s.explain(0)
     assert snapshot(db) == before

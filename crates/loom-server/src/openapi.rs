@@ -76,6 +76,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
             ("session", "string", true),
             ("format", "string", false),
             ("agent", "string", false),
+            ("extend", "boolean", false),
         ],
         request: Some("History"),
         responses: responses![(200, "ImportReport"), (201, "ImportReport"), (409, "Error")],
@@ -186,7 +187,7 @@ fn schemas() -> Value {
         "History": {"description": "A conversation in a provider's form: a message list, or an object with `messages` (and `system`) or `input` (and `instructions`)", "type": ["object", "array"]},
         "ImportReport": obj(json!({"sessions": {"type": "array", "items": obj(json!({
             "id": {"type": "string"},
-            "outcome": {"type": "string", "enum": ["imported", "unchanged"]},
+            "outcome": {"type": "string", "enum": ["imported", "unchanged", "extended"]},
             "events": {"type": "integer"},
             "blobs": {"type": "integer"},
         }), &["id", "outcome", "events", "blobs"])}}), &["sessions"]),

@@ -135,3 +135,43 @@ fn single_conversations_are_named_after_the_file_or_the_option() {
         .unwrap_err();
     assert!(matches!(e, ImportError::Options(_)), "{e}");
 }
+
+#[test]
+fn an_extending_import_appends_the_rest_and_still_refuses_a_departure() {
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let read = |text: &str| {
+        loom_import::parse_slice("t", "t", text.as_bytes(), &opts(Format::Auto), &blobs).unwrap()
+    };
+    let short = r#"{"id": "s", "messages": [{"role": "user", "content": "a"}]}"#;
+    let long = r#"{"id": "s", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}"#;
+    let edited = r#"{"id": "s", "messages": [{"role": "user", "content": "A"}, {"role": "assistant", "content": "b"}]}"#;
+    let s = loom_core::SessionId::new("s").unwrap();
+    loom_import::plan(&store, read(short))
+        .unwrap()
+        .commit(&store, 1, &mut NoProgress)
+        .unwrap();
+    // Without the opt-in a longer history is a conflict, as before.
+    assert!(matches!(
+        loom_import::plan(&store, read(long)),
+        Err(ImportError::Conflict { seq: 2, .. })
+    ));
+    let report = loom_import::plan_extending(&store, read(long))
+        .unwrap()
+        .commit(&store, 2, &mut NoProgress)
+        .unwrap();
+    assert_eq!((report.extended, report.imported, report.events), (1, 0, 2));
+    assert_eq!(report.sessions[0].outcome, loom_import::Outcome::Extended);
+    assert_eq!(store.latest_seq(&s).unwrap(), 3);
+    // The same history again is unchanged; one that departs from the log is still refused.
+    let again = loom_import::plan_extending(&store, read(long))
+        .unwrap()
+        .commit(&store, 3, &mut NoProgress)
+        .unwrap();
+    assert_eq!((again.unchanged, again.events), (1, 0));
+    assert!(matches!(
+        loom_import::plan_extending(&store, read(edited)),
+        Err(ImportError::Conflict { seq: 1, .. })
+    ));
+    assert_eq!(store.latest_seq(&s).unwrap(), 3);
+}

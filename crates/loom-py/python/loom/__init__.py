@@ -113,7 +113,7 @@ class Session:
         found = self._db._native.session_info(self.id)
         if found is None:
             raise SessionNotFound(f"session `{self.id}` not found")
-        return json.loads(found)
+        return _session_record(json.loads(found))
 
     def exists(self) -> bool:
         return self._db._native.session_info(self.id) is not None
@@ -162,15 +162,18 @@ class Session:
     ) -> Dict[str, Any]:
         """Records what the provider said model call ``call`` used (the same figures again change
         nothing; other figures raise :class:`InvalidInput`)."""
-        return json.loads(
-            self._db._native.report_usage(
-                self.id, call, input_tokens, cached_input_tokens, output_tokens
+        return _call_record(
+            json.loads(
+                self._db._native.report_usage(
+                    self.id, call, input_tokens, cached_input_tokens, output_tokens
+                )
             )
         )
 
     def model_calls(self) -> List[Dict[str, Any]]:
-        """Every recorded model call: receipt, the seq it was rendered at, usage."""
-        return json.loads(self._db._native.model_calls(self.id))
+        """Every recorded model call: ``{"id", "session", "at_seq", "created_ms", "receipt",
+        "usage"}``, as the HTTP API shows them."""
+        return [_call_record(c) for c in json.loads(self._db._native.model_calls(self.id))]
 
     def recall(self, reference: str) -> bytes:
         """The original bytes of an output a render replaced by a reference."""
@@ -200,7 +203,7 @@ class Database:
 
     def sessions(self) -> List[Dict[str, Any]]:
         """Every session's record, ordered by id."""
-        return json.loads(self._native.sessions())
+        return [_session_record(s) for s in json.loads(self._native.sessions())]
 
     def import_history(
         self,
@@ -243,6 +246,27 @@ def connect(url: str, key: Optional[str] = None, timeout: float = 60.0) -> "Data
     from .client import connect as _connect
 
     return _connect(url, key=key, timeout=timeout)
+
+
+def _session_record(info: Dict[str, Any]) -> Dict[str, Any]:
+    info.setdefault("parent", None)
+    return info
+
+
+def _call_record(call: Dict[str, Any]) -> Dict[str, Any]:
+    """A model call in the HTTP API's shape: the receipt itself, without the compaction state
+    the store keeps beside it."""
+    receipt = call.get("receipt")
+    if isinstance(receipt, dict) and "state" in receipt and "receipt" in receipt:
+        receipt = receipt["receipt"]
+    return {
+        "id": call["id"],
+        "session": call.get("session"),
+        "at_seq": call.get("at_seq"),
+        "created_ms": call.get("created_ms"),
+        "receipt": receipt,
+        "usage": call.get("usage"),
+    }
 
 
 def _now_ms() -> int:

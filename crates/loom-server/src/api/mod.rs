@@ -221,6 +221,8 @@ struct ImportQuery {
     format: Option<String>,
     session: Option<String>,
     agent: Option<String>,
+    /// A session stored with a log the history extends gets the rest appended, instead of 409.
+    extend: Option<bool>,
 }
 
 async fn import(
@@ -246,11 +248,16 @@ async fn import(
         }
         (None, agent) => agent.clone(),
     };
+    let extend = q.extend.unwrap_or(false);
     let report = state
         .blocking("importing a history", move |s| {
             let sessions =
                 loom_import::parse_slice("body", "body", &body[..], &opts, s.blobs.as_ref())?;
-            let plan = loom_import::plan(s.store.as_ref(), sessions)?;
+            let plan = if extend {
+                loom_import::plan_extending(s.store.as_ref(), sessions)?
+            } else {
+                loom_import::plan(s.store.as_ref(), sessions)?
+            };
             Ok(plan.commit(s.store.as_ref(), now_ms(), &mut loom_import::NoProgress)?)
         })
         .await?;
@@ -266,7 +273,7 @@ async fn import(
             })
         })
         .collect();
-    let status = if report.imported > 0 {
+    let status = if report.imported > 0 || report.extended > 0 {
         StatusCode::CREATED
     } else {
         StatusCode::OK

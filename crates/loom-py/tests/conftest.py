@@ -1,0 +1,71 @@
+"""Fixtures: a database embedded (the engine in-process) and served (the same interface over a
+real `loom serve` process on a free loopback port, `loom.connect`)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+
+import loom
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def loom_binary() -> pathlib.Path:
+    """`LOOM_BIN`, or the workspace's release build (run_tests.sh builds it)."""
+    path = pathlib.Path(os.environ.get("LOOM_BIN", ROOT / "target" / "release" / "loom"))
+    if not path.exists():
+        pytest.fail(f"no loom binary at {path}: build it (cargo build --release -p loom-cli) or set LOOM_BIN")
+    return path
+
+
+class Served:
+    """A `loom serve` process over a fresh SQLite file, stopped when the test ends."""
+
+    def __init__(self, tmp: pathlib.Path) -> None:
+        self.proc = subprocess.Popen(
+            [str(loom_binary()), "serve", "--db", str(tmp / "served.db"), "--listen", "127.0.0.1:0",
+             "--upstream-openai", "http://127.0.0.1:9/v1", "--upstream-anthropic", "http://127.0.0.1:9"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("listening on ") or not line:
+                break
+        if not line.startswith("listening on "):
+            self.stop()
+            pytest.fail(f"loom serve did not start: {line!r}")
+        self.url = line.split()[-1]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(params=["embedded", "served"])
+def db(request, tmp_path):
+    if request.param == "embedded":
+        yield loom.open(str(tmp_path / "loom.db"))
+        return
+    server = Served(tmp_path)
+    try:
+        yield loom.connect(server.url)
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def embedded(tmp_path):
+    return loom.open(str(tmp_path / "loom.db"))
