@@ -32,9 +32,10 @@ wheel=$(ls "$wheels"/loom_context-*.whl | head -n 1)
 timeout 300 "$venv/bin/python" -m pip install --disable-pip-version-check -q --force-reinstall --no-deps "$wheel"
 "$venv/bin/python" -c 'import loom; print("loom", loom.__version__, "from", loom.__file__)'
 
-echo "-- building loom (release), which the served tests start"
-(cd "$root" && timeout 3600 cargo build --release -p loom-cli --bin loom)
+echo "-- building loom and the mock provider (release), which the tests start"
+(cd "$root" && timeout 3600 cargo build --release -p loom-cli --bin loom -p loom-mock-upstream --bin loom-mock-upstream)
 export LOOM_BIN=${LOOM_BIN:-$target/release/loom}
+export LOOM_MOCK_BIN=${LOOM_MOCK_BIN:-$target/release/loom-mock-upstream}
 
 echo "-- pytest"
 cd "$here"

@@ -82,6 +82,24 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Takes `calls` as made before the input and still open (see `ParseOptions::open_calls`).
+    pub(crate) fn open_calls(&mut self, calls: &[(String, String)]) {
+        if calls.is_empty() {
+            return;
+        }
+        // The turn that made them came before the input: a result may open it.
+        self.assistant_seen = true;
+        self.ledger = Ledger::from_states(calls.iter().map(|(id, tool)| {
+            (
+                id.clone(),
+                loom_core::CallState::Pending {
+                    tool_name: tool.clone(),
+                    call_seq: 0,
+                },
+            )
+        }));
+    }
+
     /// The events built so far and how many tool outputs were offloaded.
     pub(crate) fn finish(self) -> (Vec<NewEvent>, u64) {
         (self.events, self.offloaded)

@@ -45,6 +45,10 @@ pub struct ParseOptions {
     /// on a message's position (`messages[12]`, a legacy function call's `fc_12`) stay those of
     /// the whole conversation.
     pub first_item: usize,
+    /// Calls made before the input, still waiting for their results, as `(call id, tool name)`:
+    /// an input that continues a stored log (an agent framework adding its next items) may
+    /// answer them. The store checks the answers against its own ledger when they are appended.
+    pub open_calls: Vec<(String, String)>,
 }
 
 impl ParseOptions {
@@ -57,6 +61,7 @@ impl ParseOptions {
             inline_limit: DEFAULT_INLINE_LIMIT,
             ts_ms,
             first_item: 0,
+            open_calls: Vec::new(),
         }
     }
 }
@@ -355,6 +360,7 @@ fn convert(
     }
     let mut b = Builder::new(blobs, opts.inline_limit, opts.ts_ms, at.clone(), key);
     b.first_item = opts.first_item;
+    b.open_calls(&opts.open_calls);
     match format {
         Format::Anthropic => anthropic::convert(&mut b, raw.system, items)?,
         Format::Responses => responses::convert(&mut b, raw.instructions, items)?,

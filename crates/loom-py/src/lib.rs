@@ -250,6 +250,39 @@ fn count_tokens(py: Python<'_>, text: String, model: String) -> PyResult<u64> {
     })
 }
 
+/// The exact number of input tokens a whole request body (JSON) is for `model`, in `format`
+/// (`openai-chat`, `openai-responses` or `anthropic`): messages, tool calls, tool definitions,
+/// images and the format's framing, as Loom budgets a render.
+#[pyfunction]
+#[pyo3(signature = (body, model, format="openai-chat".to_owned()))]
+fn count_request(py: Python<'_>, body: String, model: String, format: String) -> PyResult<u64> {
+    py.detach(move || {
+        let wire = match format.as_str() {
+            "openai-chat" => loom_tokens::WireFormat::OpenAiChat,
+            "openai-responses" => loom_tokens::WireFormat::OpenAiResponses,
+            "anthropic" => loom_tokens::WireFormat::AnthropicMessages,
+            other => return Err(invalid(
+                "format",
+                format!(
+                    "unknown format `{other}`; expected openai-chat, openai-responses or anthropic"
+                ),
+            )),
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| invalid("body", e.to_string()))?;
+        let registry = loom_tokens::Registry::built_in()
+            .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
+        let info = registry
+            .lookup(&model)
+            .map_err(|e| invalid("model", e.to_string()))?;
+        let tokenizer = loom_tokens::Tokenizer::for_model(info)
+            .map_err(|e| invalid("model", format!("model `{model}`: {e}")))?;
+        loom_tokens::count_request(wire, &value, &tokenizer, &info.image)
+            .map(|c| c.total())
+            .map_err(|e| invalid("body", e.to_string()))
+    })
+}
+
 #[pymethods]
 impl Database {
     /// Creates an empty session; returns its record as JSON.
@@ -393,6 +426,42 @@ impl Database {
                 })
                 .collect();
             json_text(&serde_json::json!({ "sessions": sessions }))
+        })
+    }
+
+    /// Appends the next items of a provider history (a JSON document holding only the new
+    /// messages or items, as the provider takes them) to session `session`, creating it when it
+    /// does not exist; returns the first and last seq given (`(n + 1, n)` when the items hold no
+    /// event). Results may answer calls the log already holds.
+    #[pyo3(signature = (session, body, format, agent=None))]
+    fn append_history(
+        &self,
+        py: Python<'_>,
+        session: String,
+        body: String,
+        format: String,
+        agent: Option<String>,
+    ) -> PyResult<(u64, u64)> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let format = format
+                .parse()
+                .map_err(|e: loom_import::ImportError| invalid("format", e.to_string()))?;
+            let agent = agent
+                .map(|a| AgentId::new(a).map_err(|e| invalid("agent", e.to_string())))
+                .transpose()?;
+            let seqs = loom_server::api::append_history(
+                inner.store.as_ref(),
+                inner.blobs.as_ref(),
+                &id,
+                body.as_bytes(),
+                format,
+                agent,
+                now_ms(),
+            )
+            .map_err(api_error)?;
+            Ok((*seqs.start(), *seqs.end()))
         })
     }
 
@@ -567,6 +636,7 @@ fn _loom(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Database>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(count_request, m)?)?;
     m.add("LoomError", py.get_type::<LoomError>())?;
     m.add("InvalidInput", py.get_type::<InvalidInput>())?;
     m.add("InvalidEvent", py.get_type::<InvalidEvent>())?;

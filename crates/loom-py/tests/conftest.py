@@ -69,3 +69,58 @@ def db(request, tmp_path):
 @pytest.fixture()
 def embedded(tmp_path):
     return loom.open(str(tmp_path / "loom.db"))
+
+
+def mock_binary() -> pathlib.Path:
+    """`LOOM_MOCK_BIN`, or the workspace's release build (run_tests.sh builds it)."""
+    path = pathlib.Path(os.environ.get("LOOM_MOCK_BIN", ROOT / "target" / "release" / "loom-mock-upstream"))
+    if not path.exists():
+        pytest.fail(f"no loom-mock-upstream at {path}: build it (cargo build --release -p loom-mock-upstream)")
+    return path
+
+
+class Mock:
+    """The mock provider (OpenAI Chat and Responses, Anthropic Messages) on a free port."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(mock_binary()), "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            pytest.fail(f"the mock did not start: {line!r}")
+        self.url = line.split()[-1]
+
+    def requests(self) -> list:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + "/_mock/requests", timeout=10) as r:
+            return json.loads(r.read())
+
+    def bodies(self, path: str) -> list:
+        import json
+
+        return [r["body"] if isinstance(r["body"], dict) else json.loads(r["body"])
+                for r in self.requests() if r["path"] == path]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture()
+def mock():
+    m = Mock()
+    try:
+        yield m
+    finally:
+        m.stop()

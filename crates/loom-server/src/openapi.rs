@@ -70,6 +70,15 @@ pub(crate) const OPERATIONS: &[Operation] = &[
     },
     Operation {
         method: "post",
+        path: "/loom/v1/sessions/{id}/history",
+        summary: "Append the next messages or items of a provider history (only the new ones; \
+                  results may answer calls already logged), creating the session if needed",
+        query: &[("format", "string", false), ("agent", "string", false)],
+        request: Some("History"),
+        responses: responses![(200, "Appended")],
+    },
+    Operation {
+        method: "post",
         path: "/loom/v1/import",
         summary: "Import an OpenAI Chat, Anthropic Messages or OpenAI Responses history",
         query: &[

@@ -38,7 +38,9 @@ __version__: str = _loom.__version__
 __all__ = [
     "open",
     "connect",
+    "wrap",
     "count_tokens",
+    "count_request",
     "Database",
     "Session",
     "Rendered",
@@ -127,6 +129,22 @@ class Session:
         for event in batch:
             event.setdefault("ts_ms", now)
         return self._db._native.append(self.id, json.dumps(batch))
+
+    def append_history(
+        self,
+        items: Sequence[Mapping[str, Any]],
+        format: str = "openai",
+        agent: Optional[str] = None,
+    ) -> Tuple[int, int]:
+        """Appends the next messages (``"openai"``, ``"anthropic"``) or items (``"responses"``)
+        of a provider history: only the new ones, as an agent framework hands them over; a tool
+        result may answer a call already in the log. Creates the session when it does not exist.
+        Returns the first and last seq given (``(n + 1, n)`` when they hold no event)."""
+        if format not in HISTORY_FORMATS:
+            raise InvalidInput(f"format: `{format}`: expected one of {', '.join(HISTORY_FORMATS)}")
+        key = "input" if format == "responses" else "messages"
+        body = json.dumps({key: [dict(i) for i in items]})
+        return self._db._native.append_history(self.id, body, format, agent)
 
     def events(self, first: int = 1, last: Optional[int] = None) -> List[Dict[str, Any]]:
         """The log's events ``first..=last`` (to the end by default)."""
@@ -239,6 +257,24 @@ def count_tokens(text: str, model: str) -> int:
     """The number of tokens ``text`` is for ``model``: exact for OpenAI models (the same BPE as
     tiktoken), Loom's calibrated estimate for models without a public tokenizer."""
     return _loom.count_tokens(text, model)
+
+
+def count_request(
+    body: Mapping[str, Any], model: str, format: str = "openai-chat"
+) -> int:
+    """The exact number of input tokens a whole request ``body`` is for ``model``, as Loom
+    budgets a render: messages, tool calls, tool definitions, images and the format's framing
+    (``"openai-chat"``, ``"openai-responses"`` or ``"anthropic"``)."""
+    return _loom.count_request(json.dumps(dict(body)), model, format)
+
+
+def wrap(client: Any, session: str, db: Optional["Database"] = None, budget: Optional[int] = None) -> Any:
+    """Wraps an ``openai.OpenAI`` or ``anthropic.Anthropic`` client: each ``create`` renders
+    the conversation through Loom's session ``session`` within ``budget`` input tokens, and
+    the reply and usage are recorded (see :mod:`loom.sdk`)."""
+    from .sdk import wrap as _wrap
+
+    return _wrap(client, session=session, db=db, budget=budget)
 
 
 def connect(url: str, key: Optional[str] = None, timeout: float = 60.0) -> "Database":

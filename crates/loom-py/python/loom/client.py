@@ -133,6 +133,14 @@ class Remote:
         _, out = self._request("POST", "/loom/v1/import", query, body.encode())
         return out.decode()
 
+    def append_history(
+        self, session: str, body: str, format: str, agent: Optional[str] = None
+    ) -> Tuple[int, int]:
+        query = {"format": format, "agent": agent}
+        _, out = self._request("POST", self._session(session) + "/history", query, body.encode())
+        seqs = json.loads(out)
+        return seqs["first_seq"], seqs["last_seq"]
+
     def render(
         self,
         session: str,

@@ -45,6 +45,7 @@ pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
             get(read_events).post(append_events),
         )
         .route("/loom/v1/import", post(import))
+        .route("/loom/v1/sessions/{id}/history", post(history))
         .route("/loom/v1/sessions/{id}/render", post(render))
         .route("/loom/v1/sessions/{id}/explain", get(explain::explain))
         .route("/loom/v1/sessions/{id}/steps", get(steps))
@@ -279,6 +280,108 @@ async fn import(
         StatusCode::OK
     };
     Ok((status, Json(json!({ "sessions": sessions }))).into_response())
+}
+
+/// Appends the next items of a provider history (`body`: a document holding only the new
+/// messages or items, as the provider takes them) to session `session`, creating it (for
+/// `agent`, or the default agent) when it does not exist; returns the seqs given (`n + 1..=n`
+/// when the items hold no event). Results may answer calls the log already holds: an agent
+/// framework that hands over its new items one batch at a time (the Python package's adapters,
+/// `POST /loom/v1/sessions/{id}/history`).
+pub fn append_history(
+    store: &dyn loom_store::Store,
+    blobs: &dyn loom_store::BlobStore,
+    session: &SessionId,
+    body: &[u8],
+    format: loom_import::Format,
+    agent: Option<AgentId>,
+    now_ms: i64,
+) -> Result<std::ops::RangeInclusive<u64>> {
+    let mut opts = loom_import::ParseOptions::new(now_ms);
+    opts.format = format;
+    opts.session = Some(session.clone());
+    let info = store.session(session)?;
+    if let Some(info) = &info {
+        opts.first_item = usize::try_from(info.event_count).unwrap_or(usize::MAX);
+        opts.open_calls = store
+            .tool_calls(session)?
+            .into_iter()
+            .filter(|c| c.status == loom_store::CallStatus::Pending)
+            .map(|c| (c.call_id, c.tool_name))
+            .collect();
+    }
+    let mut parsed = loom_import::parse_slice("body", "body", body, &opts, blobs)?;
+    let events = parsed.pop().map(|s| s.events).unwrap_or_default();
+    match info {
+        Some(info) if events.is_empty() => Ok(info.event_count + 1..=info.event_count),
+        Some(_) => Ok(store.append(session, &events)?),
+        None => {
+            let agent = match agent {
+                Some(a) => a,
+                None => {
+                    AgentId::new(DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
+                }
+            };
+            let n = events.len() as u64;
+            store.create_session(
+                &NewSession {
+                    id: session.clone(),
+                    agent,
+                    parent: None,
+                    created_ms: now_ms,
+                },
+                &events,
+            )?;
+            Ok(1..=n)
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    format: Option<String>,
+    agent: Option<String>,
+}
+
+async fn history(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    Path(id): Path<String>,
+    query: std::result::Result<Query<HistoryQuery>, QueryRejection>,
+    body: Bytes,
+) -> Result<Response> {
+    let Query(q) = query.map_err(body::query_error)?;
+    let format: loom_import::Format = match &q.format {
+        Some(f) => f.parse().map_err(|e: loom_import::ImportError| {
+            ApiError::invalid_field("format", e.to_string())
+        })?,
+        None => loom_import::Format::Auto,
+    };
+    let sid = p.scope(&id, "session")?;
+    let agent = match (&q.agent, &p.agent) {
+        (Some(a), _) => {
+            Some(AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?)
+        }
+        (None, agent) => agent.clone(),
+    };
+    let lock = state.session_locks.get(&sid);
+    let _guard = lock.lock().await;
+    let seqs = state
+        .blocking("appending a history", move |s| {
+            append_history(
+                s.store.as_ref(),
+                s.blobs.as_ref(),
+                &sid,
+                &body,
+                format,
+                agent,
+                now_ms(),
+            )
+        })
+        .await
+        .map_err(|e| e.context(format!("session `{id}`")))?;
+    Ok(Json(json!({ "first_seq": seqs.start(), "last_seq": seqs.end() })).into_response())
 }
 
 #[derive(Debug, Deserialize)]

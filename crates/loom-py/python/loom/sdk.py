@@ -1,0 +1,229 @@
+"""`loom.wrap(client, session=...)`: the OpenAI and Anthropic SDK clients, with Loom between them
+and the model.
+
+    client = loom.wrap(openai.OpenAI(), session="run-1", db=db, budget=16_000)
+    client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+
+Before each ``create`` the conversation the call sends is logged (only what is new since the
+last call; a history that departs from the log continues in a fork ``run-1~2``, as `loom serve`
+does) and Loom's render replaces it: fitted to ``budget`` (the model's window without one),
+cache-stable between compaction points. After it the reply is logged and the provider's usage is
+recorded against the call's receipt. Every other argument and attribute is the SDK's own.
+Streaming calls (``stream=True``) are passed the render too; their reply is logged once the
+stream has been read to its end.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional
+
+from . import Conflict, Database, Session
+from . import open as _open
+
+
+class _Loom:
+    """What the wrapped endpoints share: the database, the session and the budget."""
+
+    def __init__(self, db: Database, session: str, budget: Optional[int]) -> None:
+        self.db = db
+        self.base = session
+        self.budget = budget
+        self.current = session
+        #: The last call's render receipt (what was kept and why).
+        self.last_receipt: Optional[Dict[str, Any]] = None
+
+    def log(self, history: Any, format: str, system: Any = None) -> Session:
+        """Logs ``history`` in the current session or, when it departs from that log, in a new
+        fork."""
+        try:
+            return self.db.import_history(history, format=format, session=self.current, system=system)
+        except Conflict:
+            n = 2
+            while self.db.session(f"{self.base}~{n}").exists():
+                n += 1
+            self.current = f"{self.base}~{n}"
+            return self.db.import_history(history, format=format, session=self.current, system=system)
+
+    def render(self, session: Session, model: str, format: str, tools: Any):
+        rendered = session.render(model=model, budget=self.budget, format=format, tools=tools)
+        self.last_receipt = rendered.receipt
+        return rendered
+
+
+def _dump(obj: Any) -> Dict[str, Any]:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(exclude_none=True, mode="json")
+    return dict(obj)
+
+
+def _report(session: Session, call: Optional[int], input_tokens: int, cached: Optional[int], output: Optional[int]) -> None:
+    if call is None:
+        return
+    session.report_usage(call, input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output)
+
+
+class _ChatCompletions:
+    def __init__(self, inner: Any, loom: _Loom) -> None:
+        self._inner = inner
+        self._loom = loom
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def create(self, *, model: str, messages: List[Dict[str, Any]], **kwargs: Any) -> Any:
+        session = self._loom.log([_dump(m) for m in messages], "openai")
+        rendered = self._loom.render(session, model, "openai-chat", kwargs.get("tools"))
+        sent = rendered.body["messages"]
+        if kwargs.get("stream"):
+            return self._stream(session, rendered.model_call, model, sent, kwargs)
+        response = self._inner.create(model=model, messages=sent, **kwargs)
+        message = _dump(response.choices[0].message)
+        session.append_history([_chat_message(message)], "openai")
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            details = getattr(usage, "prompt_tokens_details", None)
+            _report(session, rendered.model_call, usage.prompt_tokens,
+                    getattr(details, "cached_tokens", None), usage.completion_tokens)
+        return response
+
+    def _stream(self, session: Session, call: Optional[int], model: str, sent: Any, kwargs: Dict[str, Any]) -> Iterator[Any]:
+        options = dict(kwargs.get("stream_options") or {})
+        options.setdefault("include_usage", True)
+        kwargs = {**kwargs, "stream_options": options}
+        text: List[str] = []
+        calls: Dict[int, Dict[str, Any]] = {}
+        usage = None
+        for chunk in self._inner.create(model=model, messages=sent, **kwargs):
+            if getattr(chunk, "usage", None) is not None:
+                usage = chunk.usage
+            for choice in getattr(chunk, "choices", None) or []:
+                delta = choice.delta
+                if getattr(delta, "content", None):
+                    text.append(delta.content)
+                for tc in getattr(delta, "tool_calls", None) or []:
+                    slot = calls.setdefault(tc.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                    if tc.id:
+                        slot["id"] = tc.id
+                    if tc.function is not None:
+                        slot["function"]["name"] += tc.function.name or ""
+                        slot["function"]["arguments"] += tc.function.arguments or ""
+            yield chunk
+        message: Dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+        if calls:
+            message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        session.append_history([message], "openai")
+        if usage is not None:
+            details = getattr(usage, "prompt_tokens_details", None)
+            _report(session, call, usage.prompt_tokens, getattr(details, "cached_tokens", None), usage.completion_tokens)
+
+
+def _chat_message(message: Dict[str, Any]) -> Dict[str, Any]:
+    """A reply as the message a client sends back: role, content, tool calls."""
+    out = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
+            for c in message["tool_calls"]
+        ]
+    return out
+
+
+class _Chat:
+    def __init__(self, inner: Any, loom: _Loom) -> None:
+        self._inner = inner
+        self.completions = _ChatCompletions(inner.completions, loom)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Responses:
+    def __init__(self, inner: Any, loom: _Loom) -> None:
+        self._inner = inner
+        self._loom = loom
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def create(self, *, model: str, input: Any, instructions: Optional[str] = None, **kwargs: Any) -> Any:
+        if kwargs.get("previous_response_id") or kwargs.get("conversation"):
+            # Server-side state: the provider holds the history, there is nothing to fit.
+            return self._inner.create(model=model, input=input, instructions=instructions, **kwargs)
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else [_dump(i) for i in input]
+        session = self._loom.log(items, "responses", system=instructions)
+        rendered = self._loom.render(session, model, "openai-responses", kwargs.get("tools"))
+        body = rendered.body
+        response = self._inner.create(model=model, input=body["input"], instructions=body.get("instructions", instructions), **kwargs)
+        output = [_dump(item) for item in response.output]
+        session.append_history([_input_item(i) for i in output], "responses")
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            details = getattr(usage, "input_tokens_details", None)
+            _report(session, rendered.model_call, usage.input_tokens,
+                    getattr(details, "cached_tokens", None), usage.output_tokens)
+        return response
+
+
+def _input_item(item: Dict[str, Any]) -> Dict[str, Any]:
+    """An output item as the input item a client sends back."""
+    kind = item.get("type")
+    if kind == "function_call":
+        return {"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"]}
+    if kind == "message":
+        return {"type": "message", "role": "assistant", "content": item.get("content", [])}
+    return item
+
+
+class _Messages:
+    def __init__(self, inner: Any, loom: _Loom) -> None:
+        self._inner = inner
+        self._loom = loom
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def create(self, *, model: str, messages: List[Dict[str, Any]], system: Any = None, **kwargs: Any) -> Any:
+        session = self._loom.log([_dump(m) for m in messages], "anthropic", system=system)
+        rendered = self._loom.render(session, model, "anthropic", kwargs.get("tools"))
+        body = rendered.body
+        if "system" in body:
+            kwargs["system"] = body["system"]
+        response = self._inner.create(model=model, messages=body["messages"], **kwargs)
+        content = [_dump(block) for block in response.content]
+        session.append_history([{"role": "assistant", "content": content}], "anthropic")
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            read = getattr(usage, "cache_read_input_tokens", None) or 0
+            written = getattr(usage, "cache_creation_input_tokens", None) or 0
+            _report(session, rendered.model_call, usage.input_tokens + read + written, read, usage.output_tokens)
+        return response
+
+
+class Wrapped:
+    """The client, with ``chat.completions.create`` and ``responses.create`` (OpenAI) or
+    ``messages.create`` (Anthropic) going through Loom; everything else is the client's."""
+
+    def __init__(self, client: Any, loom: _Loom) -> None:
+        self._client = client
+        self.loom = loom
+        if hasattr(client, "chat"):
+            self.chat = _Chat(client.chat, loom)
+        if hasattr(client, "responses"):
+            self.responses = _Responses(client.responses, loom)
+        if hasattr(client, "messages"):
+            self.messages = _Messages(client.messages, loom)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    @property
+    def session(self) -> str:
+        """The Loom session the conversation is logged in (the base id, or its newest fork)."""
+        return self.loom.current
+
+
+def wrap(client: Any, session: str, db: Optional[Database] = None, budget: Optional[int] = None) -> Wrapped:
+    """Wraps an ``openai.OpenAI`` or ``anthropic.Anthropic`` client so that each ``create``
+    renders through Loom's session ``session`` in ``db`` (``loom.open()`` by default) within
+    ``budget`` input tokens, and records the reply and its usage."""
+    return Wrapped(client, _Loom(db if db is not None else _open(), session, budget))

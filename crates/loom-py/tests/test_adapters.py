@@ -1,0 +1,200 @@
+"""The adapters, against the real packages from PyPI (openai, anthropic, openai-agents,
+langchain-core, langchain), their model calls answered by the mock provider."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+import loom
+
+BIG = "\n".join(f"line {n}: def handler_{n}(request): return process(request, {n})" for n in range(400))
+
+
+def test_wrap_openai_chat_fits_logs_and_records_usage(embedded, mock):
+    openai = pytest.importorskip("openai")
+    client = loom.wrap(openai.OpenAI(base_url=mock.url + "/v1", api_key="sk-test"),
+                       session="wrapped", db=embedded, budget=3_000)
+    tools = [{"type": "function", "function": {"name": "search", "description": "search the code",
+              "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}]
+    messages = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "find the handler"}]
+    for turn in range(6):
+        reply = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if message.tool_calls:
+            for c in message.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": c.id, "content": BIG})
+        else:
+            messages.append({"role": "user", "content": f"now step {turn}"})
+    sent = mock.bodies("/v1/chat/completions")
+    assert len(sent) == 6
+    # What reached the model is Loom's render: within the budget, every result with its call.
+    for body in sent:
+        assert loom.count_request(body, "gpt-4o") <= 3_000
+    assert len(json.dumps(sent[-1]["messages"])) < len(json.dumps(messages))
+    # The log holds the whole conversation and every reply; every call's usage is recorded.
+    log = embedded.session("wrapped")
+    kinds = [e["kind"] for e in log.events()]
+    assert kinds.count("assistant") == 6
+    calls = log.model_calls()
+    assert len(calls) == 6 and all(c["usage"] for c in calls)
+    assert client.loom.last_receipt is not None
+
+
+def test_wrap_openai_streams_and_a_departing_history_forks(embedded, mock):
+    openai = pytest.importorskip("openai")
+    client = loom.wrap(openai.OpenAI(base_url=mock.url + "/v1", api_key="sk-test"), session="s", db=embedded)
+    messages = [{"role": "user", "content": "hello there"}]
+    chunks = list(client.chat.completions.create(model="gpt-4o", messages=messages, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith("ok:")
+    events = embedded.session("s").events()
+    assert events[-1]["kind"] == "assistant" and text in json.dumps(events[-1])
+    assert embedded.session("s").model_calls()[0]["usage"]
+    # The client edits its history: the conversation continues in a fork, the log stays.
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "another start"}])
+    assert client.session == "s~2"
+    assert len(embedded.session("s").events()) == 2
+
+
+def test_wrap_openai_responses(embedded, mock):
+    openai = pytest.importorskip("openai")
+    client = loom.wrap(openai.OpenAI(base_url=mock.url + "/v1", api_key="sk-test"), session="r", db=embedded)
+    response = client.responses.create(model="gpt-4o", input="list the files", instructions="be brief")
+    assert response.output_text.startswith("ok:")
+    kinds = [e["kind"] for e in embedded.session("r").events()]
+    assert kinds == ["system", "user", "assistant"]
+    assert embedded.session("r").model_calls()[0]["usage"]["input_tokens"] > 0
+
+
+def test_wrap_anthropic(embedded, mock):
+    anthropic = pytest.importorskip("anthropic")
+    client = loom.wrap(anthropic.Anthropic(base_url=mock.url, api_key="sk-test"), session="a", db=embedded, budget=4_000)
+    messages = [{"role": "user", "content": "summarise the repo"}]
+    reply = client.messages.create(model="claude-sonnet-4-5", max_tokens=256, system="be brief", messages=messages)
+    assert reply.content[0].text.startswith("ok:")
+    kinds = [e["kind"] for e in embedded.session("a").events()]
+    assert kinds == ["system", "user", "assistant"]
+    sent = mock.bodies("/v1/messages")[-1]
+    assert sent["system"] and sent["messages"][0]["role"] == "user"
+    assert embedded.session("a").model_calls()[0]["usage"]
+
+
+def test_openai_agents_session(embedded, mock):
+    agents = pytest.importorskip("agents")
+    from openai import AsyncOpenAI
+
+    from loom.agents import LoomSession
+
+    agents.set_tracing_disabled(True)
+    model = agents.OpenAIResponsesModel(model="gpt-4o", openai_client=AsyncOpenAI(base_url=mock.url + "/v1", api_key="sk-test"))
+
+    @agents.function_tool
+    def search(query: str) -> str:
+        """Search the code base."""
+        return BIG
+
+    agent = agents.Agent(name="coder", instructions="You fix bugs.", tools=[search], model=model)
+    session = LoomSession("agent-run", db=embedded, model="gpt-4o", budget=3_000)
+    assert isinstance(session, agents.memory.session.SessionABC)
+
+    async def run() -> None:
+        for ask in ["find the handler", "and the other handler", "one more search please"]:
+            result = await agents.Runner.run(agent, ask, session=session)
+            assert result.final_output.startswith("ok:")
+
+    asyncio.run(run())
+    log = session.log
+    kinds = [e["kind"] for e in log.events()]
+    assert kinds.count("user") == 3 and kinds.count("tool_result") == 3
+    # Each run starts from Loom's render of the session, within the budget (plus the run's new
+    # message and the agent's tools, which the SDK adds); within a run the SDK sends the run's
+    # own new items as they are.
+    sent = mock.bodies("/v1/responses")
+    assert len(sent) == 6
+    for first_call in (sent[2], sent[4]):
+        assert loom.count_request(first_call, "gpt-4o", "openai-responses") <= 3_000 + 300
+    assert json.dumps(sent[-1]).count("handler_399(") <= 1
+    items = asyncio.run(session.get_items())
+    assert items and session.last_receipt is not None
+    assert len(asyncio.run(session.get_items(limit=2))) == 2
+    # pop_item and clear_session continue in forks; the log is never rewritten.
+    before = len(log.events())
+    popped = asyncio.run(session.pop_item())
+    assert popped is not None
+    assert session.log.id == "agent-run~2" and len(session.log.events()) == before - 1
+    assert len(embedded.session("agent-run").events()) == before
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == [] and session.log.id == "agent-run~3"
+    # A new LoomSession on the same id continues where the conversation is now.
+    again = LoomSession("agent-run", db=embedded)
+    assert again.log.id == "agent-run~3"
+
+
+def test_langchain_history_counter_and_middleware(embedded):
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, trim_messages
+
+    from loom.langchain import LoomChatMessageHistory, token_counter
+
+    history = LoomChatMessageHistory("lc", db=embedded, model="gpt-4o", budget=2_000)
+    history.add_messages([SystemMessage("You fix bugs."), HumanMessage("find the handler")])
+    history.add_messages([AIMessage("", tool_calls=[{"id": "c1", "name": "search", "args": {"query": "handler"}}])])
+    # A result added in a later batch answers the call logged before it.
+    history.add_messages([ToolMessage(BIG, tool_call_id="c1"), AIMessage("found it")])
+    msgs = history.messages
+    assert [m.type for m in msgs] == ["system", "human", "ai", "tool", "ai"]
+    assert loom.count_request({"messages": [{"role": "user", "content": "x"}]}, "gpt-4o") > 0
+    # The render fits the budget: the large output is shortened, the pairing kept.
+    assert len(msgs[3].content) < len(BIG)
+    count = token_counter("gpt-4o")
+    full = [SystemMessage("You fix bugs."), HumanMessage("find the handler"),
+            AIMessage("", tool_calls=[{"id": "c1", "name": "search", "args": {"query": "handler"}}]),
+            ToolMessage(BIG, tool_call_id="c1"), AIMessage("found it")]
+    assert count(full) == loom.count_request(
+        {"messages": [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "find the handler"},
+                      {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{\"query\": \"handler\"}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": BIG}, {"role": "assistant", "content": "found it"}]},
+        "gpt-4o")
+    trimmed = trim_messages(full, max_tokens=count(full[:2]) + 10, token_counter=count, strategy="last", include_system=True)
+    assert count(trimmed) <= count(full[:2]) + 10
+    history.clear()
+    assert history.messages == []
+
+
+def test_langchain_agent_middleware(embedded):
+    pytest.importorskip("langchain")
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from loom.langchain import LoomContextMiddleware
+
+    seen = []
+
+    class Recording(GenericFakeChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            seen.append(list(messages))
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    model = Recording(messages=iter([AIMessage("done")]))
+    middleware = LoomContextMiddleware(embedded, model="gpt-4o", budget=1_500, session="lc-agent")
+    agent = create_agent(model, tools=[], middleware=[middleware], system_prompt="You fix bugs.")
+    history = [HumanMessage("find the handler"),
+               AIMessage("", tool_calls=[{"id": "c1", "name": "search", "args": {"query": "x"}}]),
+               ToolMessage(BIG, tool_call_id="c1"),
+               HumanMessage("and now?")]
+    out = agent.invoke({"messages": history})
+    assert out["messages"][-1].content == "done"
+    # The model saw Loom's render: the same turns, the large output cut to fit 1,500 tokens.
+    sent = seen[-1]
+    assert [m.type for m in sent] == ["system", "human", "ai", "tool", "human"]
+    assert len(sent[3].content) < len(BIG)
+    assert middleware.last_receipt is not None
+    assert [e["kind"] for e in embedded.session("lc-agent").events()] == ["system", "user", "assistant", "tool_result", "user"]
