@@ -69,10 +69,9 @@ pub(crate) type Reducer =
 
 /// The free reducers, cheap to expensive, cutting down to the low watermark. Retention rules
 /// always apply; the others act only while the estimate (or a tier) is over the goal.
-const FREE: [Reducer; 5] = [
+const FREE: [Reducer; 4] = [
     retention::reduce,
     stub::reduce,
-    stub::thin,
     window::reduce,
     summary::reduce,
 ];

@@ -177,7 +177,12 @@ pub(crate) fn expire_oversized(
             {
                 continue;
             }
-            if coster.result(proj, st, i, c, ResultForm::Verbatim) > budget.oversized {
+            let tokens = coster.result(proj, st, i, c, ResultForm::Verbatim);
+            // The latest view of a file is what the agent edits or rewrites from: it waits for
+            // a compaction point, which cuts it first unless the agent is editing that file.
+            let view = tokens <= budget.oversized.saturating_mul(2)
+                && latest_view(proj, coster.steps, i, &paired.call.id);
+            if tokens > budget.oversized && !view {
                 st.stubbed.insert(r.seq);
                 changed = true;
             }
@@ -194,6 +199,25 @@ pub(crate) fn expire_oversized(
         base,
     });
     changed
+}
+
+/// Whether the call `call_id` of unit `index` read a file that no later call reads again.
+fn latest_view(
+    proj: &Projection,
+    steps: &crate::render::layout::StepIndex,
+    index: usize,
+    call_id: &str,
+) -> bool {
+    let Some(path) = steps.get(call_id).and_then(super::stub::read_path) else {
+        return false;
+    };
+    !proj.units[index + 1..].iter().any(|u| match &u.body {
+        UnitBody::Turn(turn) => turn
+            .calls
+            .iter()
+            .any(|p| steps.get(&p.call.id).and_then(super::stub::read_path) == Some(path)),
+        _ => false,
+    })
 }
 
 /// Whether the page `paired` is smaller as its diff against the page at `base` than
