@@ -163,6 +163,7 @@ pub(crate) fn plan(
     // turn; the task statement, kept in place, may be elided and stays.)
     st.stubbed = st.stubbed.split_off(&st.boundary);
     st.thinned = st.thinned.split_off(&st.boundary);
+    st.rules = st.rules.split_off(&st.boundary);
     st.points += 1;
     st.last_point = Some(PointRecord {
         at_seq: input.at_seq,

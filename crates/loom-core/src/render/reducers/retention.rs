@@ -16,7 +16,7 @@ use crate::render::layout;
 use crate::render::policy::{Budget, Policy, Retention};
 use crate::render::projection::{Paired, Projection, UnitBody};
 use crate::render::request::ResultForm;
-use crate::render::state::CompactionState;
+use crate::render::state::{CompactionState, CutRule};
 
 /// The retention reducer: results its tool's rule has expired, and results superseded by a later
 /// run of the identical call (same tool, same arguments), whose output is newer. Rules are rules:
@@ -48,8 +48,8 @@ fn supersede_repeats(proj: &Projection, policy: &Policy, st: &mut CompactionStat
             let Some(r) = &paired.result else { continue };
             let key = (paired.call.name.as_str(), paired.call.arguments.as_str());
             let never = matches!(policy.retention_for(key.0), Retention::NeverEvict);
-            if !seen.insert(key) && !never {
-                st.stubbed.insert(r.seq);
+            if !seen.insert(key) && !never && st.stubbed.insert(r.seq) {
+                st.cut_by(r.seq, CutRule::Repeated);
             }
         }
     }
@@ -76,8 +76,8 @@ fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState)
                 Retention::Count { n } => *seen > n,
                 Retention::Age { turns } => turns_after >= turns as usize,
             };
-            if expired {
-                st.stubbed.insert(r.seq);
+            if expired && st.stubbed.insert(r.seq) {
+                st.cut_by(r.seq, CutRule::Retention);
             }
         }
         turns_after += 1;
@@ -158,6 +158,7 @@ pub(crate) fn expire_oversized(
     for seq in superseded {
         st.diffed.remove(&seq);
         if seq >= st.boundary && !st.elided.contains(&seq) && st.stubbed.insert(seq) {
+            st.cut_by(seq, CutRule::Superseded);
             changed = true;
         }
     }
@@ -184,6 +185,7 @@ pub(crate) fn expire_oversized(
                 && latest_view(proj, coster.steps, i, &paired.call.id);
             if tokens > budget.oversized && !view {
                 st.stubbed.insert(r.seq);
+                st.cut_by(r.seq, CutRule::Oversized);
                 changed = true;
             }
         }

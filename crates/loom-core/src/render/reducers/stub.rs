@@ -16,7 +16,7 @@ use crate::render::hash::FxBuild;
 use crate::render::policy::{Retention, Tier};
 use crate::render::projection::{Projection, UnitBody};
 use crate::render::request::ResultForm;
-use crate::render::state::CompactionState;
+use crate::render::state::{CompactionState, CutRule};
 use crate::step::{Step, ToolKind};
 
 /// How much a result is worth keeping per token: the order a compaction point cuts in.
@@ -112,6 +112,7 @@ pub(super) fn reduce(
         }
         cx.now = cx.now - before + after;
         results = results.map(|r| r.saturating_sub(before - after));
+        st.cut_by(cut.seq(proj), worth.rule());
         if cx.now <= goal.tokens && !over_cap(results) {
             break;
         }
@@ -120,7 +121,27 @@ pub(super) fn reduce(
     st
 }
 
+impl Worth {
+    /// The rule a cut of this worth is recorded under.
+    fn rule(self) -> CutRule {
+        match self {
+            Self::Low => CutRule::LowDensity,
+            Self::Text => CutRule::Thinned,
+            Self::Ordinary => CutRule::Oldest,
+            Self::Kept => CutRule::LastKept,
+        }
+    }
+}
+
 impl Cut {
+    /// The seq the cut is recorded at: the result's, or the turn's.
+    fn seq(self, proj: &Projection) -> Seq {
+        match self {
+            Self::Stub { seq, .. } => seq,
+            Self::Thin { index } => proj.units[index].seq,
+        }
+    }
+
     fn index(self) -> usize {
         match self {
             Self::Stub { index, .. } | Self::Thin { index } => index,

@@ -153,6 +153,14 @@ fn the_view_of_the_file_being_edited_stays_verbatim() {
             outline(last)
         );
     }
+    // The receipt names the rule that took each: the point's low-density cut for every one.
+    for low in ["c1", "c2", "c3"] {
+        assert_eq!(
+            last.receipt.rules.get(&result_seq(low)),
+            Some(&CutRule::LowDensity),
+            "{low}"
+        );
+    }
     insta::assert_snapshot!("kept_working_file", outline(last));
 }
 
