@@ -110,7 +110,7 @@ pub(crate) fn uses(code: &str) -> Vec<&str> {
         }
     }
     // Stable: equal counts keep their order of appearance.
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
     counts.into_iter().map(|(n, _)| n).collect()
 }
 
