@@ -121,7 +121,13 @@ pub(crate) fn read_outcome(input: &Input<'_>, spec: ReadSpec<'_>) -> Outcome {
         details.push(format!("{elided} chars elided by the agent"));
     }
     line.lit(" (").lit(&details.join(", ")).lit(")");
-    defines(&mut line, &outline::definitions(body));
+    let defined = outline::definitions(body);
+    defines(&mut line, &defined);
+    let used: Vec<&str> = outline::uses(body)
+        .into_iter()
+        .filter(|u| !defined.contains(u) && !spec.path.as_deref().is_some_and(|p| p.contains(u)))
+        .collect();
+    uses(&mut line, &used);
     out.observation = line.finish();
     out
 }
@@ -142,6 +148,17 @@ fn defines(line: &mut Line, names: &[&str]) {
     }
     if shown > 0 && shown < names.len() {
         line.opt(" ", &format!("+{} more", names.len() - shown));
+    }
+}
+
+/// Appends `; uses a.b, c.d` with as many of the names the code uses as fit whole, after its
+/// definitions: the room the observation has left.
+fn uses(line: &mut Line, names: &[&str]) {
+    for (i, name) in names.iter().enumerate() {
+        let sep = if i == 0 { "; uses " } else { ", " };
+        if !line.opt(sep, name) {
+            break;
+        }
     }
 }
 

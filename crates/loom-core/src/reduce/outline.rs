@@ -63,6 +63,57 @@ pub(crate) fn definitions(code: &str) -> Vec<&str> {
     names
 }
 
+/// The qualified names `code` uses (`timezone.is_naive`, `self.settings_dict`), most used first
+/// (ties in order of appearance), without repeats: what a later edit of the code calls, which
+/// its definitions alone do not say. Names inside comments count too: the scan is line-based.
+pub(crate) fn uses(code: &str) -> Vec<&str> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for line in code.lines().take(MAX_LINES) {
+        let code = super::text::line_number(line).map_or(line, |(_, code)| code);
+        let bytes = code.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+            if !(bytes[i].is_ascii_alphabetic() || bytes[i] == b'_')
+                || (i > 0 && (word(bytes[i - 1]) || bytes[i - 1] == b'.'))
+            {
+                i += 1;
+                continue;
+            }
+            // A run of words joined by single dots, starting at a word boundary.
+            let start = i;
+            let mut end = i;
+            let mut dots = 0;
+            loop {
+                while end < bytes.len() && word(bytes[end]) {
+                    end += 1;
+                }
+                let next_starts = bytes
+                    .get(end + 1)
+                    .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_');
+                if bytes.get(end) == Some(&b'.') && next_starts {
+                    dots += 1;
+                    end += 1;
+                } else {
+                    break;
+                }
+            }
+            let name = &code[start..end];
+            // `e.g`, `i.e`, `x.y`: one-letter parts are prose or throwaway names.
+            if dots > 0 && name.split('.').all(|part| part.len() > 1) {
+                match counts.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, c)) => *c += 1,
+                    None => counts.push((name, 1)),
+                }
+            }
+            i = end.max(i + 1);
+        }
+    }
+    // Stable: equal counts keep their order of appearance.
+    counts.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
+    counts.into_iter().map(|(n, _)| n).collect()
+}
+
 /// The name a line defines, if it starts a definition.
 fn definition(line: &str) -> Option<&str> {
     let mut rest = line.trim_start();
@@ -112,6 +163,25 @@ fn split_word(s: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_the_qualified_names_code_uses() {
+        let code = "\
+   10\tif timezone.is_naive(value) and settings.USE_TZ:
+   11\t    value = timezone.make_aware(value, self.settings_dict['TIME_ZONE'])
+   12\t    return timezone.is_naive(value) or x.y
+";
+        assert_eq!(
+            uses(code),
+            [
+                "timezone.is_naive",
+                "settings.USE_TZ",
+                "timezone.make_aware",
+                "self.settings_dict",
+            ]
+        );
+        assert!(uses("3.14 + a. b").is_empty());
+    }
 
     #[test]
     fn finds_definitions_in_common_languages() {

@@ -125,7 +125,7 @@ fn shell_reads_a_file_range_with_nl_and_sed() {
         4,
         true,
         Some("outputs/file_004.txt"),
-        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python); defines __array_wrap__, __array_ufunc__",
+        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python); defines __array_wrap__, __array_ufunc__; uses obj.__dict__, self._set_unit, self.info, obj.info, self._new_view, github.com",
     );
     assert_eq!(step.kind, ToolKind::ReadFile);
     assert_eq!(step.minimal_args["path"], "astropy/units/quantity.py");
@@ -677,7 +677,7 @@ fn compact_templates_render_real_steps() {
         4,
         true,
         Some("outputs/file_004.txt"),
-        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python); defines __array_wrap__, __array_ufunc__",
+        "Read astropy/units/quantity.py lines 600-650 (2.4 KB, 51 lines, Python); defines __array_wrap__, __array_ufunc__; uses obj.__dict__, self._set_unit, self.info, obj.info, self._new_view, github.com",
     );
     assert_eq!(
         t.compact(&read).summary,

@@ -38,7 +38,7 @@ pub use policy::{Budget, Policy, Retention, Tier};
 pub use projection::{Audience, Paired, Projection, ResultView, Turn, Unit, UnitBody};
 pub use receipt::{Injected, Receipt, SeqRange};
 pub use request::{Msg, RenderedCall, Request, ResultForm, ToolSpec};
-pub use state::{CompactionState, PointReason, PointRecord};
+pub use state::{CompactionState, CutRule, PointReason, PointRecord};
 
 use serde_json::Value;
 

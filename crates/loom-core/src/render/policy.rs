@@ -43,9 +43,11 @@ pub struct Policy {
     /// Tokens kept free for per-turn injected content (hooks). Default: 0.
     pub injection_reserve: u64,
     /// Estimate, as a share of the compaction target, above which a compaction point fires.
-    /// Default: 0.85.
+    /// Default: 1.0 — a point fires only when the request would not fit the target: every point
+    /// re-sends the tail after its first change uncached, so rarer points cost less (measured on
+    /// the replay traces; docs/performance.md).
     pub high_watermark: f64,
-    /// Share of the compaction target a compaction point cuts down to. Default: 0.60.
+    /// Share of the compaction target a compaction point cuts down to. Default: 0.5.
     pub low_watermark: f64,
     /// Retention applied to tools without a rule of their own. Default: keep.
     pub default_retention: Retention,
@@ -94,8 +96,8 @@ impl Default for Policy {
             context_window: 128_000,
             response_reserve: 4_096,
             injection_reserve: 0,
-            high_watermark: 0.85,
-            low_watermark: 0.60,
+            high_watermark: 1.0,
+            low_watermark: 0.5,
             default_retention: Retention::Keep,
             retention: BTreeMap::new(),
             protect_recent_turns: 2,
@@ -273,8 +275,8 @@ mod tests {
         let b = p.budget();
         assert_eq!(b.hard_total, 15_000);
         assert_eq!(b.target, 14_500);
-        assert_eq!(b.high, 12_325);
-        assert_eq!(b.low, 8_700);
+        assert_eq!(b.high, 14_500);
+        assert_eq!(b.low, 7_250);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::layout::SummaryView;
 use super::policy::{Budget, Tier};
 use super::projection::{Projection, UnitBody};
 use super::request::ResultForm;
-use super::state::{CompactionState, PointRecord};
+use super::state::{CompactionState, CutRule, PointRecord};
 use super::{layout::form_of, RenderInput};
 use crate::event::Seq;
 
@@ -101,6 +101,9 @@ pub struct Receipt {
     /// Browser pages sent as their line diff against an earlier page sent whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub diffed: Vec<SeqRange>,
+    /// The rule that took each stubbed result and thinned turn of this request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rules: BTreeMap<Seq, CutRule>,
     /// Seqs folded into compact lines.
     pub grouped: Vec<SeqRange>,
     /// Seqs covered by the summary.
@@ -289,6 +292,12 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         elided: ranges(elided),
         thinned: ranges(thinned),
         diffed: ranges(diffed),
+        rules: state
+            .rules
+            .range(state.boundary..)
+            .filter(|(seq, _)| state.stubbed.contains(seq) || state.thinned.contains(seq))
+            .map(|(&seq, &rule)| (seq, rule))
+            .collect(),
         grouped: r.folded.grouped.clone(),
         summarized: r.folded.summarized.clone(),
         dropped,

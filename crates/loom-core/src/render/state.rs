@@ -23,6 +23,31 @@ pub enum PointReason {
     TierCap,
 }
 
+/// The rule that stubbed a result or thinned a turn, as the receipt names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CutRule {
+    /// Its tool's retention rule expired it.
+    Retention,
+    /// A later run of the identical call superseded it.
+    Repeated,
+    /// It was over the oversized share once answered.
+    Oversized,
+    /// A newer browser page superseded it.
+    Superseded,
+    /// A large output that says little per token: a listing, a search, a shell run's log, or a
+    /// whole-file view the agent is not editing. Cut first at a point.
+    LowDensity,
+    /// An old turn's text, thinned after the low-density outputs.
+    Thinned,
+    /// Another result, oldest first.
+    Oldest,
+    /// A small code read or the latest view of a file the agent is editing, cut last.
+    LastKept,
+    /// A last resort, when even the free reducers left the request over the hard total.
+    LastResort,
+}
+
 /// The record of one compaction point.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PointRecord {
@@ -54,6 +79,9 @@ pub struct CompactionState {
     /// Assistant turns (by seq) sent without their text: the calls and their arguments stay.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub thinned: BTreeSet<Seq>,
+    /// The rule that took each stubbed result and thinned turn in place.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rules: BTreeMap<Seq, CutRule>,
     /// The summary adopted at the last point: (version, to_seq).
     pub summary: Option<(u32, Seq)>,
     /// A tighter cap on compact-block lines than the policy's, set when even the folded history
@@ -72,6 +100,11 @@ pub struct CompactionState {
 }
 
 impl CompactionState {
+    /// Records the rule that cut `seq`, unless an earlier one did.
+    pub(crate) fn cut_by(&mut self, seq: Seq, rule: CutRule) {
+        self.rules.entry(seq).or_insert(rule);
+    }
+
     /// Lines the compact block may hold under this state, given the policy's cap.
     pub(crate) fn max_lines(&self, policy_max: usize) -> usize {
         self.block_lines

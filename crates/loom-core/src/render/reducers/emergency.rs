@@ -6,7 +6,7 @@
 use super::{Cx, Goal};
 use crate::event::Seq;
 use crate::render::projection::{Projection, UnitBody};
-use crate::render::state::CompactionState;
+use crate::render::state::{CompactionState, CutRule};
 
 /// Stubs the protected turns' results, oldest first (never the newest unit's).
 pub(super) fn stub_protected(
@@ -22,7 +22,9 @@ pub(super) fn stub_protected(
         };
         for paired in &turn.calls {
             if let Some(r) = &paired.result {
-                st.stubbed.insert(r.seq);
+                if st.stubbed.insert(r.seq) {
+                    st.cut_by(r.seq, CutRule::LastResort);
+                }
                 cx.now = cx.estimate(proj, &st);
                 if cx.now <= goal.tokens {
                     return st;
@@ -91,6 +93,7 @@ pub(super) fn reduce_newest(
         }
         st.elided.remove(&seq);
         st.stubbed.insert(seq);
+        st.cut_by(seq, CutRule::LastResort);
         cx.now = cx.estimate(proj, &st);
     }
     st

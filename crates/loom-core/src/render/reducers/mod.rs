@@ -69,10 +69,9 @@ pub(crate) type Reducer =
 
 /// The free reducers, cheap to expensive, cutting down to the low watermark. Retention rules
 /// always apply; the others act only while the estimate (or a tier) is over the goal.
-const FREE: [Reducer; 5] = [
+const FREE: [Reducer; 4] = [
     retention::reduce,
     stub::reduce,
-    stub::thin,
     window::reduce,
     summary::reduce,
 ];
@@ -164,6 +163,7 @@ pub(crate) fn plan(
     // turn; the task statement, kept in place, may be elided and stays.)
     st.stubbed = st.stubbed.split_off(&st.boundary);
     st.thinned = st.thinned.split_off(&st.boundary);
+    st.rules = st.rules.split_off(&st.boundary);
     st.points += 1;
     st.last_point = Some(PointRecord {
         at_seq: input.at_seq,

@@ -16,7 +16,7 @@ use crate::render::layout;
 use crate::render::policy::{Budget, Policy, Retention};
 use crate::render::projection::{Paired, Projection, UnitBody};
 use crate::render::request::ResultForm;
-use crate::render::state::CompactionState;
+use crate::render::state::{CompactionState, CutRule};
 
 /// The retention reducer: results its tool's rule has expired, and results superseded by a later
 /// run of the identical call (same tool, same arguments), whose output is newer. Rules are rules:
@@ -48,8 +48,8 @@ fn supersede_repeats(proj: &Projection, policy: &Policy, st: &mut CompactionStat
             let Some(r) = &paired.result else { continue };
             let key = (paired.call.name.as_str(), paired.call.arguments.as_str());
             let never = matches!(policy.retention_for(key.0), Retention::NeverEvict);
-            if !seen.insert(key) && !never {
-                st.stubbed.insert(r.seq);
+            if !seen.insert(key) && !never && st.stubbed.insert(r.seq) {
+                st.cut_by(r.seq, CutRule::Repeated);
             }
         }
     }
@@ -76,8 +76,8 @@ fn apply_retention(proj: &Projection, policy: &Policy, st: &mut CompactionState)
                 Retention::Count { n } => *seen > n,
                 Retention::Age { turns } => turns_after >= turns as usize,
             };
-            if expired {
-                st.stubbed.insert(r.seq);
+            if expired && st.stubbed.insert(r.seq) {
+                st.cut_by(r.seq, CutRule::Retention);
             }
         }
         turns_after += 1;
@@ -158,6 +158,7 @@ pub(crate) fn expire_oversized(
     for seq in superseded {
         st.diffed.remove(&seq);
         if seq >= st.boundary && !st.elided.contains(&seq) && st.stubbed.insert(seq) {
+            st.cut_by(seq, CutRule::Superseded);
             changed = true;
         }
     }
@@ -177,8 +178,14 @@ pub(crate) fn expire_oversized(
             {
                 continue;
             }
-            if coster.result(proj, st, i, c, ResultForm::Verbatim) > budget.oversized {
+            let tokens = coster.result(proj, st, i, c, ResultForm::Verbatim);
+            // The latest view of a file is what the agent edits or rewrites from: it waits for
+            // a compaction point, which cuts it first unless the agent is editing that file.
+            let view = tokens <= budget.oversized.saturating_mul(2)
+                && latest_view(proj, coster.steps, i, &paired.call.id);
+            if tokens > budget.oversized && !view {
                 st.stubbed.insert(r.seq);
+                st.cut_by(r.seq, CutRule::Oversized);
                 changed = true;
             }
         }
@@ -194,6 +201,25 @@ pub(crate) fn expire_oversized(
         base,
     });
     changed
+}
+
+/// Whether the call `call_id` of unit `index` read a file that no later call reads again.
+fn latest_view(
+    proj: &Projection,
+    steps: &crate::render::layout::StepIndex,
+    index: usize,
+    call_id: &str,
+) -> bool {
+    let Some(path) = steps.get(call_id).and_then(super::stub::read_path) else {
+        return false;
+    };
+    !proj.units[index + 1..].iter().any(|u| match &u.body {
+        UnitBody::Turn(turn) => turn
+            .calls
+            .iter()
+            .any(|p| steps.get(&p.call.id).and_then(super::stub::read_path) == Some(path)),
+        _ => false,
+    })
 }
 
 /// Whether the page `paired` is smaller as its diff against the page at `base` than

@@ -2,6 +2,7 @@
 
 mod grouping;
 mod native;
+mod worth;
 
 use std::collections::HashMap;
 

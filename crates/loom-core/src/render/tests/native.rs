@@ -171,12 +171,15 @@ fn only_turns_rendered_in_place_keep_their_native_items() {
     let fx = Fixture::new(2_000);
     let log = native_log(NativeApi::Anthropic, 80, 40);
     let renders = replay(&fx, &log, Format::Anthropic);
-    let last = renders.last().unwrap();
-    assert!(!last.receipt.grouped.is_empty() || !last.receipt.dropped.is_empty());
-    assert!(
-        !last.receipt.thinned.is_empty(),
-        "the fixture must thin turns"
-    );
+    let folded = |r: &&crate::render::Rendered| {
+        !r.receipt.grouped.is_empty() || !r.receipt.dropped.is_empty()
+    };
+    // The latest render that both folds and thins (a later point may fold every thinned turn).
+    let last = renders
+        .iter()
+        .rev()
+        .find(|r| folded(r) && !r.receipt.thinned.is_empty())
+        .expect("the fixture must fold and thin turns");
     let body = last.body();
     let mut sent = 0;
     for msg in body["messages"].as_array().unwrap() {

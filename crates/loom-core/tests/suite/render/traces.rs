@@ -38,7 +38,7 @@ pub(crate) const TAU: Case = Case {
 pub(crate) const MINISWE: Case = Case {
     file: "miniswe_gemini3pro_swebv.jsonl",
     id: "django__django-16493",
-    budget: 6_000,
+    budget: 5_000,
 };
 pub(crate) const BROWSERGYM: Case = Case {
     file: "browsergym_workarena_gpt4o.jsonl",
@@ -78,12 +78,11 @@ fn tau(format: Format) -> Result<String> {
 fn miniswe(format: Format) -> Result<String> {
     let (_, r, text) = run(&MINISWE, format)?;
     let receipt = &r.last.receipt;
+    // Which of stubs and thinned turns the last request still holds depends on where the
+    // points fell (a deep point folds what earlier ones stubbed); points and folding it must.
     ensure!(
-        receipt.points >= 2
-            && !receipt.stubbed.is_empty()
-            && !receipt.thinned.is_empty()
-            && !receipt.grouped.is_empty(),
-        "{format:?}: expected points, stubs, thinned turns and a compact block: {receipt:?}"
+        receipt.points >= 2 && !receipt.grouped.is_empty(),
+        "{format:?}: expected points and a compact block: {receipt:?}"
     );
     let appends = r.calls.iter().skip(1).filter(|c| c.point.is_none()).count();
     ensure!(

@@ -1,0 +1,202 @@
+//! Cutting by value per token at a compaction point: the file being worked on stays, large
+//! low-density outputs go first.
+
+use super::*;
+use crate::reduce::{Ingest, ReduceConfig};
+
+/// A shell step whose command and output are given; its step is derived as at ingest.
+fn shell(log: &mut Log, id: &str, command: &str, output: &str) {
+    log.push(EventBody::Assistant {
+        content: Some(format!("Next I run `{command}`.").into()),
+        reasoning: None,
+        tool_calls: vec![ToolCall {
+            id: id.into(),
+            name: "bash".into(),
+            arguments: serde_json::json!({ "command": command }).to_string(),
+        }],
+        name: None,
+        native: None,
+    });
+    log.push(EventBody::ToolResult {
+        call_id: id.into(),
+        tool_name: "bash".into(),
+        content: ToolOutput::Text(output.into()),
+        is_error: false,
+        stats: ContentStats::of(output.as_bytes()),
+    });
+}
+
+/// The steps ingest derives for the log's results.
+fn steps_of(log: &Log) -> StepIndex {
+    let mut ingest = Ingest::new();
+    let mut steps = StepIndex::new();
+    for e in &log.events {
+        if let (Some(arrived), EventBody::ToolResult { content, stats, .. }) =
+            (ingest.next(e), &e.body)
+        {
+            let ToolOutput::Text(text) = content else {
+                continue;
+            };
+            let step = arrived
+                .reduce(&ReduceConfig::default(), text.as_bytes(), stats)
+                .step;
+            steps.insert(arrived.call_id().to_owned(), step);
+        }
+    }
+    steps
+}
+
+fn source(name: &str, defs: usize) -> String {
+    (0..defs)
+        .map(|i| format!("def {name}_{i}(tokens):\n    return tokens[{i}] + offset_{i}\n"))
+        .collect()
+}
+
+/// A session that views the file it is asked to fix and two others, lists the tree, edits the
+/// file and runs the tests. The point that the test log sets off cuts the listing and the views
+/// of the files the agent is not working on, and keeps the view of the file it is editing, though
+/// that view is the oldest result (oldest first, it would have gone first).
+fn working_session() -> Log {
+    let mut log = Log::new();
+    log.system("You are a careful agent.");
+    log.user("Fix the bug in src/parser.py");
+    shell(&mut log, "c0", "cat src/parser.py", &source("parse", 30));
+    shell(&mut log, "c1", "cat src/lexer.py", &source("lex", 45));
+    shell(&mut log, "c2", "cat src/utils.py", &source("util", 45));
+    let listing: String = (0..120)
+        .map(|i| format!("src/module_{i}/file_{i}.py\n"))
+        .collect();
+    shell(&mut log, "c3", "ls -R", &listing);
+    shell(
+        &mut log,
+        "c4",
+        "sed -i 's/offset_3/offset_4/' src/parser.py",
+        "",
+    );
+    let test_log: String = (0..120)
+        .map(|i| format!("tests/test_parser.py::test_case_{i} PASSED [{i}%]\n"))
+        .collect();
+    shell(&mut log, "c5", "python -m pytest tests", &test_log);
+    shell(
+        &mut log,
+        "c6",
+        "python -m pytest tests/test_parser.py -q",
+        "1 failed, 59 passed",
+    );
+    log
+}
+
+/// Each message as one line: its role and form, and the head of its text.
+fn outline(r: &Rendered) -> String {
+    let mut out = String::new();
+    for m in &r.request.messages {
+        let line = match m {
+            Msg::System(c) => format!("system: {}", c.text()),
+            Msg::User { content, .. } => format!("user: {}", content.text()),
+            Msg::Assistant { content, calls, .. } => {
+                let mut s = format!(
+                    "assistant{}:",
+                    if content.is_some() { "" } else { " (thinned)" }
+                );
+                for c in calls {
+                    let text = c.content.text();
+                    let head: String = text.lines().next().unwrap_or("").chars().take(70).collect();
+                    s.push_str(&format!(
+                        " {} [{:?}, {} lines] {head}",
+                        c.call.arguments,
+                        c.form,
+                        text.lines().count()
+                    ));
+                }
+                s
+            }
+        };
+        let line: String = line.replace('\n', " / ").chars().take(200).collect();
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_view_of_the_file_being_edited_stays_verbatim() {
+    let log = working_session();
+    let mut fx = Fixture::new(4_100);
+    // Room after the point for what the protected turns hold (the test log) and the kept view.
+    fx.policy.low_watermark = 0.6;
+    fx.steps = steps_of(&log);
+    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let last = renders.last().unwrap();
+    assert!(last.receipt.points >= 1, "the session must compact");
+    let result_seq = |id: &str| {
+        log.events
+            .iter()
+            .find_map(|e| match &e.body {
+                EventBody::ToolResult { call_id, .. } if call_id == id => Some(e.seq),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let cut = |id: &str| {
+        let seq = result_seq(id);
+        last.state.stubbed.contains(&seq) || seq < last.state.boundary
+    };
+    assert!(
+        !cut("c0"),
+        "the view of the file being edited was cut: {}",
+        outline(last)
+    );
+    for low in ["c1", "c2", "c3"] {
+        assert!(
+            cut(low),
+            "{low} should go before the working file: {}",
+            outline(last)
+        );
+    }
+    // The receipt names the rule that took each: the point's low-density cut for every one.
+    for low in ["c1", "c2", "c3"] {
+        assert_eq!(
+            last.receipt.rules.get(&result_seq(low)),
+            Some(&CutRule::LowDensity),
+            "{low}"
+        );
+    }
+    insta::assert_snapshot!("kept_working_file", outline(last));
+}
+
+#[test]
+fn a_view_goes_by_its_size_once_work_on_its_file_has_moved_on() {
+    let mut log = working_session();
+    // Ten more turns on other files: parser.py is no longer being worked on.
+    for i in 0..10 {
+        shell(
+            &mut log,
+            &format!("d{i}"),
+            &format!("sed -i 's/a/b/' src/other_{i}.py"),
+            "",
+        );
+    }
+    // A large output takes the request over the budget again.
+    let listing: String = (0..150)
+        .map(|i| format!("src/pkg_{i}/mod_{i}.py\n"))
+        .collect();
+    shell(&mut log, "e0", "ls -R src", &listing);
+    shell(&mut log, "e1", "git status", "nothing to commit");
+    let mut fx = Fixture::new(2_100);
+    fx.steps = steps_of(&log);
+    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let last = renders.last().unwrap();
+    let view = log
+        .events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::ToolResult { call_id, .. } if call_id == "c0" => Some(e.seq),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        last.state.stubbed.contains(&view) || view < last.state.boundary,
+        "the old view stayed though work moved on: {}",
+        outline(last)
+    );
+}
