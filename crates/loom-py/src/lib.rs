@@ -261,12 +261,14 @@ fn count_request(py: Python<'_>, body: String, model: String, format: String) ->
             "openai-chat" => loom_tokens::WireFormat::OpenAiChat,
             "openai-responses" => loom_tokens::WireFormat::OpenAiResponses,
             "anthropic" => loom_tokens::WireFormat::AnthropicMessages,
-            other => return Err(invalid(
-                "format",
-                format!(
+            other => {
+                return Err(invalid(
+                    "format",
+                    format!(
                     "unknown format `{other}`; expected openai-chat, openai-responses or anthropic"
                 ),
-            )),
+                ))
+            }
         };
         let value: serde_json::Value =
             serde_json::from_str(&body).map_err(|e| invalid("body", e.to_string()))?;
