@@ -70,6 +70,9 @@ class Rendered:
     body: Dict[str, Any]
     receipt: Dict[str, Any]
     model_call: Optional[int] = None
+    #: The body as the JSON text Loom wrote (the bytes `loom replay --emit-requests` and the
+    #: HTTP API send for the same render).
+    text: str = field(default="", repr=False, compare=False)
 
 
 def _history_body(
@@ -165,7 +168,7 @@ class Session:
         body, receipt, call = self._db._native.render(
             self.id, model, budget, format, tools_json
         )
-        return Rendered(json.loads(body), json.loads(receipt), call)
+        return Rendered(json.loads(body), json.loads(receipt), call, body)
 
     def explain(self, seq: int) -> Dict[str, Any]:
         """What happened to event ``seq`` in each recorded model call, and where its original is."""
