@@ -2,14 +2,16 @@
 bindings (the loop of tests/test_replay.py, which checks the bodies against `loom replay`),
 timed: the figure to set against `scripts/langchain_replay.py` (LangChain's `trim_messages`).
 
-    python crates/loom-py/benches/replay.py [FILES...]
+    python crates/loom-py/benches/replay.py [--db PATH] [FILES...]
+
+The database is in memory by default (``loom.open(":memory:")``), as `loom replay` keeps its
+own; ``--db PATH`` replays into an SQLite file instead (every render's receipt committed).
 """
 
 import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 
 import loom
@@ -18,8 +20,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def main() -> None:
-    files = [pathlib.Path(f) for f in sys.argv[1:]] or sorted((ROOT.parent / "shared" / "traces").glob("*.jsonl"))
-    db = loom.open(os.path.join(tempfile.mkdtemp(), "replay.db"))
+    args = sys.argv[1:]
+    where = ":memory:"
+    if args[:1] == ["--db"]:
+        where, args = args[1], args[2:]
+    files = [pathlib.Path(f) for f in args] or sorted((ROOT.parent / "shared" / "traces").glob("*.jsonl"))
+    db = loom.open(where)
     calls = 0
     started = time.perf_counter()
     for path in files:
@@ -36,7 +42,7 @@ def main() -> None:
                     db.session(session).render(model="gpt-4o", budget=16_000)
                     calls += 1
     took = time.perf_counter() - started
-    print(f"python replay: {len(files)} files, {calls} calls at 16k in {took:.2f} s ({took / max(calls, 1) * 1e3:.2f} ms a call)")
+    print(f"python replay into {where}: {len(files)} files, {calls} calls at 16k in {took:.2f} s ({took / max(calls, 1) * 1e3:.2f} ms a call)")
 
 
 if __name__ == "__main__":

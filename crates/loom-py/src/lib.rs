@@ -215,12 +215,22 @@ struct Database {
 #[pyfunction]
 fn open(py: Python<'_>, db: String) -> PyResult<Database> {
     let inner = py.detach(move || -> PyResult<Inner> {
-        let opened = loom_store::open(&db).map_err(store_error)?;
+        // `:memory:` (as SQLite names it): a store that lives and dies with this handle, for
+        // tests, replays and experiments; nothing is written anywhere.
+        let (store, blobs): (Arc<dyn Store>, Arc<dyn BlobStore>) = if db == ":memory:" {
+            (
+                Arc::new(loom_store::MemoryStore::new()),
+                Arc::new(loom_store::MemoryBlobStore::new()),
+            )
+        } else {
+            let opened = loom_store::open(&db).map_err(store_error)?;
+            (opened.store, opened.blobs)
+        };
         let registry = loom_tokens::Registry::built_in()
             .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
         Ok(Inner {
-            store: opened.store,
-            blobs: opened.blobs,
+            store,
+            blobs,
             engine: Engine {
                 registry,
                 policy: loom_core::render::Policy::default(),

@@ -15,7 +15,8 @@ use loom_server::Engine;
 use loom_store::{NewSession, Store, Workspace};
 
 fn text(kind: &str, i: usize) -> String {
-    format!("{kind} turn {i}: ") + &"the parser rejects a unary minus after a parenthesis ".repeat(4)
+    format!("{kind} turn {i}: ")
+        + &"the parser rejects a unary minus after a parenthesis ".repeat(4)
 }
 
 fn main() {

@@ -207,6 +207,11 @@ impl Store for MemoryStore {
         Ok(existing(&mut map, session)?.model_calls.clone())
     }
 
+    fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
+        let mut map = self.lock();
+        Ok(existing(&mut map, session)?.model_calls.last().cloned())
+    }
+
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
         let mut map = self.lock();
         let data = map

@@ -17,6 +17,7 @@ Errors are exceptions under :class:`LoomError`, one class per kind, each with ``
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -100,6 +101,13 @@ def _history_body(
             else:
                 body["messages"] = [{"role": "system", "content": system}] + items
     return json.dumps(body)
+
+
+@dataclass
+class _Handed:
+    key: Tuple[str, Any]
+    items: List[Any]
+    events: int
 
 
 class Session:
@@ -208,6 +216,9 @@ class Database:
     def __init__(self, native: Any, location: str) -> None:
         self._native = native
         self.location = location
+        # What this handle last handed over per session, for `import_history` to send only
+        # what is new next time.
+        self._handed: Dict[str, "_Handed"] = {}
 
     def __repr__(self) -> str:
         return f"loom.open({self.location!r})"
@@ -240,9 +251,43 @@ class Database:
         whose log the history extends gets the rest appended."""
         if session is None:
             raise InvalidInput("session: name the session to import into")
+        items = None if isinstance(messages, Mapping) else list(messages)
+        if items is not None and self._continue(session, items, format, system, agent):
+            return Session(self, session)
         body = _history_body(messages, format, system)
         self._native.import_history(body, format, session, agent)
+        if items is not None:
+            info = self._native.session_info(session)
+            count = json.loads(info)["event_count"] if info else 0
+            self._handed[session] = _Handed((format, system), copy.deepcopy(items), count)
         return Session(self, session)
+
+    def _continue(self, session: str, items: List[Any], format: str, system: Any, agent: Optional[str]) -> bool:
+        """Hands over only what is new when this handle gave the session the same history's
+        beginning last time and nothing else wrote to it since: linear in what is new instead of
+        reading the whole history again. False when it cannot (the history departs, another
+        writer moved the log on, or the new part does not stand alone), and nothing was written."""
+        handed = self._handed.get(session)
+        if handed is None or handed.key != (format, system):
+            return False
+        done = len(handed.items)
+        if done > len(items) or items[:done] != handed.items:
+            return False
+        info = self._native.session_info(session)
+        if info is None or json.loads(info)["event_count"] != handed.events:
+            return False
+        new = items[done:]
+        if new:
+            key = "input" if format == "responses" else "messages"
+            try:
+                first, last = self._native.append_history(session, json.dumps({key: new}), format, agent)
+            except LoomError:
+                # A part that needs the whole history to be read (a reused call id, which the
+                # importer renames by looking at every call before it): the long way.
+                return False
+            handed.items.extend(copy.deepcopy(new))
+            handed.events = last
+        return True
 
     def recall(self, reference: str, session: Optional[str] = None) -> bytes:
         """The original bytes a reference names: ``sha256:<hex>``, or an alias such as
@@ -251,8 +296,9 @@ class Database:
 
 
 def open(db: str = "loom.db") -> Database:  # noqa: A001 - the name other tools call
-    """Opens (creating if needed) a Loom database: an SQLite file path, or a PostgreSQL URL
-    (``postgres://user@host:port/dbname``) shared with ``loom serve``."""
+    """Opens (creating if needed) a Loom database: an SQLite file path, a PostgreSQL URL
+    (``postgres://user@host:port/dbname``) shared with ``loom serve``, or ``":memory:"`` for one
+    that lives only as long as this handle (tests, replays, experiments)."""
     return Database(_loom.open(str(db)), str(db))
 
 
