@@ -244,18 +244,24 @@ fn open(py: Python<'_>, db: String) -> PyResult<Database> {
     })
 }
 
+/// The tokenizer and image rule of `model`, from the built-in registry.
+fn tokenizer(model: &str) -> PyResult<(loom_tokens::Tokenizer, loom_tokens::ImageRule)> {
+    let registry = loom_tokens::Registry::built_in()
+        .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
+    let info = registry
+        .lookup(model)
+        .map_err(|e| invalid("model", e.to_string()))?;
+    let tokenizer = loom_tokens::Tokenizer::for_model(info)
+        .map_err(|e| invalid("model", format!("model `{model}`: {e}")))?;
+    Ok((tokenizer, info.image))
+}
+
 /// The exact number of tokens `text` is for `model` (its tokenizer from the registry; a model
 /// without a public tokenizer is Loom's calibrated estimate).
 #[pyfunction]
 fn count_tokens(py: Python<'_>, text: String, model: String) -> PyResult<u64> {
     py.detach(move || {
-        let registry = loom_tokens::Registry::built_in()
-            .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
-        let info = registry
-            .lookup(&model)
-            .map_err(|e| invalid("model", e.to_string()))?;
-        let tokenizer = loom_tokens::Tokenizer::for_model(info)
-            .map_err(|e| invalid("model", format!("model `{model}`: {e}")))?;
+        let (tokenizer, _) = tokenizer(&model)?;
         Ok(loom_tokens::CountTokens::count(&tokenizer, &text))
     })
 }
@@ -282,14 +288,8 @@ fn count_request(py: Python<'_>, body: String, model: String, format: String) ->
         };
         let value: serde_json::Value =
             serde_json::from_str(&body).map_err(|e| invalid("body", e.to_string()))?;
-        let registry = loom_tokens::Registry::built_in()
-            .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
-        let info = registry
-            .lookup(&model)
-            .map_err(|e| invalid("model", e.to_string()))?;
-        let tokenizer = loom_tokens::Tokenizer::for_model(info)
-            .map_err(|e| invalid("model", format!("model `{model}`: {e}")))?;
-        loom_tokens::count_request(wire, &value, &tokenizer, &info.image)
+        let (tokenizer, images) = tokenizer(&model)?;
+        loom_tokens::count_request(wire, &value, &tokenizer, &images)
             .map(|c| c.total())
             .map_err(|e| invalid("body", e.to_string()))
     })

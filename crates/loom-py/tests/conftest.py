@@ -15,12 +15,16 @@ import loom
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
-def loom_binary() -> pathlib.Path:
-    """`LOOM_BIN`, or the workspace's release build (run_tests.sh builds it)."""
-    path = pathlib.Path(os.environ.get("LOOM_BIN", ROOT / "target" / "release" / "loom"))
+def binary(variable: str, name: str, package: str) -> pathlib.Path:
+    """The binary `name`: `$variable`, or the workspace's release build (run_tests.sh builds it)."""
+    path = pathlib.Path(os.environ.get(variable, ROOT / "target" / "release" / name))
     if not path.exists():
-        pytest.fail(f"no loom binary at {path}: build it (cargo build --release -p loom-cli) or set LOOM_BIN")
+        pytest.fail(f"no {name} at {path}: build it (cargo build --release -p {package}) or set {variable}")
     return path
+
+
+def loom_binary() -> pathlib.Path:
+    return binary("LOOM_BIN", "loom", "loom-cli")
 
 
 class Served:
@@ -72,11 +76,7 @@ def embedded(tmp_path):
 
 
 def mock_binary() -> pathlib.Path:
-    """`LOOM_MOCK_BIN`, or the workspace's release build (run_tests.sh builds it)."""
-    path = pathlib.Path(os.environ.get("LOOM_MOCK_BIN", ROOT / "target" / "release" / "loom-mock-upstream"))
-    if not path.exists():
-        pytest.fail(f"no loom-mock-upstream at {path}: build it (cargo build --release -p loom-mock-upstream)")
-    return path
+    return binary("LOOM_MOCK_BIN", "loom-mock-upstream", "loom-mock-upstream")
 
 
 class Mock:

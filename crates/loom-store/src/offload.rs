@@ -135,18 +135,7 @@ impl<'a> Offloader<'a> {
         ingest: &mut Ingest,
         events: &[Event],
     ) -> Result<Vec<Step>> {
-        let mut report = OffloadReport::default();
-        let mut sink = Sink::Store(Vec::new());
-        let mut steps = Vec::new();
-        self.reduce_events(
-            session,
-            ingest,
-            events,
-            &BTreeSet::new(),
-            &mut report,
-            &mut sink,
-            Some(&mut steps),
-        )?;
+        let (steps, sink) = self.derive(session, ingest, events, Sink::Store(Vec::new()))?;
         if let Sink::Store(records) = sink {
             if !records.is_empty() {
                 self.store.put_steps(session, &records)?;
@@ -164,17 +153,11 @@ impl<'a> Offloader<'a> {
         ingest: &mut Ingest,
         events: &[Event],
     ) -> Result<(Vec<Step>, StagedWrites)> {
-        let mut report = OffloadReport::default();
-        let mut sink = Sink::Collect(StagedWrites::default());
-        let mut steps = Vec::new();
-        self.reduce_events(
+        let (steps, sink) = self.derive(
             session,
             ingest,
             events,
-            &BTreeSet::new(),
-            &mut report,
-            &mut sink,
-            Some(&mut steps),
+            Sink::Collect(StagedWrites::default()),
         )?;
         let Sink::Collect(writes) = sink else {
             unreachable!("the sink stays what it was made");
@@ -190,6 +173,18 @@ impl<'a> Offloader<'a> {
         ingest: &mut Ingest,
         events: &[Event],
     ) -> Result<Vec<Step>> {
+        Ok(self.derive(session, ingest, events, Sink::Skip)?.0)
+    }
+
+    /// The steps of the results among `events`, the session's next events, with `sink` holding
+    /// what deriving them made.
+    fn derive(
+        &self,
+        session: &SessionId,
+        ingest: &mut Ingest,
+        events: &[Event],
+        mut sink: Sink,
+    ) -> Result<(Vec<Step>, Sink)> {
         let mut report = OffloadReport::default();
         let mut steps = Vec::new();
         self.reduce_events(
@@ -198,10 +193,10 @@ impl<'a> Offloader<'a> {
             events,
             &BTreeSet::new(),
             &mut report,
-            &mut Sink::Skip,
+            &mut sink,
             Some(&mut steps),
         )?;
-        Ok(steps)
+        Ok((steps, sink))
     }
 
     /// Feeds `events` to `ingest`, reducing the results whose call is not in `known`.

@@ -42,6 +42,13 @@ def _latest_fork(db: Database, base: str) -> str:
     return newest
 
 
+def _new_fork(db: Database, base: str, agent: Optional[str]) -> Session:
+    """A new, empty fork of ``base``, numbered after its newest."""
+    newest = _latest_fork(db, base)
+    n = int(newest[len(base) + 1:]) + 1 if newest != base else 2
+    return db.create_session(f"{base}{FORK}{n}", agent=agent)
+
+
 class LoomSession(_Base):  # type: ignore[misc,valid-type]
     """An OpenAI Agents SDK ``Session`` whose history is a Loom session."""
 
@@ -114,10 +121,7 @@ class LoomSession(_Base):  # type: ignore[misc,valid-type]
             await asyncio.to_thread(self._fork, [])
 
     def _fork(self, events: List[Dict[str, Any]]) -> None:
-        base = self.session_id
-        newest = _latest_fork(self.db, base)
-        n = int(newest[len(base) + 1:]) + 1 if newest != base else 2
-        fork = self.db.create_session(f"{base}{FORK}{n}", agent=self.agent)
+        fork = _new_fork(self.db, self.session_id, self.agent)
         if events:
             fork.append(events)
         self._log = fork.id

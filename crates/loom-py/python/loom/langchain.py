@@ -19,7 +19,7 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, convert_to_messages, convert_to_openai_messages
 
 from . import Database, count_request
-from .agents import FORK, _latest_fork
+from .agents import _latest_fork, _new_fork
 
 try:  # The middleware needs `langchain` (v1) itself; the rest only langchain-core.
     from langchain.agents.middleware import AgentMiddleware as _Middleware
@@ -82,10 +82,7 @@ class LoomChatMessageHistory(BaseChatMessageHistory):
         self.db.session(self._log).append_history(_openai(messages), "openai", self.agent)
 
     def clear(self) -> None:
-        newest = _latest_fork(self.db, self.session_id)
-        base = self.session_id
-        n = int(newest[len(base) + 1:]) + 1 if newest != base else 2
-        self._log = self.db.create_session(f"{base}{FORK}{n}", agent=self.agent).id
+        self._log = _new_fork(self.db, self.session_id, self.agent).id
 
 
 class LoomContextMiddleware(_Middleware):  # type: ignore[misc,valid-type]
