@@ -6,7 +6,11 @@
 //!
 //!     cargo bench -p loom-server --bench render_loop -- [TURNS]
 
+#![expect(clippy::print_stdout, reason = "a benchmark: its figure on stdout")]
+
 use std::time::{Duration, Instant};
+
+use anyhow::Context;
 
 use loom_core::{AgentId, EventBody, MessageContent, NewEvent, ReduceConfig, SessionId};
 use loom_server::engine::RenderSpec;
@@ -19,16 +23,16 @@ fn text(kind: &str, i: usize) -> String {
         + &"the parser rejects a unary minus after a parenthesis ".repeat(4)
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let turns: usize = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with('-'))
         .and_then(|a| a.parse().ok())
         .unwrap_or(400);
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let ws = Workspace::open(&dir.path().join("render.db")).expect("the database");
+    let dir = tempfile::tempdir().context("a temporary folder")?;
+    let ws = Workspace::open(&dir.path().join("render.db")).context("the database")?;
     let engine = Engine {
-        registry: loom_tokens::Registry::built_in().expect("the registry"),
+        registry: loom_tokens::Registry::built_in().context("the registry")?,
         policy: loom_core::render::Policy::default(),
         reduce: ReduceConfig::default(),
     };
@@ -39,18 +43,18 @@ fn main() {
         reduce: &engine.reduce,
         live: &live,
     };
-    let id = SessionId::new("bench").expect("an id");
+    let id = SessionId::new("bench").context("an id")?;
     ws.store
         .create_session(
             &NewSession {
                 id: id.clone(),
-                agent: AgentId::new("agent").expect("an agent"),
+                agent: AgentId::new("agent").context("an agent")?,
                 parent: None,
                 created_ms: 1,
             },
             &[],
         )
-        .expect("the session");
+        .context("the session")?;
     let spec = RenderSpec {
         model: "gpt-4o".into(),
         budget: Some(16_000),
@@ -77,12 +81,12 @@ fn main() {
                 name: None,
             },
         );
-        ws.store.append(&id, &[user, reply]).expect("the append");
+        ws.store.append(&id, &[user, reply]).context("the append")?;
         let started = Instant::now();
         engine
             .render_session(b, &id, &spec)
-            .expect("the render")
-            .expect("the session");
+            .map_err(|e| anyhow::anyhow!("the render: {}", e.message))?
+            .context("the session")?;
         times.push(started.elapsed());
     }
     let mut measured: Vec<Duration> = times[turns / 2..].to_vec();
@@ -95,4 +99,5 @@ fn main() {
         mean.as_secs_f64() * 1e6,
         p50.as_secs_f64() * 1e6
     );
+    Ok(())
 }
