@@ -353,8 +353,8 @@ pub(crate) struct LineSlot {
     call: Option<usize>,
     failed: bool,
     /// What consecutive steps must share to form a group (an index into [`LineSlots`]' group
-    /// keys); `None` for a line that is not a derived step (a message, or a call ingest derived
-    /// no step for).
+    /// keys); `None` for a line that never groups: a message, a call ingest derived no step
+    /// for, or a file view.
     group: Option<u32>,
     /// The line shown when the step or message stands alone (or fails inside a group).
     line: Option<String>,
@@ -423,7 +423,11 @@ fn line_slots(
                     unit: index,
                     call: Some(c),
                     failed: call_failed(p, step),
-                    group: step.map(|s| intern(groups, group_key(s))),
+                    // A file view keeps its own line: its observation names what the code
+                    // defines and uses, which a group's totals would drop.
+                    group: step
+                        .filter(|s| s.kind != ToolKind::ReadFile)
+                        .map(|s| intern(groups, group_key(s))),
                     line: Some(step_line(p, step)),
                 });
             }
