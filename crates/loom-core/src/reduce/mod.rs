@@ -20,6 +20,7 @@ mod generic;
 mod ingest;
 mod kind;
 mod outline;
+pub(crate) use outline::{definitions as code_definitions, uses as code_uses};
 mod secrets;
 mod shell;
 mod template;

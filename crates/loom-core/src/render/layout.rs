@@ -12,7 +12,7 @@ use super::projection::{Paired, Projection, Unit, UnitBody};
 use super::request::{Msg, RenderedCall, ResultForm};
 use super::state::CompactionState;
 use crate::event::{MessageContent, Seq, ToolOutput};
-use crate::step::{Category, Step};
+use crate::step::{Category, Step, ToolKind};
 
 /// Header of the compact block.
 pub const COMPACT_HEADER: &str =
@@ -147,11 +147,43 @@ fn page_diff_of(paired: &Paired, seq: Seq, t: &Texts<'_>) -> Option<String> {
 }
 
 fn stub(paired: &Paired, step: Option<&Step>) -> MessageContent {
+    let observation = paired.observation(step);
+    let names = match (step, &paired.result) {
+        (Some(s), Some(r)) if s.kind == ToolKind::ReadFile && s.success => match &r.output {
+            ToolOutput::Text(code) => view_names(&observation, code),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
     MessageContent::Text(format!(
-        "{} (See {})",
-        paired.observation(step),
+        "{observation}{names} (See {})",
         paired.reference(step)
     ))
+}
+
+/// Most characters a stubbed file view spends on the names its observation had no room for.
+const STUB_NAMES_CHARS: usize = 800;
+
+/// `; names: a, b.c, d`: the names a file view defines and the qualified names it uses that its
+/// one-line observation leaves out, as many whole names as fit [`STUB_NAMES_CHARS`]. A view is
+/// what the agent edits from, often long after it was stubbed, and what it names then is what
+/// the code defines and calls.
+fn view_names(observation: &str, code: &str) -> String {
+    let defined = crate::reduce::code_definitions(code);
+    let used = crate::reduce::code_uses(code);
+    let mut out = String::new();
+    for name in defined.iter().chain(&used) {
+        if observation.contains(name) || out.contains(name) {
+            continue;
+        }
+        let sep = if out.is_empty() { "; names: " } else { ", " };
+        if out.len() + sep.len() + name.len() > STUB_NAMES_CHARS {
+            break;
+        }
+        out.push_str(sep);
+        out.push_str(name);
+    }
+    out
 }
 
 /// Keeps `head` chars and `tail` chars of `text` around an elision marker naming the reference.
@@ -321,8 +353,8 @@ pub(crate) struct LineSlot {
     call: Option<usize>,
     failed: bool,
     /// What consecutive steps must share to form a group (an index into [`LineSlots`]' group
-    /// keys); `None` for a line that is not a derived step (a message, or a call ingest derived
-    /// no step for).
+    /// keys); `None` for a line that never groups: a message, a call ingest derived no step
+    /// for, or a file view.
     group: Option<u32>,
     /// The line shown when the step or message stands alone (or fails inside a group).
     line: Option<String>,
@@ -391,7 +423,11 @@ fn line_slots(
                     unit: index,
                     call: Some(c),
                     failed: call_failed(p, step),
-                    group: step.map(|s| intern(groups, group_key(s))),
+                    // A file view keeps its own line: its observation names what the code
+                    // defines and uses, which a group's totals would drop.
+                    group: step
+                        .filter(|s| s.kind != ToolKind::ReadFile)
+                        .map(|s| intern(groups, group_key(s))),
                     line: Some(step_line(p, step)),
                 });
             }

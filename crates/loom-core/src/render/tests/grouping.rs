@@ -108,7 +108,8 @@ fn grouped_blocks_extend_each_other_across_compaction_points() {
     assert!(merged < groups, "{}", open.text);
 }
 
-/// system, task, `c0..c5` shell (`c2` failed), a user message, `c6..c9` file reads.
+/// system, task, `c0..c5` shell (`c2` failed), a user message, `c6..c9` file writes (file
+/// views are never grouped).
 fn grouping_fixture() -> (Log, StepIndex, Audience) {
     let mut log = Log::new();
     log.system("sys");
@@ -124,7 +125,7 @@ fn grouping_fixture() -> (Log, StepIndex, Audience) {
         .map(|i| match i {
             2 => step_for(i, ToolKind::Shell, Some("exit 2: no such file")),
             0..6 => step_for(i, ToolKind::Shell, None),
-            _ => step_for(i, ToolKind::ReadFile, None),
+            _ => step_for(i, ToolKind::WriteFile, None),
         })
         .collect();
     let audience = Audience {
@@ -284,7 +285,7 @@ type GenTurn = (usize, bool, usize, usize, bool);
 fn grouped_log(turns: &[GenTurn]) -> (Log, StepIndex, Vec<(String, Seq)>) {
     let kinds = [
         ToolKind::Shell,
-        ToolKind::ReadFile,
+        ToolKind::WriteFile,
         ToolKind::WebSearch,
         ToolKind::Unknown,
     ];

@@ -48,7 +48,12 @@ fn steps_of(log: &Log) -> StepIndex {
 
 fn source(name: &str, defs: usize) -> String {
     (0..defs)
-        .map(|i| format!("def {name}_{i}(tokens):\n    return tokens[{i}] + offset_{i}\n"))
+        .map(|i| {
+            format!(
+                "def {name}_{i}(tokens):\n    # the token at this position, moved by its offset\n    \
+                 return tokens[{i}] + offset_{i}\n"
+            )
+        })
         .collect()
 }
 
@@ -60,9 +65,9 @@ fn working_session() -> Log {
     let mut log = Log::new();
     log.system("You are a careful agent.");
     log.user("Fix the bug in src/parser.py");
-    shell(&mut log, "c0", "cat src/parser.py", &source("parse", 30));
-    shell(&mut log, "c1", "cat src/lexer.py", &source("lex", 45));
-    shell(&mut log, "c2", "cat src/utils.py", &source("util", 45));
+    shell(&mut log, "c0", "cat src/parser.py", &source("parse", 20));
+    shell(&mut log, "c1", "cat src/lexer.py", &source("lex", 30));
+    shell(&mut log, "c2", "cat src/utils.py", &source("util", 30));
     let listing: String = (0..120)
         .map(|i| format!("src/module_{i}/file_{i}.py\n"))
         .collect();
@@ -123,7 +128,7 @@ fn the_view_of_the_file_being_edited_stays_verbatim() {
     let log = working_session();
     let mut fx = Fixture::new(4_100);
     // Room after the point for what the protected turns hold (the test log) and the kept view.
-    fx.policy.low_watermark = 0.6;
+    fx.policy.low_watermark = 0.7;
     fx.steps = steps_of(&log);
     let renders = replay(&fx, &log, Format::OpenaiChat);
     let last = renders.last().unwrap();
@@ -161,6 +166,12 @@ fn the_view_of_the_file_being_edited_stays_verbatim() {
             "{low}"
         );
     }
+    // A stubbed view names what its one-line observation had no room for.
+    let body = last.body().to_string();
+    assert!(
+        body.contains("; names: ") && body.contains("lex_29"),
+        "{body}"
+    );
     insta::assert_snapshot!("kept_working_file", outline(last));
 }
 
