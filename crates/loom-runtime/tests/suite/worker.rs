@@ -39,6 +39,10 @@ fn dialogue_policy() -> Policy {
         response_reserve: 200,
         step_compaction: false,
         protect_recent_turns: 2,
+        // Points fire before the window is full (the defaults wait until a request would not
+        // fit): these dialogues cross a point within a few turns.
+        high_watermark: 0.85,
+        low_watermark: 0.6,
         ..Policy::default()
     }
 }
