@@ -27,7 +27,21 @@ def loom_binary() -> pathlib.Path:
     return binary("LOOM_BIN", "loom", "loom-cli")
 
 
-class Served:
+class Process:
+    """A process a test started, stopped with it (TERM, then KILL after 10 s)."""
+
+    proc: subprocess.Popen
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Served(Process):
     """A `loom serve` process over a fresh SQLite file, stopped when the test ends."""
 
     def __init__(self, tmp: pathlib.Path) -> None:
@@ -49,13 +63,6 @@ class Served:
             pytest.fail(f"loom serve did not start: {line!r}")
         self.url = line.split()[-1]
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture(params=["embedded", "served"])
@@ -79,7 +86,7 @@ def mock_binary() -> pathlib.Path:
     return binary("LOOM_MOCK_BIN", "loom-mock-upstream", "loom-mock-upstream")
 
 
-class Mock:
+class Mock(Process):
     """The mock provider (OpenAI Chat and Responses, Anthropic Messages) on a free port."""
 
     def __init__(self) -> None:
@@ -108,13 +115,6 @@ class Mock:
         return [r["body"] if isinstance(r["body"], dict) else json.loads(r["body"])
                 for r in self.requests() if r["path"] == path]
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture()
