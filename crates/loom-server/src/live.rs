@@ -261,16 +261,7 @@ impl Live {
             return Ok(());
         }
         let first = self.last_seq() + 1;
-        let mut touched: Vec<&str> = Vec::new();
-        for e in new {
-            match &e.body {
-                EventBody::Assistant { tool_calls, .. } => {
-                    touched.extend(tool_calls.iter().map(|c| c.id.as_str()));
-                }
-                EventBody::ToolResult { call_id, .. } => touched.push(call_id),
-                _ => {}
-            }
-        }
+        let touched = loom_store::touched_calls(new);
         let states = |ledger: &Ledger| {
             Ledger::from_states(
                 touched

@@ -80,7 +80,7 @@ pub(crate) fn call_state(
 }
 
 /// The call ids a batch of events makes or answers: the only ledger entries it can touch.
-pub(crate) fn touched_calls(events: &[NewEvent]) -> BTreeSet<&str> {
+pub fn touched_calls(events: &[NewEvent]) -> BTreeSet<&str> {
     let mut ids = BTreeSet::new();
     for event in events {
         match &event.body {

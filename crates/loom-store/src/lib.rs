@@ -23,6 +23,7 @@ mod workspace;
 
 pub use self::postgres::{PgBlobStore, PgStore};
 pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
+pub use calls::touched_calls;
 pub use error::{Result, StoreError};
 pub use keys::{hash_api_key, new_api_key, ApiKey, NewApiKey, ProxyMode, TenantId};
 pub use memory::MemoryStore;

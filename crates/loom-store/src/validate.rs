@@ -2,7 +2,7 @@
 
 use loom_core::{BlobRef, CallState, Ledger, NewEvent, Seq, SessionId};
 
-use crate::records::{CallStatus, NewModelCall, NewSummary, StepRecord, ToolCallRecord, Usage};
+use crate::records::{NewModelCall, NewSummary, StepRecord, ToolCallRecord, Usage};
 use crate::{BlobAlias, Result, StoreError};
 
 /// Runs `events` (to be stored from seq `first`) through `ledger`, which is updated.
@@ -31,22 +31,7 @@ pub(crate) fn call_records(ledger: &Ledger) -> Vec<ToolCallRecord> {
     let mut records: Vec<ToolCallRecord> = ledger
         .iter()
         .map(|(id, state)| {
-            let (status, result_seq) = match state {
-                CallState::Pending { .. } => (CallStatus::Pending, None),
-                CallState::Resolved {
-                    result_seq,
-                    is_error,
-                    ..
-                } => {
-                    let status = if *is_error {
-                        CallStatus::Errored
-                    } else {
-                        CallStatus::Resolved
-                    };
-                    (status, Some(*result_seq))
-                }
-                CallState::Expired { .. } => (CallStatus::Expired, None),
-            };
+            let (status, result_seq) = crate::calls::call_row(state);
             ToolCallRecord {
                 call_id: id.to_owned(),
                 tool_name: state.tool_name().to_owned(),

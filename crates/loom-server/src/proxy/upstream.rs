@@ -304,6 +304,14 @@ async fn log_reply(
                     return Ok(());
                 }
                 live.discard();
+                // A write whose connection broke after it applied is refused when run again
+                // (the log moved on): the log then already ends with this reply, and its usage
+                // went with it.
+                let latest = s.store.latest_seq(&session)?;
+                let last = s.store.read(&session, latest..=latest)?;
+                if last.last().is_some_and(|e| e.body == event.body) {
+                    return Ok(());
+                }
             }
             s.store.append_reply(&session, &[event], report)?;
             Ok(())

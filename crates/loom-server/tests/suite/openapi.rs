@@ -254,39 +254,32 @@ async fn run(s: &Server, c: &mut Checker) {
         )
         .await;
     c.check("post", "/loom/v1/import", r).await;
-    // The next items of a history: a call, then (in a later batch) its result.
-    let call = json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [
-        {"id": "h1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]});
-    let r = s
-        .post(
-            "/loom/v1/sessions/imp/history?format=openai",
-            None,
-            &[],
-            &call,
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    c.check("post", "/loom/v1/sessions/{id}/history", r).await;
-    let result = json!({"messages": [{"role": "tool", "tool_call_id": "h1", "content": "out"}]});
-    let r = s
-        .post(
-            "/loom/v1/sessions/imp/history?format=openai",
-            None,
-            &[],
-            &result,
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    c.check("post", "/loom/v1/sessions/{id}/history", r).await;
-    let orphan = json!({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]});
-    let r = s
-        .post(
-            "/loom/v1/sessions/imp/history?format=openai",
-            None,
-            &[],
-            &orphan,
-        )
-        .await;
-    assert_eq!(r.status(), 400);
-    c.check("post", "/loom/v1/sessions/{id}/history", r).await;
+    // The next items of a history: a call, then (in a later batch) its result; an orphan.
+    let batches = [
+        (
+            json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [
+                {"id": "h1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}),
+            200,
+        ),
+        (
+            json!({"messages": [{"role": "tool", "tool_call_id": "h1", "content": "out"}]}),
+            200,
+        ),
+        (
+            json!({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]}),
+            400,
+        ),
+    ];
+    for (batch, status) in batches {
+        let r = s
+            .post(
+                "/loom/v1/sessions/imp/history?format=openai",
+                None,
+                &[],
+                &batch,
+            )
+            .await;
+        assert_eq!(r.status(), status, "{batch}");
+        c.check("post", "/loom/v1/sessions/{id}/history", r).await;
+    }
 }
