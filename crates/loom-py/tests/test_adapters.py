@@ -161,6 +161,10 @@ def test_langchain_history_counter_and_middleware(embedded):
         "gpt-4o")
     trimmed = trim_messages(full, max_tokens=count(full[:2]) + 10, token_counter=count, strategy="last", include_system=True)
     assert count(trimmed) <= count(full[:2]) + 10
+    # Passed as it is, it counts for gpt-4o.
+    assert token_counter(full) == count(full)
+    assert trim_messages(full, max_tokens=count(full[:2]) + 10, token_counter=token_counter,
+                         strategy="last", include_system=True) == trimmed
     history.clear()
     assert history.messages == []
 

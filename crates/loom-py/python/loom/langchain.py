@@ -32,15 +32,17 @@ def _openai(messages: Sequence[BaseMessage]) -> List[dict]:
     return converted if isinstance(converted, list) else [converted]
 
 
-def token_counter(model: str = "gpt-4o") -> Callable[[Sequence[BaseMessage]], int]:
-    """A ``token_counter`` for ``trim_messages`` that is exact for ``model``: the messages as
-    one OpenAI Chat request, counted as Loom counts a render (content, tool calls and their
-    arguments, names, and the format's framing)."""
+def token_counter(messages: Any = "gpt-4o") -> Any:
+    """An exact ``token_counter`` for ``trim_messages``: the messages as one OpenAI Chat
+    request, counted as Loom counts a render (content, tool calls and their arguments, names,
+    and the format's framing).
 
-    def count(messages: Sequence[BaseMessage]) -> int:
-        return count_request({"messages": _openai(messages)}, model, "openai-chat")
-
-    return count
+    Pass it as it is (``token_counter=token_counter``: counted for ``gpt-4o``), or call it with a
+    model name for another model's tokenizer (``token_counter=token_counter("gpt-4.1")``)."""
+    if isinstance(messages, str):
+        model = messages
+        return lambda msgs: count_request({"messages": _openai(msgs)}, model, "openai-chat")
+    return count_request({"messages": _openai(messages)}, "gpt-4o", "openai-chat")
 
 
 class LoomChatMessageHistory(BaseChatMessageHistory):
