@@ -489,9 +489,9 @@ impl Database {
         budget: Option<u64>,
         format: String,
         tools: Option<String>,
-    ) -> PyResult<(String, String, Option<u64>)> {
+    ) -> PyResult<(Py<PyAny>, Texts, Option<u64>)> {
         let inner = Arc::clone(&self.inner);
-        py.detach(move || {
+        let (body, receipt, call) = py.detach(move || {
             let id = session_id(&session)?;
             let format = Format::parse(&format).ok_or_else(|| {
                 invalid(
@@ -525,12 +525,13 @@ impl Database {
                 .render_session(inner.backend(), &id, &spec)
                 .map_err(api_error)?
                 .ok_or_else(|| store_error(StoreError::SessionNotFound(id)))?;
-            Ok((
-                json_text(&out.body)?,
-                json_text(&out.receipt)?,
-                out.model_call,
-            ))
-        })
+            Ok((out.body, out.receipt, out.model_call))
+        })?;
+        // The body is built as Python objects here rather than parsed again from its text: a
+        // caller hands it to the provider's SDK on every call. Its text and the receipt are
+        // written only when asked for.
+        let dict = to_py(py, &body)?.unbind();
+        Ok((dict, Texts { body, receipt }, call))
     }
 
     /// What happened to event `seq` in each recorded model call, and where its original is, as
@@ -642,10 +643,63 @@ impl Database {
     }
 }
 
+/// A render's body and receipt, written as JSON text on demand: most callers need neither (the
+/// body goes to the provider as objects, the receipt is looked at when something went wrong).
+#[pyclass(frozen, module = "loom._loom")]
+struct Texts {
+    body: serde_json::Value,
+    receipt: loom_core::render::Receipt,
+}
+
+#[pymethods]
+impl Texts {
+    /// The body as the JSON text Loom sends for this render (the same bytes as the HTTP API and
+    /// `loom replay --emit-requests`).
+    fn body(&self) -> PyResult<String> {
+        json_text(&self.body)
+    }
+
+    /// The receipt as JSON text.
+    fn receipt(&self) -> PyResult<String> {
+        json_text(&self.receipt)
+    }
+}
+
+/// `value` as the Python objects `json.loads` would give for its text.
+fn to_py<'py>(py: Python<'py>, value: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::types::{PyDict, PyList};
+    use serde_json::Value;
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => pyo3::types::PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.into_pyobject(py)?.into_any(),
+            (None, Some(u)) => u.into_pyobject(py)?.into_any(),
+            _ => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(s) => pyo3::types::PyString::new(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
 #[pymodule]
 fn _loom(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Database>()?;
+    m.add_class::<Texts>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(count_request, m)?)?;

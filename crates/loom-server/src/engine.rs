@@ -138,7 +138,8 @@ impl Engine {
             .and_then(|last| continued_state(last, &policy, &spec.model, spec.format));
         let now_ms = live.now_ms();
         let audience = live.audience_at(now_ms);
-        let (events, steps, projection, memo) = live.parts(&audience);
+        let (events, steps, projection, memo, counts) = live.parts(&audience);
+        let meter = counts.meter(&meter);
         let input = RenderInput {
             events,
             steps,

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod counts;
 pub mod engine;
 pub mod error;
 pub mod live;

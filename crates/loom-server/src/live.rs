@@ -25,6 +25,7 @@ use loom_store::{
     StoreError, Summary, Turn, Usage,
 };
 
+use crate::counts::Counts;
 use crate::error::Result;
 use crate::proxy::ingest::BodyMemo;
 
@@ -60,6 +61,8 @@ pub struct Live {
     pub steps: StepIndex,
     /// Token costs kept across renders.
     pub memo: CostMemo,
+    /// Token counts of texts, kept across renders.
+    pub counts: Counts,
     /// The last client body synced into this session, so that the next is read from where it
     /// ended (see `proxy::ingest`).
     pub(crate) body: Option<BodyMemo>,
@@ -146,6 +149,7 @@ impl Live {
             ingest,
             steps,
             memo: CostMemo::new(),
+            counts: Counts::default(),
             body: None,
             bytes: SESSION_OVERHEAD,
             ledger,
@@ -207,13 +211,25 @@ impl Live {
     pub fn parts(
         &mut self,
         audience: &Audience,
-    ) -> (&[Event], &StepIndex, Cow<'_, Projection>, &mut CostMemo) {
+    ) -> (
+        &[Event],
+        &StepIndex,
+        Cow<'_, Projection>,
+        &mut CostMemo,
+        &mut Counts,
+    ) {
         let projection = if self.has_ttl {
             Cow::Owned(Projection::build(&self.events, audience))
         } else {
             Cow::Borrowed(&self.projection)
         };
-        (&self.events, &self.steps, projection, &mut self.memo)
+        (
+            &self.events,
+            &self.steps,
+            projection,
+            &mut self.memo,
+            &mut self.counts,
+        )
     }
 
     fn note(&mut self, e: &Event) {

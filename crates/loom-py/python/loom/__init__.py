@@ -17,9 +17,8 @@ Errors are exceptions under :class:`LoomError`, one class per kind, each with ``
 
 from __future__ import annotations
 
-import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _loom
@@ -61,19 +60,51 @@ HISTORY_FORMATS = ("openai", "anthropic", "responses")
 RENDER_FORMATS = ("openai-chat", "openai-responses", "anthropic", "react")
 
 
-@dataclass(frozen=True)
 class Rendered:
     """A rendered request: ``body`` is ready for the provider's SDK (``create(**body)`` after
     adding ``model``), ``receipt`` says what was included, stubbed, folded, summarised or
     dropped and why, ``model_call`` is the id of the call recorded for it (None when the log has
-    not changed since the last render, which is then not recorded again)."""
+    not changed since the last render, which is then not recorded again), ``text`` is the body
+    as the JSON text Loom wrote (the bytes `loom replay --emit-requests` and the HTTP API send
+    for the same render).
 
-    body: Dict[str, Any]
-    receipt: Dict[str, Any]
-    model_call: Optional[int] = None
-    #: The body as the JSON text Loom wrote (the bytes `loom replay --emit-requests` and the
-    #: HTTP API send for the same render).
-    text: str = field(default="", repr=False, compare=False)
+    ``text`` and ``receipt`` are written when first asked for: most calls need only the body."""
+
+    __slots__ = ("body", "model_call", "_texts", "_text", "_receipt")
+
+    def __init__(self, body: Dict[str, Any], texts: Any, model_call: Optional[int] = None) -> None:
+        self.body = body
+        self.model_call = model_call
+        # Anything with `body()` and `receipt()` returning JSON text.
+        self._texts = texts
+        self._text: Optional[str] = None
+        self._receipt: Optional[Dict[str, Any]] = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._texts.body()
+        return self._text
+
+    @property
+    def receipt(self) -> Dict[str, Any]:
+        if self._receipt is None:
+            self._receipt = json.loads(self._texts.receipt())
+        return self._receipt
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rendered):
+            return NotImplemented
+        return (self.body, self.receipt, self.model_call) == (
+            other.body,
+            other.receipt,
+            other.model_call,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Rendered(model_call={self.model_call!r}, body={self.body!r})"
 
 
 def _history_body(
@@ -173,10 +204,8 @@ class Session:
         less its response reserve when None), in ``format``, with ``tools`` (the provider's tool
         definitions) budgeted with it."""
         tools_json = json.dumps(list(tools)) if tools is not None else None
-        body, receipt, call = self._db._native.render(
-            self.id, model, budget, format, tools_json
-        )
-        return Rendered(json.loads(body), json.loads(receipt), call, body)
+        body, texts, call = self._db._native.render(self.id, model, budget, format, tools_json)
+        return Rendered(body, texts, call)
 
     def explain(self, seq: int) -> Dict[str, Any]:
         """What happened to event ``seq`` in each recorded model call, and where its original is."""
@@ -259,7 +288,7 @@ class Database:
         if items is not None:
             info = self._native.session_info(session)
             count = json.loads(info)["event_count"] if info else 0
-            self._handed[session] = _Handed((format, system), copy.deepcopy(items), count)
+            self._handed[session] = _Handed((format, system), json.loads(json.dumps(items)), count)
         return Session(self, session)
 
     def _continue(self, session: str, items: List[Any], format: str, system: Any, agent: Optional[str]) -> bool:
@@ -279,13 +308,16 @@ class Database:
         new = items[done:]
         if new:
             key = "input" if format == "responses" else "messages"
+            text = json.dumps({key: new})
             try:
-                first, last = self._native.append_history(session, json.dumps({key: new}), format, agent)
+                first, last = self._native.append_history(session, text, format, agent)
             except LoomError:
                 # A part that needs the whole history to be read (a reused call id, which the
                 # importer renames by looking at every call before it): the long way.
                 return False
-            handed.items.extend(copy.deepcopy(new))
+            # A copy (the caller may change its dicts later), read back from the text already
+            # written: much cheaper than `copy.deepcopy`.
+            handed.items.extend(json.loads(text)[key])
             handed.events = last
         return True
 

@@ -148,14 +148,14 @@ class Remote:
         budget: Optional[int] = None,
         format: str = "openai-chat",
         tools: Optional[str] = None,
-    ) -> Tuple[str, str, Optional[int]]:
+    ) -> Tuple[Dict[str, Any], "_Texts", Optional[int]]:
         payload: Dict[str, Any] = {"model": model, "format": format}
         if budget is not None:
             payload["budget"] = budget
         if tools is not None:
             payload["tools"] = json.loads(tools)
         out = self._json("POST", self._session(session) + "/render", payload=payload)
-        return json.dumps(out["body"]), json.dumps(out["receipt"]), out.get("model_call")
+        return out["body"], _Texts(out["body"], out["receipt"]), out.get("model_call")
 
     def explain(self, session: str, seq: int) -> str:
         out = self._json("GET", self._session(session) + "/explain", {"event": seq})
@@ -197,3 +197,18 @@ def connect(url: str, key: Optional[str] = None, timeout: float = 60.0):
     from . import Database
 
     return Database(Remote(url, key, timeout), url)
+
+
+class _Texts:
+    """A served render's body and receipt as JSON text, as the native module gives them."""
+
+    __slots__ = ("_body", "_receipt")
+
+    def __init__(self, body: Any, receipt: Any) -> None:
+        self._body, self._receipt = body, receipt
+
+    def body(self) -> str:
+        return json.dumps(self._body, separators=(",", ":"), ensure_ascii=False)
+
+    def receipt(self) -> str:
+        return json.dumps(self._receipt, separators=(",", ":"), ensure_ascii=False)
