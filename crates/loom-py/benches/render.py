@@ -3,7 +3,10 @@ Rust, plus 20 us): the same loop as `cargo bench -p loom-server --bench render_l
 the bindings. Also times a call that does nothing in Rust (`session_info` of a missing session)
 for the binding's own cost.
 
-    python crates/loom-py/benches/render.py [TURNS]
+    python crates/loom-py/benches/render.py [TURNS] [--memory]
+
+``--memory`` renders from an in-memory store (``loom.open(":memory:")``), where no durable
+commit hides what the crossing costs.
 """
 
 import os
@@ -20,8 +23,10 @@ def text(kind: str, i: int) -> str:
 
 
 def main() -> None:
-    turns = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-    db = loom.open(os.path.join(tempfile.mkdtemp(), "render.db"))
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    turns = int(args[0]) if args else 400
+    memory = "--memory" in sys.argv
+    db = loom.open(":memory:" if memory else os.path.join(tempfile.mkdtemp(), "render.db"))
     s = db.create_session("bench")
     times = []
     for i in range(turns):
@@ -31,7 +36,7 @@ def main() -> None:
         s.render(model="gpt-4o", budget=16_000)
         times.append(time.perf_counter() - started)
     measured = times[turns // 2:]
-    print(f"python render: {turns} turns, the last {len(measured)} measured: "
+    print(f"python render{' (in memory)' if memory else ''}: {turns} turns, the last {len(measured)} measured: "
           f"mean {statistics.mean(measured) * 1e6:.1f} us, p50 {statistics.median(measured) * 1e6:.1f} us")
     native = db._native
     calls = []

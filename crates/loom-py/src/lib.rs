@@ -519,6 +519,7 @@ impl Database {
                 format,
                 tools,
                 always_record: false,
+                injections: Vec::new(),
             };
             let out = inner
                 .engine

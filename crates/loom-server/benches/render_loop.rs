@@ -4,7 +4,9 @@
 //! over the second half of the turns. `crates/loom-py/benches/render.py` does the same through
 //! Python.
 //!
-//!     cargo bench -p loom-server --bench render_loop -- [TURNS]
+//!     cargo bench -p loom-server --bench render_loop -- [TURNS] [--memory]
+//!
+//! `--memory` renders from an in-memory store, where no durable commit hides the rest.
 
 #![expect(clippy::print_stdout, reason = "a benchmark: its figure on stdout")]
 
@@ -29,8 +31,18 @@ fn main() -> anyhow::Result<()> {
         .find(|a| !a.starts_with('-'))
         .and_then(|a| a.parse().ok())
         .unwrap_or(400);
+    let memory = std::env::args().any(|a| a == "--memory");
     let dir = tempfile::tempdir().context("a temporary folder")?;
     let ws = Workspace::open(&dir.path().join("render.db")).context("the database")?;
+    let (mem_store, mem_blobs) = (
+        loom_store::MemoryStore::new(),
+        loom_store::MemoryBlobStore::new(),
+    );
+    let (store, blobs): (&dyn Store, &dyn loom_store::BlobStore) = if memory {
+        (&mem_store, &mem_blobs)
+    } else {
+        (&ws.store, &ws.blobs)
+    };
     let engine = Engine {
         registry: loom_tokens::Registry::built_in().context("the registry")?,
         policy: loom_core::render::Policy::default(),
@@ -38,13 +50,13 @@ fn main() -> anyhow::Result<()> {
     };
     let live = LiveSessions::new(16);
     let b = Backend {
-        store: &ws.store,
-        blobs: &ws.blobs,
+        store,
+        blobs,
         reduce: &engine.reduce,
         live: &live,
     };
     let id = SessionId::new("bench").context("an id")?;
-    ws.store
+    store
         .create_session(
             &NewSession {
                 id: id.clone(),
@@ -61,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         format: loom_core::render::Format::OpenaiChat,
         tools: Vec::new(),
         always_record: false,
+        injections: Vec::new(),
     };
     let mut times = Vec::with_capacity(turns);
     for i in 0..turns {
@@ -81,7 +94,7 @@ fn main() -> anyhow::Result<()> {
                 name: None,
             },
         );
-        ws.store.append(&id, &[user, reply]).context("the append")?;
+        store.append(&id, &[user, reply]).context("the append")?;
         let started = Instant::now();
         engine
             .render_session(b, &id, &spec)
@@ -94,7 +107,8 @@ fn main() -> anyhow::Result<()> {
     measured.sort();
     let p50 = measured[measured.len() / 2];
     println!(
-        "rust render: {turns} turns, the last {} measured: mean {:.1} us, p50 {:.1} us",
+        "rust render{}: {turns} turns, the last {} measured: mean {:.1} us, p50 {:.1} us",
+        if memory { " (in memory)" } else { "" },
         measured.len(),
         mean.as_secs_f64() * 1e6,
         p50.as_secs_f64() * 1e6

@@ -56,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         format: loom_core::render::Format::OpenaiChat,
         tools: Vec::new(),
         always_record: false,
+        injections: Vec::new(),
     };
     let (mut calls, mut bytes, mut refused) = (0usize, 0usize, 0usize);
     let started = Instant::now();

@@ -31,6 +31,9 @@ pub struct RenderSpec {
     /// Record a receipt even when the log has not grown since the last one (every proxied call
     /// is a model call of its own; a repeated API render is not).
     pub always_record: bool,
+    /// Content the turn's pre-hooks inject at the tail, under the injection reserve (the agent
+    /// runtime's hooks; none for the proxy and the API).
+    pub injections: Vec<render::Injection>,
 }
 
 /// A rendered request and its record.
@@ -148,7 +151,7 @@ impl Engine {
             format: spec.format,
             model: &spec.model,
             tools: &spec.tools,
-            injections: &[],
+            injections: &spec.injections,
             audience: &audience,
             meter: &meter,
         };

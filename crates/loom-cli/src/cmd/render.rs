@@ -202,6 +202,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         format: args.render.format,
         tools: loaded.tools,
         always_record: false,
+        injections: Vec::new(),
     };
     let live = LiveSessions::new(1);
     let backend = Backend {

@@ -175,22 +175,23 @@ fn builtin(name: &str, args: &Args) -> Option<ToolKind> {
     use ToolKind::*;
     Some(match name {
         // Seeds, generic names, Codex and OpenAI Agents SDK file tools.
-        "fs:read_file" | "read_file" | "view_file" | "open_file" | "cat_file" | "read" => ReadFile,
-        "fs:write_file" | "write_file" | "create_file" | "edit_file" | "write" | "apply_patch"
-        | "replace_in_file" | "write_to_file" => WriteFile,
-        "fs:list_dir" | "list_dir" | "list_directory" | "list_files" | "glob" | "file_glob" => {
-            ListDir
-        }
-        "fs:grep" | "grep" | "grep_files" | "search_files" | "grep_search" | "ripgrep"
-        | "codebase_search" => Grep,
-        "web:search" | "web_search" | "web_search_preview" | "search_web" | "google_search"
-        | "bing_search" | "brave_search" | "tavily_search" | "duckduckgo_search"
-        | "file_search" | "search" | "lookup" => WebSearch,
-        "browser:navigate" | "navigate" | "fetch" | "fetch_url" | "web_fetch" | "web_read"
-        | "open_url" | "visit" | "browse" | "read_url" => Navigate,
-        "system:shell" | "shell" | "bash" | "sh" | "terminal" | "run_shell_command"
-        | "run_command" | "execute_command" | "run_terminal_cmd" | "local_shell" | "exec"
-        | "exec_command" | "container.exec" | "unified_exec" | "code_interpreter" => Shell,
+        "fs:read_file" | "fs__read_file" | "read_file" | "view_file" | "open_file" | "cat_file"
+        | "read" => ReadFile,
+        "fs:write_file" | "fs__write_file" | "write_file" | "create_file" | "edit_file"
+        | "write" | "apply_patch" | "replace_in_file" | "write_to_file" => WriteFile,
+        "fs:list_dir" | "fs__list_dir" | "list_dir" | "list_directory" | "list_files" | "glob"
+        | "file_glob" => ListDir,
+        "fs:grep" | "fs__grep" | "grep" | "grep_files" | "search_files" | "grep_search"
+        | "ripgrep" | "codebase_search" => Grep,
+        "web:search" | "web__search" | "web_search" | "web_search_preview" | "search_web"
+        | "google_search" | "bing_search" | "brave_search" | "tavily_search"
+        | "duckduckgo_search" | "file_search" | "search" | "lookup" => WebSearch,
+        "browser:navigate" | "browser__navigate" | "navigate" | "fetch" | "fetch_url"
+        | "web_fetch" | "web_read" | "open_url" | "visit" | "browse" | "read_url" => Navigate,
+        "system:shell" | "system__shell" | "shell" | "bash" | "sh" | "terminal"
+        | "run_shell_command" | "run_command" | "execute_command" | "run_terminal_cmd"
+        | "local_shell" | "exec" | "exec_command" | "container.exec" | "unified_exec"
+        | "code_interpreter" => Shell,
         // OpenHands.
         "execute_bash" | "execute_ipython_cell" | "execute_powershell" => Shell,
         "str_replace_editor" | "str_replace_based_edit_tool" | "text_editor" => editor_kind(args),

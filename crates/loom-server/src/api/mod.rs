@@ -420,6 +420,7 @@ async fn render(
         format,
         tools,
         always_record: false,
+        injections: Vec::new(),
     };
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;

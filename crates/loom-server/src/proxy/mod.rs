@@ -17,6 +17,8 @@ pub(crate) mod ingest;
 pub(crate) mod sync;
 mod upstream;
 
+pub use upstream::assistant_event;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -295,6 +297,7 @@ async fn prepare(
         format: fit::format_of(api),
         tools,
         always_record: true,
+        injections: Vec::new(),
     };
     if mode == ProxyMode::Fit {
         // An unknown model or an impossible budget is refused before anything is stored.

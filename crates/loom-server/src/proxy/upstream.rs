@@ -324,8 +324,8 @@ async fn log_reply(
     }
 }
 
-/// The log's form of a reply.
-pub(crate) fn assistant_event(api: Api, reply: AssistantReply) -> NewEvent {
+/// The log's form of a reply (the proxy's, and the agent runtime's for its own model calls).
+pub fn assistant_event(api: Api, reply: AssistantReply) -> NewEvent {
     let native = match api {
         _ if reply.native.is_empty() => None,
         Api::Messages => Some(NativeApi::Anthropic),

@@ -1,0 +1,955 @@
+//! The loop: append the goal, render, call the model, append its turn, run its tool calls,
+//! append their results, and again, until the model answers without a call or a limit stops it.
+//!
+//! Everything the loop knows is in the log, so a run stopped anywhere — a limit, a pause for
+//! approval, a crash — resumes from it ([`Runner::resume`]): calls the log holds without a result
+//! are settled first (run, asked, or denied), in call order, each result appended as soon as it
+//! exists. A call killed mid-run has no result, so it runs again on resume; a result is never
+//! appended twice. A failed model call appends nothing.
+
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use loom_core::render::{Format, Injection};
+use loom_core::{
+    AgentId, ContentStats, Event, EventBody, MessageContent, NewEvent, ReduceConfig, SessionId,
+    ToolCall, ToolOutput,
+};
+use loom_provider::Api;
+use loom_server::engine::RenderSpec;
+use loom_server::live::{Backend, LiveSessions};
+use loom_server::Engine;
+use loom_store::{BlobStore, NewSession, Store, Usage};
+use serde_json::Value;
+
+use crate::approval::{self, Answer};
+use crate::error::{AgentError, Result};
+use crate::model::Model;
+use crate::tools::{Actions, Approval, Gate, Outcome, ToolDef};
+
+/// What every agent of a run shares: the store, the blobs and the engine.
+pub struct Env {
+    /// The log.
+    pub store: Arc<dyn Store>,
+    /// Offloaded outputs.
+    pub blobs: Arc<dyn BlobStore>,
+    /// Renders.
+    pub engine: Engine,
+    /// The render state kept between turns.
+    pub live: LiveSessions,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env").finish_non_exhaustive()
+    }
+}
+
+impl Env {
+    /// A run over an opened store.
+    pub fn new(store: Arc<dyn Store>, blobs: Arc<dyn BlobStore>) -> Result<Self> {
+        let registry = loom_tokens::Registry::built_in()
+            .map_err(|e| AgentError::config("the model registry", e.to_string()))?;
+        Ok(Self {
+            store,
+            blobs,
+            engine: Engine {
+                registry,
+                policy: loom_core::render::Policy::default(),
+                reduce: ReduceConfig::default(),
+            },
+            live: LiveSessions::new(64),
+        })
+    }
+
+    fn backend(&self) -> Backend<'_> {
+        Backend {
+            store: self.store.as_ref(),
+            blobs: self.blobs.as_ref(),
+            reduce: &self.engine.reduce,
+            live: &self.live,
+        }
+    }
+}
+
+/// Limits on a run; any reached stops it (the log keeps everything: `--resume` goes on).
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    /// Model calls, all agents together.
+    pub max_turns: Option<u32>,
+    /// Wall-clock time.
+    pub max_wall: Option<Duration>,
+    /// Input plus output tokens, all agents together.
+    pub max_tokens: Option<u64>,
+    /// Cost in US dollars, at [`Prices`].
+    pub max_cost_usd: Option<f64>,
+}
+
+/// Prices per million tokens, for the cost shown and its limit.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    /// Uncached input.
+    pub input: f64,
+    /// Input read from the provider's cache.
+    pub cached_input: f64,
+    /// Output.
+    pub output: f64,
+}
+
+/// How a run is made.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The model (its tokenizer counts the budget).
+    pub model: String,
+    /// The request budget in input tokens (the model's window less the reserve when absent).
+    pub budget: Option<u64>,
+    /// The approval policy.
+    pub approval: Approval,
+    /// The limits.
+    pub limits: Limits,
+    /// Prices, for cost.
+    pub prices: Option<Prices>,
+    /// The system prompt every agent starts with.
+    pub system: String,
+    /// The top agent's name.
+    pub agent: AgentId,
+    /// How deep children may nest (0: no `agent:spawn`).
+    pub max_depth: u32,
+}
+
+/// The system prompt when the configuration gives none.
+pub const DEFAULT_SYSTEM: &str = "You are an agent working in a workspace folder through the \
+tools you are given. Work step by step: look before you change, check what you changed, and \
+answer with a short summary of what you did when the goal is reached (without calling a tool).";
+
+/// Why a run stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    /// The model answered without a tool call: the run is done.
+    Answered(String),
+    /// A call waits for `loom approve`.
+    Paused {
+        /// The session whose call it is (a child's, when a child asks).
+        session: SessionId,
+        /// The call.
+        call_id: String,
+        /// Its tool.
+        tool: String,
+        /// Why it asks.
+        reason: String,
+    },
+    /// A limit was reached.
+    Limit(String),
+}
+
+/// Token and cost totals of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    /// Model calls.
+    pub turns: u32,
+    /// Input tokens (the provider's count when it gave one, Loom's estimate otherwise).
+    pub input: u64,
+    /// Of which read from the provider's cache.
+    pub cached: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Cost at the configured prices.
+    pub cost_usd: f64,
+}
+
+/// What a run ended with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The top agent's session.
+    pub session: SessionId,
+    /// Why it stopped.
+    pub stop: Stop,
+    /// Totals, all agents together.
+    pub totals: Totals,
+}
+
+/// What the terminal shows as a run goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress<'a> {
+    /// A model call was made.
+    Turn {
+        /// The agent.
+        agent: &'a str,
+        /// Its depth (0: the top agent).
+        depth: u32,
+        /// The run's totals after it.
+        totals: Totals,
+        /// This call's input tokens and the part cached.
+        input: u64,
+        /// Cached.
+        cached: u64,
+    },
+    /// Reply text as it arrives.
+    Text(&'a str),
+    /// A tool call ran, was denied, or asks.
+    Tool {
+        /// The agent.
+        agent: &'a str,
+        /// The tool's seed name.
+        tool: &'a str,
+        /// One line about the outcome.
+        note: &'a str,
+        /// Whether it failed.
+        is_error: bool,
+    },
+}
+
+/// Receives [`Progress`].
+pub trait Observer {
+    /// One step of the run.
+    fn progress(&mut self, p: &Progress<'_>);
+}
+
+/// An observer that shows nothing.
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn progress(&mut self, _: &Progress<'_>) {}
+}
+
+/// One agent of a run: its session, action space and depth.
+pub struct Agent {
+    /// Its session.
+    pub session: SessionId,
+    /// Its name (direct messages are addressed by it).
+    pub name: AgentId,
+    /// Its tools.
+    pub actions: Actions,
+    /// 0 for the top agent.
+    pub depth: u32,
+    /// Its parent's name, when it has one (it may message it).
+    pub parent: Option<(AgentId, SessionId)>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("session", &self.session)
+            .field("name", &self.name)
+            .field("depth", &self.depth)
+            .finish()
+    }
+}
+
+/// Makes a child's action space from its parent's (its own workspace, the parent's readable).
+pub type ChildActions<'a> = dyn FnMut(&Actions, &std::path::Path) -> Actions + 'a;
+
+/// Runs agents.
+pub struct Runner<'a> {
+    env: &'a Env,
+    model: &'a mut dyn Model,
+    observer: &'a mut dyn Observer,
+    spec: RunSpec,
+    child_actions: &'a mut ChildActions<'a>,
+    started: Instant,
+    totals: Totals,
+}
+
+impl std::fmt::Debug for Runner<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The render format for a model's wire API.
+pub fn format_of(api: Api) -> Format {
+    match api {
+        Api::ChatCompletions => Format::OpenaiChat,
+        Api::Responses => Format::OpenaiResponses,
+        Api::Messages => Format::Anthropic,
+    }
+}
+
+/// Where the log stands for the loop.
+enum Next {
+    /// Calls of the last assistant turn without a result, in order.
+    Settle(Vec<ToolCall>),
+    /// The model's turn.
+    Call,
+    /// The last assistant turn made no call: its text is the answer.
+    Done(String),
+}
+
+fn next(events: &[Event]) -> Next {
+    let Some(at) = events
+        .iter()
+        .rposition(|e| matches!(e.body, EventBody::Assistant { .. }))
+    else {
+        return Next::Call;
+    };
+    let EventBody::Assistant {
+        content,
+        tool_calls,
+        ..
+    } = &events[at].body
+    else {
+        return Next::Call;
+    };
+    if tool_calls.is_empty() {
+        // Only messages outside the agent's view (approvals) may follow a final answer.
+        let later_input = events[at + 1..].iter().any(|e| match &e.body {
+            EventBody::DirectMessage { source, .. } => {
+                source != approval::RUNTIME && source != approval::USER
+            }
+            _ => true,
+        });
+        if later_input {
+            return Next::Call;
+        }
+        let text = match content {
+            Some(MessageContent::Text(t)) => t.clone(),
+            Some(other) => serde_json::to_string(other).unwrap_or_default(),
+            None => String::new(),
+        };
+        return Next::Done(text);
+    }
+    let answered: Vec<&str> = events[at + 1..]
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let pending: Vec<ToolCall> = tool_calls
+        .iter()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .cloned()
+        .collect();
+    if pending.is_empty() {
+        Next::Call
+    } else {
+        Next::Settle(pending)
+    }
+}
+
+impl<'a> Runner<'a> {
+    /// A runner for `spec`; `child_actions` makes a spawned child's tools.
+    pub fn new(
+        env: &'a Env,
+        model: &'a mut dyn Model,
+        observer: &'a mut dyn Observer,
+        spec: RunSpec,
+        child_actions: &'a mut ChildActions<'a>,
+    ) -> Self {
+        Self {
+            env,
+            model,
+            observer,
+            spec,
+            child_actions,
+            started: Instant::now(),
+            totals: Totals::default(),
+        }
+    }
+
+    /// Starts a run of `goal` in a new session (`session`, or a generated id).
+    pub fn start(
+        &mut self,
+        goal: &str,
+        session: Option<SessionId>,
+        actions: Actions,
+    ) -> Result<Report> {
+        let id = match session {
+            Some(id) => id,
+            None => SessionId::new(format!("run-{}", now_ms()))
+                .map_err(|e| AgentError::config("session", e.to_string()))?,
+        };
+        self.env.store.create_session(
+            &NewSession {
+                id: id.clone(),
+                agent: self.spec.agent.clone(),
+                parent: None,
+                created_ms: now_ms(),
+            },
+            &[
+                NewEvent::new(
+                    now_ms(),
+                    EventBody::System {
+                        content: MessageContent::from(self.spec.system.as_str()),
+                    },
+                ),
+                NewEvent::new(
+                    now_ms(),
+                    EventBody::User {
+                        content: MessageContent::from(goal),
+                        name: None,
+                    },
+                ),
+            ],
+        )?;
+        let agent = Agent {
+            session: id,
+            name: self.spec.agent.clone(),
+            actions,
+            depth: 0,
+            parent: None,
+        };
+        let stop = self.drive(&agent)?;
+        Ok(Report {
+            session: agent.session,
+            stop,
+            totals: self.totals,
+        })
+    }
+
+    /// Continues a stopped run from its log.
+    pub fn resume(&mut self, session: &SessionId, actions: Actions) -> Result<Report> {
+        let info = self
+            .env
+            .store
+            .session(session)?
+            .ok_or_else(|| AgentError::session(session, "no such session"))?;
+        let agent = Agent {
+            session: session.clone(),
+            name: info.agent,
+            actions,
+            depth: 0,
+            parent: None,
+        };
+        let stop = self.drive(&agent)?;
+        Ok(Report {
+            session: agent.session,
+            stop,
+            totals: self.totals,
+        })
+    }
+
+    /// The log as the render state holds it.
+    fn events<T>(&self, id: &SessionId, f: impl FnOnce(&[Event]) -> T) -> Result<T> {
+        let live = self
+            .env
+            .live
+            .get(self.env.backend(), id)
+            .map_err(|e| AgentError::session(id, e.message))?
+            .ok_or_else(|| AgentError::session(id, "no such session"))?;
+        let guard = live.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(f(&guard.events))
+    }
+
+    fn limit(&self) -> Option<String> {
+        let l = &self.spec.limits;
+        let t = &self.totals;
+        if l.max_turns.is_some_and(|m| t.turns >= m) {
+            return Some(format!("{} model calls (--max-turns)", t.turns));
+        }
+        if l.max_wall.is_some_and(|m| self.started.elapsed() >= m) {
+            return Some(format!(
+                "{:.0} s of wall time",
+                self.started.elapsed().as_secs_f64()
+            ));
+        }
+        if l.max_tokens.is_some_and(|m| t.input + t.output >= m) {
+            return Some(format!("{} tokens", t.input + t.output));
+        }
+        if l.max_cost_usd.is_some_and(|m| t.cost_usd >= m) {
+            return Some(format!("${:.4} of cost", t.cost_usd));
+        }
+        None
+    }
+
+    /// Runs one agent until it answers, pauses or a limit stops it.
+    fn drive(&mut self, agent: &Agent) -> Result<Stop> {
+        let api = self.model.api();
+        loop {
+            match self.events(&agent.session, next)? {
+                Next::Done(answer) => return Ok(Stop::Answered(answer)),
+                Next::Settle(calls) => {
+                    if let Some(stop) = self.settle(agent, &calls)? {
+                        return Ok(stop);
+                    }
+                    continue;
+                }
+                Next::Call => {}
+            }
+            if let Some(why) = self.limit() {
+                return Ok(Stop::Limit(why));
+            }
+            let spec = RenderSpec {
+                model: self.spec.model.clone(),
+                budget: self.spec.budget,
+                format: format_of(api),
+                tools: agent.actions.specs(),
+                always_record: true,
+                injections: Vec::<Injection>::new(),
+            };
+            let rendered = self
+                .env
+                .engine
+                .render_session(self.env.backend(), &agent.session, &spec)
+                .map_err(|e| AgentError::Render {
+                    session: agent.session.clone(),
+                    message: e.message,
+                })?
+                .ok_or_else(|| AgentError::session(&agent.session, "no such session"))?;
+            let mut body = rendered.body;
+            body["model"] = Value::from(self.spec.model.clone());
+            let observer = &mut *self.observer;
+            let reply = self
+                .model
+                .call(&body, &mut |text| observer.progress(&Progress::Text(text)))
+                .map_err(|message| AgentError::Model {
+                    session: agent.session.clone(),
+                    turn: self.totals.turns + 1,
+                    message,
+                })?;
+            let usage = reply.usage;
+            let event = loom_server::proxy::assistant_event(api, reply);
+            self.env.store.append(&agent.session, &[event])?;
+            // The provider's count when it gave one; Loom's own otherwise.
+            let (input, cached, output) = match usage {
+                Some(u) => (
+                    u.input_tokens,
+                    u.cached_input_tokens.unwrap_or(0),
+                    u.output_tokens.unwrap_or(0),
+                ),
+                None => (rendered.receipt.estimate, 0, 0),
+            };
+            if let (Some(call), Some(u)) = (rendered.model_call, usage) {
+                self.env.store.report_usage(
+                    &agent.session,
+                    call,
+                    &Usage {
+                        input_tokens: u.input_tokens,
+                        cached_input_tokens: u.cached_input_tokens,
+                        output_tokens: u.output_tokens,
+                        reported_ms: now_ms(),
+                    },
+                )?;
+            }
+            self.totals.turns += 1;
+            self.totals.input += input;
+            self.totals.cached += cached;
+            self.totals.output += output;
+            if let Some(p) = self.spec.prices {
+                self.totals.cost_usd += ((input - cached.min(input)) as f64 * p.input
+                    + cached as f64 * p.cached_input
+                    + output as f64 * p.output)
+                    / 1e6;
+            }
+            self.observer.progress(&Progress::Turn {
+                agent: agent.name.as_str(),
+                depth: agent.depth,
+                totals: self.totals,
+                input,
+                cached,
+            });
+        }
+    }
+
+    /// Settles the calls of the last turn in order; `Some` when the run must pause.
+    fn settle(&mut self, agent: &Agent, calls: &[ToolCall]) -> Result<Option<Stop>> {
+        let ledger = self.events(&agent.session, approval::Ledger::read)?;
+        for call in calls {
+            let Some(tool) = agent.actions.find(&call.name) else {
+                self.result(
+                    agent,
+                    call,
+                    "?",
+                    Outcome::error(format!("unknown tool `{}`", call.name)),
+                )?;
+                continue;
+            };
+            let args: Value = match serde_json::from_str(&call.arguments) {
+                Ok(v @ Value::Object(_)) => v,
+                Ok(_) | Err(_) if call.arguments.trim().is_empty() => {
+                    Value::Object(Default::default())
+                }
+                Ok(other) => {
+                    let out =
+                        Outcome::error(format!("arguments must be a JSON object, not {other}"));
+                    self.result(agent, call, &tool.name, out)?;
+                    continue;
+                }
+                Err(e) => {
+                    let out = Outcome::error(format!("arguments are not JSON: {e}"));
+                    self.result(agent, call, &tool.name, out)?;
+                    continue;
+                }
+            };
+            let gate = if tool.name.starts_with("agent:") {
+                Gate::Run
+            } else {
+                agent
+                    .actions
+                    .gate(&tool, &args, self.spec.approval, &ledger.granted)
+            };
+            let gate = match gate {
+                Gate::Ask(reason) => match ledger.answered.get(&call.id) {
+                    Some(Answer::Once | Answer::Session) => Gate::Run,
+                    Some(Answer::Deny) => Gate::Deny(format!("denied by the user: {reason}")),
+                    None => {
+                        if !ledger.requested.contains_key(&call.id) {
+                            let grant = grant_key(&tool, &args);
+                            let request =
+                                approval::request(now_ms(), &call.id, &tool.name, &grant, &reason);
+                            self.env.store.append(&agent.session, &[request])?;
+                        }
+                        self.observer.progress(&Progress::Tool {
+                            agent: agent.name.as_str(),
+                            tool: &tool.name,
+                            note: &format!("waits for approval: {reason}"),
+                            is_error: false,
+                        });
+                        return Ok(Some(Stop::Paused {
+                            session: agent.session.clone(),
+                            call_id: call.id.clone(),
+                            tool: tool.name.clone(),
+                            reason,
+                        }));
+                    }
+                },
+                other => other,
+            };
+            let out = match gate {
+                Gate::Deny(reason) => Outcome::error(reason),
+                Gate::Ask(_) => continue, // answered above
+                Gate::Run => match tool.name.as_str() {
+                    "agent:spawn" => match self.spawn(agent, &args)? {
+                        Ok(out) => out,
+                        // A child waits for approval: the whole run pauses, the spawn call
+                        // stays open, and resuming the parent resumes the child.
+                        Err(stop) => return Ok(Some(stop)),
+                    },
+                    "agent:send_message" => self.send(agent, &args)?,
+                    _ => agent.actions.execute(&tool, &args),
+                },
+            };
+            self.result(agent, call, &tool.name, out)?;
+        }
+        Ok(None)
+    }
+
+    /// Appends a call's result; a cut output is kept whole in the blob store, named in the text.
+    fn result(&mut self, agent: &Agent, call: &ToolCall, tool: &str, out: Outcome) -> Result<()> {
+        let mut text = out.text;
+        let stats = match &out.whole {
+            Some(whole) => {
+                let info = self.env.blobs.put(whole)?;
+                text.push_str(&format!(
+                    "\n[the whole output ({} bytes) is kept as {}]",
+                    whole.len(),
+                    info.blob
+                ));
+                info.stats
+            }
+            None => ContentStats::of(text.as_bytes()),
+        };
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(100)
+            .collect::<String>();
+        self.observer.progress(&Progress::Tool {
+            agent: agent.name.as_str(),
+            tool,
+            note: &first,
+            is_error: out.is_error,
+        });
+        let event = NewEvent::new(
+            now_ms(),
+            EventBody::ToolResult {
+                call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                content: ToolOutput::Text(text),
+                is_error: out.is_error,
+                stats,
+            },
+        );
+        self.env.store.append(&agent.session, &[event])?;
+        Ok(())
+    }
+
+    /// `agent:spawn`: a child with its goal only (and, when asked, an extract of the parent's
+    /// steps), its own session, workspace and step counter; only its result comes back.
+    fn spawn(&mut self, parent: &Agent, args: &Value) -> Result<Result<Outcome, Stop>> {
+        if parent.depth >= self.spec.max_depth {
+            return Ok(Ok(Outcome::error(format!(
+                "agents may nest {} deep; this one cannot spawn",
+                self.spec.max_depth
+            ))));
+        }
+        let Some(goal) = args
+            .get("goal")
+            .and_then(Value::as_str)
+            .filter(|g| !g.trim().is_empty())
+        else {
+            return Ok(Ok(Outcome::error("missing argument `goal`")));
+        };
+        let n = self.events(&parent.session, |events| {
+            events
+                .iter()
+                .filter(|e| matches!(e.body, EventBody::Spawn { .. }))
+                .count()
+        })? + 1;
+        let child_session = SessionId::new(format!("{}.{n}", parent.session))
+            .map_err(|e| AgentError::config("session", e.to_string()))?;
+        let child_name = AgentId::new(format!("{}.{n}", parent.name))
+            .map_err(|e| AgentError::config("agent", e.to_string()))?;
+        let extract = if args.get("extract").and_then(Value::as_bool) == Some(true) {
+            Some(self.extract(parent)?)
+        } else {
+            None
+        };
+        let workspace = parent
+            .actions
+            .workspace
+            .join(".agents")
+            .join(format!("{n}"));
+        std::fs::create_dir_all(&workspace).map_err(|e| {
+            AgentError::config(
+                workspace.display().to_string(),
+                format!("cannot create the child's workspace: {e}"),
+            )
+        })?;
+        // A child resumed after a crash keeps its session: only its log is new work.
+        let exists = self.env.store.session(&child_session)?.is_some();
+        if !exists {
+            self.env.store.append(
+                &parent.session,
+                &[NewEvent::new(
+                    now_ms(),
+                    EventBody::Spawn {
+                        child: child_session.clone(),
+                        agent: child_name.clone(),
+                        goal: goal.to_owned(),
+                        extract: extract.clone(),
+                    },
+                )],
+            )?;
+            let mut task = goal.to_owned();
+            if let Some(x) = &extract {
+                task.push_str("\n\nWhat your parent agent has done so far:\n");
+                task.push_str(x);
+            }
+            self.env.store.create_session(
+                &NewSession {
+                    id: child_session.clone(),
+                    agent: child_name.clone(),
+                    parent: Some(parent.session.clone()),
+                    created_ms: now_ms(),
+                },
+                &[
+                    NewEvent::new(
+                        now_ms(),
+                        EventBody::System {
+                            content: MessageContent::from(self.spec.system.as_str()),
+                        },
+                    ),
+                    NewEvent::new(
+                        now_ms(),
+                        EventBody::User {
+                            content: MessageContent::from(task),
+                            name: None,
+                        },
+                    ),
+                ],
+            )?;
+        }
+        let mut actions = (self.child_actions)(&parent.actions, &workspace);
+        actions.can_spawn = parent.depth + 1 < self.spec.max_depth;
+        let child = Agent {
+            session: child_session.clone(),
+            name: child_name.clone(),
+            actions,
+            depth: parent.depth + 1,
+            parent: Some((parent.name.clone(), parent.session.clone())),
+        };
+        let (result, success) = match self.drive(&child)? {
+            Stop::Answered(text) => (text, true),
+            Stop::Limit(why) => (format!("stopped before finishing: {why}"), false),
+            paused @ Stop::Paused { .. } => return Ok(Err(paused)),
+        };
+        self.env.store.append(
+            &parent.session,
+            &[NewEvent::new(
+                now_ms(),
+                EventBody::AgentResult {
+                    child: child_session.clone(),
+                    agent: child_name.clone(),
+                    result,
+                    success,
+                },
+            )],
+        )?;
+        let text = format!(
+            "agent {child_name} (session {child_session}) {}; its result follows",
+            if success { "finished" } else { "stopped" }
+        );
+        Ok(Ok(if success {
+            Outcome::ok(text)
+        } else {
+            Outcome::error(text)
+        }))
+    }
+
+    /// The parent's steps, compacted, for a child that is given them.
+    fn extract(&self, parent: &Agent) -> Result<String> {
+        let off = loom_store::Offloader::new(
+            self.env.store.as_ref(),
+            self.env.blobs.as_ref(),
+            &self.env.engine.reduce,
+        );
+        let steps = off.steps(&parent.session)?;
+        let lines: Vec<String> = steps
+            .iter()
+            .map(|s| {
+                let args = serde_json::to_string(&s.minimal_args).unwrap_or_default();
+                format!(
+                    "- {} {} {args}: {}",
+                    s.id,
+                    crate::names::seed(&s.tool_name),
+                    s.observation
+                )
+            })
+            .collect();
+        Ok(if lines.is_empty() {
+            "(no steps yet)".into()
+        } else {
+            lines.join("\n")
+        })
+    }
+
+    /// `agent:send_message`: a direct message into the target agent's log.
+    fn send(&mut self, agent: &Agent, args: &Value) -> Result<Outcome> {
+        let (Some(to), Some(content)) = (
+            args.get("to").and_then(Value::as_str),
+            args.get("content").and_then(Value::as_str),
+        ) else {
+            return Ok(Outcome::error("expected `to` and `content`"));
+        };
+        // The agents this one knows: its parent, and the children it spawned.
+        let mut known: Vec<(String, SessionId)> = Vec::new();
+        if let Some((name, session)) = &agent.parent {
+            known.push((name.as_str().to_owned(), session.clone()));
+        }
+        let children = self.events(&agent.session, |events| {
+            events
+                .iter()
+                .filter_map(|e| match &e.body {
+                    EventBody::Spawn { child, agent, .. } => {
+                        Some((agent.as_str().to_owned(), child.clone()))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        })?;
+        known.extend(children);
+        let Some((_, session)) = known.iter().find(|(name, _)| name == to) else {
+            let names: Vec<&str> = known.iter().map(|(n, _)| n.as_str()).collect();
+            return Ok(Outcome::error(format!(
+                "no agent `{to}` to message (known: {})",
+                if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        };
+        let priority = args.get("priority").and_then(Value::as_f64).unwrap_or(0.5);
+        let ttl_seconds = args.get("ttl_seconds").and_then(Value::as_u64);
+        self.env.store.append(
+            session,
+            &[NewEvent::new(
+                now_ms(),
+                EventBody::DirectMessage {
+                    source: agent.name.as_str().to_owned(),
+                    target: to.to_owned(),
+                    content: content.to_owned(),
+                    priority,
+                    ttl_seconds,
+                    parent_task_id: Some(agent.session.as_str().to_owned()),
+                    metadata: Default::default(),
+                },
+            )],
+        )?;
+        Ok(Outcome::ok(format!("sent to {to}")))
+    }
+}
+
+/// What a `--session` approval grants: the tool, or for shell the exact command.
+fn grant_key(tool: &ToolDef, args: &Value) -> String {
+    match (
+        tool.name.as_str(),
+        args.get("command").and_then(Value::as_str),
+    ) {
+        ("system:shell", Some(command)) => format!("{} {command}", tool.name),
+        _ => tool.name.clone(),
+    }
+}
+
+/// Answers a call that waits for approval (`loom approve`): appends the answer to the log.
+/// Refused when the call is unknown, already has a result, or was not asked about.
+pub fn approve(
+    store: &dyn Store,
+    session: &SessionId,
+    call_id: &str,
+    answer: Answer,
+) -> Result<()> {
+    if store.session(session)?.is_none() {
+        return Err(AgentError::session(session, "no such session"));
+    }
+    let info = store.session(session)?.map(|i| i.event_count).unwrap_or(0);
+    let events = store.read(session, 1..=info)?;
+    let ledger = approval::Ledger::read(&events);
+    let Some(grant) = ledger.requested.get(call_id) else {
+        return Err(AgentError::session(
+            session,
+            format!(
+                "call `{call_id}` is not waiting for approval (waiting: {})",
+                {
+                    let waiting: Vec<&String> = ledger
+                        .requested
+                        .keys()
+                        .filter(|c| !ledger.answered.contains_key(*c))
+                        .collect();
+                    if waiting.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        waiting
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                }
+            ),
+        ));
+    };
+    if ledger.answered.contains_key(call_id) {
+        return Err(AgentError::session(
+            session,
+            format!("call `{call_id}` was already answered"),
+        ));
+    }
+    let answered = events
+        .iter()
+        .any(|e| matches!(&e.body, EventBody::ToolResult { call_id: c, .. } if c == call_id));
+    if answered {
+        return Err(AgentError::session(
+            session,
+            format!("call `{call_id}` already has a result"),
+        ));
+    }
+    store.append(
+        session,
+        &[approval::answer(now_ms(), call_id, grant, answer)],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! The model a run talks to: a provider over HTTP, or a script of replies for tests and demos.
+
+use std::path::Path;
+
+use loom_provider::{parse_reply, Api, AssistantReply};
+use serde_json::Value;
+
+use crate::error::{AgentError, Result};
+
+/// What answers a run's requests.
+pub trait Model: Send {
+    /// The wire format its requests are written in.
+    fn api(&self) -> Api;
+
+    /// Answers one request body (Loom's render, `model` set). `on_text` sees the reply's text as
+    /// it arrives, for the terminal. An error is the provider's message; nothing of a failed call
+    /// reaches the log.
+    fn call(
+        &mut self,
+        body: &Value,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<AssistantReply, String>;
+}
+
+/// Replies from a file, in order: `--provider scripted --script FILE`.
+///
+/// FILE is a JSON list of OpenAI Chat assistant messages (`content`, and `tool_calls` with the
+/// wire names of Loom's tools, `fs__read_file`). A call without an `id` gets `call_<turn>_<n>`.
+/// Each is read by the same parser as a provider's reply, so a script cannot hold a turn a
+/// provider could not send.
+#[derive(Debug, Clone)]
+pub struct Scripted {
+    turns: Vec<AssistantReply>,
+    next: usize,
+}
+
+impl Scripted {
+    /// Reads a script file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let what = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| AgentError::config(&what, format!("cannot read the script: {e}")))?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| AgentError::config(&what, format!("not JSON: {e}")))?;
+        Self::from_value(&value).map_err(|reason| AgentError::config(what, reason))
+    }
+
+    /// A script from its JSON list.
+    pub fn from_value(value: &Value) -> Result<Self, String> {
+        let Some(list) = value.as_array() else {
+            return Err("expected a JSON list of assistant messages".into());
+        };
+        let mut turns = Vec::with_capacity(list.len());
+        for (i, message) in list.iter().enumerate() {
+            let Some(object) = message.as_object() else {
+                return Err(format!("[{i}]: expected an assistant message object"));
+            };
+            if let Some(role) = object
+                .get("role")
+                .filter(|r| r.as_str() != Some("assistant"))
+            {
+                return Err(format!("[{i}].role: expected \"assistant\", found {role}"));
+            }
+            let mut message = message.clone();
+            message["role"] = Value::from("assistant");
+            if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
+                for (n, call) in calls.iter_mut().enumerate() {
+                    if call.get("id").is_none() {
+                        call["id"] = Value::from(format!("call_{}_{}", i + 1, n + 1));
+                    }
+                    if call.get("type").is_none() {
+                        call["type"] = Value::from("function");
+                    }
+                    // Arguments given as an object are written as the provider would send them.
+                    if let Some(args) = call.pointer_mut("/function/arguments") {
+                        if !args.is_string() {
+                            *args = Value::from(args.to_string());
+                        }
+                    }
+                }
+            }
+            let body = serde_json::json!({
+                "id": format!("scripted-{}", i + 1),
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            });
+            let bytes = serde_json::to_vec(&body).map_err(|e| format!("[{i}]: {e}"))?;
+            let reply =
+                parse_reply(Api::ChatCompletions, &bytes).map_err(|e| format!("[{i}]: {e}"))?;
+            turns.push(reply);
+        }
+        Ok(Self { turns, next: 0 })
+    }
+
+    /// Skips the replies a resumed run's log already holds.
+    pub fn skip(&mut self, turns: usize) {
+        self.next = self.next.saturating_add(turns).min(self.turns.len());
+    }
+
+    /// How many replies are left.
+    pub fn remaining(&self) -> usize {
+        self.turns.len() - self.next
+    }
+}
+
+impl Model for Scripted {
+    fn api(&self) -> Api {
+        Api::ChatCompletions
+    }
+
+    fn call(
+        &mut self,
+        _body: &Value,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<AssistantReply, String> {
+        let Some(reply) = self.turns.get(self.next) else {
+            return Err(format!(
+                "the script has no reply {} (it holds {})",
+                self.next + 1,
+                self.turns.len()
+            ));
+        };
+        self.next += 1;
+        if let Some(text) = &reply.content {
+            on_text(text);
+        }
+        Ok(reply.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_reads_as_provider_replies() {
+        let script = serde_json::json!([
+            {"content": null, "tool_calls": [{"function": {"name": "fs__read_file", "arguments": {"path": "a.txt"}}}]},
+            {"content": "done"}
+        ]);
+        let mut s = Scripted::from_value(&script).unwrap();
+        let first = s.call(&Value::Null, &mut |_| {}).unwrap();
+        assert_eq!(first.tool_calls[0].id, "call_1_1");
+        assert_eq!(first.tool_calls[0].name, "fs__read_file");
+        assert_eq!(first.tool_calls[0].arguments, r#"{"path":"a.txt"}"#);
+        assert_eq!(
+            s.call(&Value::Null, &mut |_| {})
+                .unwrap()
+                .content
+                .as_deref(),
+            Some("done")
+        );
+        assert!(s
+            .call(&Value::Null, &mut |_| {})
+            .unwrap_err()
+            .contains("no reply 3"));
+    }
+
+    #[test]
+    fn a_bad_script_names_the_entry() {
+        let err = Scripted::from_value(&serde_json::json!([{"content": "x"}, 3])).unwrap_err();
+        assert!(err.starts_with("[1]"), "{err}");
+        let err = Scripted::from_value(&serde_json::json!([{"role": "user", "content": "x"}]))
+            .unwrap_err();
+        assert!(err.contains("[0].role"), "{err}");
+    }
+}
