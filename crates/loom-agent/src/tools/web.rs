@@ -164,7 +164,7 @@ mod tests {
         let html = "<html><head><title>T</title><style>p{}</style><script>var x='<p>';</script></head>\
                     <body><h1>Hello &amp; welcome</h1><p>See <a href=\"/docs\">the docs</a>.</p></body></html>";
         let text = html_text(html);
-        assert_eq!(text, "T\nHello & welcome\nSee [/docs] the docs.");
+        assert_eq!(text, "T\n\nHello & welcome\n\nSee [/docs] the docs.");
     }
 
     #[test]
