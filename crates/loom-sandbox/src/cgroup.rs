@@ -32,12 +32,40 @@ pub(crate) fn find_root() -> Option<PathBuf> {
             .filter(|controllers| controllers.split_whitespace().any(|c| c == "pids"))
             .map(|_| v2.to_path_buf()),
     ];
-    candidates.into_iter().flatten().find(|root| {
+    let root = candidates.into_iter().flatten().find(|root| {
         let probe = root.join(unique_name("probe"));
         let made = fs::create_dir(&probe).is_ok() && probe.join("pids.max").is_file();
         let _ = fs::remove_dir(&probe);
         made
-    })
+    })?;
+    sweep_stale(&root);
+    Some(root)
+}
+
+/// Removes the cgroups of Loom processes that died without cleaning up, killing what still runs
+/// in them: nobody watches those commands any more.
+fn sweep_stale(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let owner = name
+            .strip_prefix("loom-sandbox-")
+            .and_then(|rest| rest.split('-').nth(1))
+            .and_then(|pid| pid.parse::<u32>().ok());
+        let Some(owner) = owner else {
+            continue;
+        };
+        if owner == std::process::id() || Path::new("/proc").join(owner.to_string()).exists() {
+            continue;
+        }
+        let stale = PidsCgroup {
+            dir: entry.path(),
+            procs: None,
+        };
+        drop(stale);
+    }
 }
 
 fn unique_name(kind: &str) -> String {
@@ -49,7 +77,8 @@ fn unique_name(kind: &str) -> String {
 #[derive(Debug)]
 pub(crate) struct PidsCgroup {
     dir: PathBuf,
-    procs: OwnedFd,
+    /// `None` for a stale cgroup found on disk, which is only emptied and removed.
+    procs: Option<OwnedFd>,
 }
 
 impl PidsCgroup {
@@ -67,7 +96,10 @@ impl PidsCgroup {
         fs::create_dir(&dir).map_err(fail("cannot create the command's pids cgroup"))?;
         let made = Self::configure(&dir, max);
         match made {
-            Ok(procs) => Ok(Self { dir, procs }),
+            Ok(procs) => Ok(Self {
+                dir,
+                procs: Some(procs),
+            }),
             Err(source) => {
                 let _ = fs::remove_dir(&dir);
                 Err(fail("cannot configure the command's pids cgroup")(source))
@@ -84,8 +116,8 @@ impl PidsCgroup {
     }
 
     /// The fd the child writes itself into.
-    pub(crate) fn procs_fd(&self) -> RawFd {
-        self.procs.as_raw_fd()
+    pub(crate) fn procs_fd(&self) -> Option<RawFd> {
+        self.procs.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// Whether a fork in this cgroup was ever refused for hitting `pids.max`.
@@ -140,5 +172,34 @@ impl Drop for PidsCgroup {
             self.kill_all();
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_dead_loom_s_cgroup_is_emptied_and_removed() {
+        let Some(root) = find_root() else {
+            return; // no pids cgroup here; the integration tests say whether one is expected
+        };
+        // No process has this pid (it is above any pid_max), so its owner is dead.
+        let stale = root.join("loom-sandbox-run-4000000000-0");
+        fs::create_dir(&stale).unwrap();
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        fs::write(stale.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+        let mine = root.join(unique_name("run"));
+        fs::create_dir(&mine).unwrap();
+        sweep_stale(&root);
+        assert!(!stale.exists());
+        assert_eq!(sleeper.wait().unwrap().signal(), Some(libc::SIGKILL));
+        // A live Loom's cgroup (this process's) is left alone.
+        assert!(mine.exists());
+        fs::remove_dir(&mine).unwrap();
     }
 }

@@ -110,7 +110,8 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
         None
     };
     let setup = ChildSetup {
-        cgroup_procs: cgroup.as_ref().map(PidsCgroup::procs_fd),
+        parent: libc::pid_t::try_from(std::process::id()).unwrap_or(0),
+        cgroup_procs: cgroup.as_ref().and_then(PidsCgroup::procs_fd),
         rlimits: rlimits(&limits, cgroup.is_some(), probed.support.root),
         drop_caps: enforced && probed.support.capabilities,
         cap_last: probed.cap_last,
@@ -312,19 +313,29 @@ fn kill_all(pid: u32, cgroup: Option<&PidsCgroup>) {
 
 fn watch(
     pid: u32,
+    streams: [Option<File>; 2],
+    limits: &Limits,
+    start: Instant,
+    cgroup: Option<&PidsCgroup>,
+) -> std::result::Result<Watched, WatchError> {
+    let watched = watch_loop(pid, streams, limits, start, cgroup);
+    if watched.is_err() {
+        // Never leave a command running unwatched: kill it and reap it (an error here means it
+        // was reaped already).
+        kill_all(pid, cgroup);
+        let _ = sys::wait4(pid);
+    }
+    watched
+}
+
+fn watch_loop(
+    pid: u32,
     mut streams: [Option<File>; 2],
     limits: &Limits,
     start: Instant,
     cgroup: Option<&PidsCgroup>,
 ) -> std::result::Result<Watched, WatchError> {
-    let pidfd = match sys::pidfd_open(pid) {
-        Ok(fd) => fd,
-        Err(err) => {
-            kill_all(pid, cgroup);
-            let _ = sys::wait4(pid);
-            return Err(("watching the process", err));
-        }
-    };
+    let pidfd = sys::pidfd_open(pid).map_err(|err| ("watching the process", err))?;
     let deadline = start + limits.wall_time;
     let cap = limits.output_bytes;
     let mut output = [Vec::new(), Vec::new()];

@@ -252,6 +252,8 @@ pub(crate) struct Rlimit {
 /// Everything the child applies to itself before exec, prepared by the parent.
 #[derive(Debug)]
 pub(crate) struct ChildSetup {
+    /// Loom's pid, to notice a parent that died before the child armed its death signal.
+    pub(crate) parent: libc::pid_t,
     /// `cgroup.procs` of the command's pids cgroup, opened for writing.
     pub(crate) cgroup_procs: Option<RawFd>,
     pub(crate) rlimits: Vec<Rlimit>,
@@ -290,6 +292,15 @@ impl ChildSetup {
     }
 
     fn apply(&self) -> io::Result<()> {
+        // If Loom dies, its command dies with it rather than running on unwatched. The thread
+        // that spawned the command is the one blocked watching it, so it outlives the command.
+        // SAFETY: integer arguments only.
+        check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) }.into())?;
+        // SAFETY: getppid cannot fail.
+        if unsafe { libc::getppid() } != self.parent {
+            // The parent died before the death signal was armed.
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
         if let Some(fd) = self.cgroup_procs {
             // Writing "0" moves the writing process into the cgroup (v1 and v2 alike).
             // SAFETY: a one-byte static buffer and an fd the parent keeps open.

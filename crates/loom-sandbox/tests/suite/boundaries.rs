@@ -164,3 +164,51 @@ fn a_program_outside_the_readable_list_cannot_be_executed() {
     assert!(message.contains("cannot start"), "{message}");
     assert!(message.contains("tool"), "{message}");
 }
+
+#[test]
+fn processes_outside_the_sandbox_cannot_be_inspected_or_signalled() {
+    let (dir, sandbox) = workspace();
+    // The test process holds this variable; a sandboxed command must not read it from /proc.
+    let parent = std::process::id();
+    let script = format!("cat /proc/{parent}/environ; echo; kill -0 {parent} && echo signalled");
+    let outcome = sh(&sandbox, &script);
+    assert!(!text(&outcome.stdout).contains("CARGO"), "{outcome:?}");
+    // Unsandboxed, the same command reads it (cargo sets CARGO_* for its tests) and signals.
+    let open = sh(&sandbox.clone().mode(Mode::Unsandboxed), &script);
+    assert!(text(&open.stdout).contains("CARGO"), "{open:?}");
+    assert!(text(&open.stdout).contains("signalled"), "{open:?}");
+    let scoped = loom_sandbox::probe()
+        .landlock_abi
+        .is_some_and(|abi| abi >= 6);
+    if scoped {
+        assert!(!text(&outcome.stdout).contains("signalled"), "{outcome:?}");
+    }
+    assert_run_goes_on(&sandbox, dir.path());
+}
+
+#[test]
+fn io_uring_and_foreign_syscall_abis_are_refused() {
+    let (dir, sandbox) = workspace();
+    // io_uring can open sockets without socket(2); its setup call is refused outright.
+    let outcome = sh(
+        &sandbox,
+        "python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
+         r = libc.syscall(425, 1, ctypes.create_string_buffer(120)); \
+         print(r, os.strerror(ctypes.get_errno()))'",
+    );
+    assert_eq!(
+        text(&outcome.stdout),
+        "-1 Operation not permitted\n",
+        "{outcome:?}"
+    );
+    if cfg!(target_arch = "x86_64") {
+        // An x32 socket call (the same number with the x32 bit) would slip past a filter that
+        // only compared numbers; the filter kills the process instead.
+        let outcome = sh(
+            &sandbox,
+            "exec python3 -c 'import ctypes; ctypes.CDLL(None).syscall(0x40000000 + 41, 2, 1, 0)'",
+        );
+        assert_eq!(outcome.exit, loom_sandbox::Exit::Signal(31), "{outcome:?}");
+    }
+    assert_run_goes_on(&sandbox, dir.path());
+}
