@@ -53,8 +53,8 @@ fn handled_fs(abi: u32) -> u64 {
     fs
 }
 
-/// Builds the ruleset: `readable` paths get [`READ`], `writable` paths every handled right. A
-/// listed path that does not exist is skipped (system layouts differ: `/lib64`, `/lib32`); a path
+/// Builds the ruleset: `readable` paths get [`READ`] except beneath a `hidden` path, `writable`
+/// paths every handled right (the caller refuses hidden paths inside writable ones). A listed path that does not exist is skipped (system layouts differ: `/lib64`, `/lib32`); a path
 /// that exists but cannot be opened is an error naming it. Without `network`, TCP bind and
 /// connect are handled with no rule (so refused) where the ABI has them, and abstract unix
 /// sockets outside the sandbox are out of reach. Signals to processes outside the sandbox are
@@ -63,6 +63,7 @@ pub(crate) fn build(
     abi: u32,
     readable: &[PathBuf],
     writable: &[PathBuf],
+    hidden: &[PathBuf],
     network: bool,
 ) -> Result<Ruleset> {
     let fs = handled_fs(abi);
@@ -83,8 +84,12 @@ pub(crate) fn build(
         source,
     })?;
     let ruleset = Ruleset { fd };
+    let hidden: Vec<PathBuf> = hidden
+        .iter()
+        .filter_map(|path| path.canonicalize().ok())
+        .collect();
     for path in readable {
-        allow(&ruleset, path, READ & fs)?;
+        grant(&ruleset, path, READ & fs, &hidden, 0)?;
     }
     for path in writable {
         allow(&ruleset, path, fs)?;
@@ -92,7 +97,56 @@ pub(crate) fn build(
     Ok(ruleset)
 }
 
+/// How deep a granted directory is opened up to leave a hidden path out (symlinks inside it
+/// could otherwise lead round in circles).
+const MAX_DEPTH: usize = 8;
+
+/// Grants `rights` beneath `path`, except beneath the `hidden` paths: a directory holding a hidden
+/// path is granted child by child instead (Landlock cannot take back a right granted above).
+/// Paths are compared resolved, so a symlink to a hidden file is no way in.
+fn grant(
+    ruleset: &Ruleset,
+    path: &Path,
+    rights: u64,
+    hidden: &[PathBuf],
+    depth: usize,
+) -> Result<()> {
+    let resolved = match path.canonicalize() {
+        Ok(resolved) => resolved,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(Error::Path {
+                path: path.to_path_buf(),
+                reason: "cannot be resolved to grant access",
+                source,
+            })
+        }
+    };
+    if hidden.iter().any(|h| resolved.starts_with(h)) {
+        return Ok(());
+    }
+    let holds_hidden = hidden.iter().any(|h| h.starts_with(&resolved));
+    if !holds_hidden || !resolved.is_dir() {
+        return allow(ruleset, &resolved, rights);
+    }
+    if depth >= MAX_DEPTH {
+        // Too deep to open up safely: leave it out rather than grant the hidden path.
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(&resolved).map_err(|source| Error::Path {
+        path: resolved.clone(),
+        reason: "cannot be listed to leave hidden paths out",
+        source,
+    })?;
+    for entry in entries.flatten() {
+        grant(ruleset, &entry.path(), rights, hidden, depth + 1)?;
+    }
+    Ok(())
+}
+
 fn allow(ruleset: &Ruleset, path: &Path, rights: u64) -> Result<()> {
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let path = path.as_path();
     let opened = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH)

@@ -28,4 +28,6 @@ pub use error::{Error, Result};
 pub use policy::{Decision, ExecPolicy, Verdict};
 pub use probe::{probe, Support};
 pub use run::{Exit, Limit, Outcome};
-pub use sandbox::{Command, Limits, Mode, Sandbox, DEFAULT_READABLE, DEFAULT_WRITABLE};
+pub use sandbox::{
+    Command, Limits, Mode, Sandbox, DEFAULT_HIDDEN, DEFAULT_READABLE, DEFAULT_WRITABLE,
+};

@@ -99,7 +99,13 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
     writable.push(workspace.clone());
     writable.push(scratch.0.clone());
     let ruleset = match (enforced, probed.support.landlock_abi) {
-        (true, Some(abi)) => Some(landlock::build(abi, &readable, &writable, sandbox.network)?),
+        (true, Some(abi)) => Some(landlock::build(
+            abi,
+            &readable,
+            &writable,
+            &sandbox.hidden,
+            sandbox.network,
+        )?),
         _ => None,
     };
     let seccomp = if enforced && !sandbox.network {

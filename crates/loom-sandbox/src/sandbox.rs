@@ -17,6 +17,19 @@ pub const DEFAULT_READABLE: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev",
 ];
 
+/// Paths left out even where a readable path holds them: the password hashes, sudo
+/// rules and host keys under `/etc` (root can read them by file permission alone).
+pub const DEFAULT_HIDDEN: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+];
+
 /// Devices a command may write besides the workspace: the data sinks and sources, nothing that
 /// reaches hardware.
 pub const DEFAULT_WRITABLE: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
@@ -135,6 +148,7 @@ pub struct Sandbox {
     pub(crate) workspace: PathBuf,
     pub(crate) readable: Vec<PathBuf>,
     pub(crate) writable: Vec<PathBuf>,
+    pub(crate) hidden: Vec<PathBuf>,
     pub(crate) network: bool,
     pub(crate) limits: Limits,
     pub(crate) env: Vec<(OsString, OsString)>,
@@ -149,6 +163,7 @@ impl Sandbox {
             workspace: workspace.into(),
             readable: DEFAULT_READABLE.iter().map(PathBuf::from).collect(),
             writable: DEFAULT_WRITABLE.iter().map(PathBuf::from).collect(),
+            hidden: DEFAULT_HIDDEN.iter().map(PathBuf::from).collect(),
             network: false,
             limits: Limits::default(),
             env: Vec::new(),
@@ -167,6 +182,15 @@ impl Sandbox {
     #[must_use]
     pub fn writable(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
         self.writable = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Replaces the paths left out of the readable ones (secrets inside a readable directory,
+    /// such as `/etc/shadow`). A path inside the workspace or another writable path cannot be
+    /// hidden ([`Sandbox::run`] refuses the setting).
+    #[must_use]
+    pub fn hidden(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.hidden = paths.into_iter().map(Into::into).collect();
         self
     }
 
@@ -232,11 +256,37 @@ impl Sandbox {
         if !workspace.is_dir() {
             return Err(bad(format!("`{}` is not a directory", workspace.display())));
         }
-        for (field, paths) in [("readable", &self.readable), ("writable", &self.writable)] {
+        for (field, paths) in [
+            ("readable", &self.readable),
+            ("writable", &self.writable),
+            ("hidden", &self.hidden),
+        ] {
             if let Some(path) = paths.iter().find(|p| !p.is_absolute()) {
                 return Err(Error::Config {
                     field,
                     reason: format!("`{}` is relative; give an absolute path", path.display()),
+                });
+            }
+        }
+        // Landlock grants a directory together with everything beneath it, so a directory can
+        // only leave a hidden path out by being granted child by child, which would take away
+        // the right to create entries in it: writable directories cannot hide anything.
+        let resolve = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let writable = self
+            .writable
+            .iter()
+            .map(|p| resolve(p))
+            .chain([workspace.clone()]);
+        for dir in writable {
+            if let Some(hidden) = self.hidden.iter().find(|h| resolve(h).starts_with(&dir)) {
+                return Err(Error::Config {
+                    field: "hidden",
+                    reason: format!(
+                        "`{}` is inside the writable `{}`; only paths inside readable \
+                         directories can be hidden",
+                        hidden.display(),
+                        dir.display()
+                    ),
                 });
             }
         }

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::net::TcpListener;
+use std::path::PathBuf;
 
 use loom_sandbox::{Command, Mode};
 
@@ -211,4 +212,46 @@ fn io_uring_and_foreign_syscall_abis_are_refused() {
         assert_eq!(outcome.exit, loom_sandbox::Exit::Signal(31), "{outcome:?}");
     }
     assert_run_goes_on(&sandbox, dir.path());
+}
+
+#[test]
+fn hidden_paths_stay_closed_inside_readable_directories() {
+    let (dir, sandbox) = workspace();
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::write(shared.path().join(".env"), "API_KEY=sk-hidden").unwrap();
+    std::fs::write(shared.path().join("open.txt"), "visible").unwrap();
+    let mut readable: Vec<_> = loom_sandbox::DEFAULT_READABLE
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    readable.push(shared.path().to_path_buf());
+    let mut hidden: Vec<_> = loom_sandbox::DEFAULT_HIDDEN
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    hidden.push(shared.path().join(".env"));
+    let sandbox = sandbox.readable(readable).hidden(hidden);
+    let script = format!(
+        "cd '{}'; cat /etc/shadow; cat .env; cat open.txt; head -c 4 /etc/passwd",
+        shared.path().display()
+    );
+    let outcome = sh(&sandbox, &script);
+    let out = text(&outcome.stdout);
+    assert!(!out.contains("root:"), "{outcome:?}");
+    assert!(!out.contains("sk-hidden"), "{outcome:?}");
+    assert!(out.contains("visible"), "{outcome:?}");
+    assert!(
+        out.ends_with("root"),
+        "/etc/passwd stays readable: {outcome:?}"
+    );
+    assert_run_goes_on(&sandbox, dir.path());
+    let open = sh(&sandbox.clone().mode(Mode::Unsandboxed), &script);
+    assert!(text(&open.stdout).contains("sk-hidden"), "{open:?}");
+
+    // Inside the workspace nothing can be hidden: its own entries would become read-only.
+    let err = sandbox
+        .hidden([dir.path().join(".env")])
+        .run(&Command::shell("true"))
+        .unwrap_err();
+    assert!(err.to_string().contains("hidden"), "{err}");
 }
