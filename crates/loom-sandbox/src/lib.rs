@@ -18,6 +18,7 @@ mod cgroup;
 mod error;
 mod landlock;
 mod policy;
+mod prepare;
 mod probe;
 mod run;
 mod sandbox;

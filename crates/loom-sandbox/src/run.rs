@@ -5,19 +5,16 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cgroup::PidsCgroup;
 use crate::error::{Error, Result};
+use crate::prepare;
 use crate::probe::{self, Support};
 use crate::sandbox::{Command, Limits, Mode, Sandbox};
 use crate::sys::{self, ChildSetup, Rlimit};
-use crate::{landlock, seccomp};
 
 /// How long output is still read after the command's processes were killed at its exit; only a
 /// process that escaped both the group and the cgroup could keep a pipe open that long.
@@ -81,39 +78,17 @@ impl Outcome {
 }
 
 pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
-    let workspace = sandbox.checked_workspace()?;
     let probed = probe::probed();
     let enforced = sandbox.mode == Mode::Enforced;
     if enforced {
         refuse_unenforceable(sandbox, &probed.support)?;
     }
+    let prepared = prepare::get(sandbox, probed)?;
+    let workspace = &prepared.workspace;
     let limits = sandbox.limits;
     let cgroup = match (limits.processes, &probed.cgroup_root) {
         (Some(max), Some(root)) => Some(PidsCgroup::create(root, max)?),
         _ => None,
-    };
-    let scratch = Scratch::create()?;
-    let mut readable = sandbox.readable.clone();
-    readable.push(workspace.clone());
-    let mut writable = sandbox.writable.clone();
-    writable.push(workspace.clone());
-    writable.push(scratch.0.clone());
-    let ruleset = match (enforced, probed.support.landlock_abi) {
-        (true, Some(abi)) => Some(landlock::build(
-            abi,
-            &readable,
-            &writable,
-            &sandbox.hidden,
-            sandbox.network,
-        )?),
-        _ => None,
-    };
-    let seccomp = if enforced && !sandbox.network {
-        Some(seccomp::network_filter().ok_or_else(|| Error::Unsupported {
-            reason: "no seccomp filter for this architecture".into(),
-        })?)
-    } else {
-        None
     };
     let setup = ChildSetup {
         parent: libc::pid_t::try_from(std::process::id()).unwrap_or(0),
@@ -123,14 +98,14 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
         cap_last: probed.cap_last,
         setpcap: probed.setpcap,
         no_new_privs: enforced,
-        landlock: ruleset.as_ref().map(|r| r.fd.as_raw_fd()),
-        seccomp,
+        landlock: prepared.ruleset.as_ref().map(|r| r.fd.as_raw_fd()),
+        seccomp: prepared.seccomp.clone(),
     };
     let mut cmd = std::process::Command::new(&command.program);
     cmd.args(&command.args)
-        .current_dir(&workspace)
+        .current_dir(workspace)
         .env_clear()
-        .envs(sandbox.environment(&workspace, &scratch.0))
+        .envs(sandbox.environment(workspace, &prepared.scratch.0))
         .stdin(if command.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -145,8 +120,6 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
         command: command.display(),
         source,
     })?;
-    // The child has its own copies now.
-    drop(ruleset);
     if let (Some(bytes), Some(mut stdin)) = (command.stdin.clone(), child.stdin.take()) {
         // A thread, so a command that reads its input slowly cannot stall the output loop; it
         // ends with EPIPE at the latest when the command's processes are killed.
@@ -269,34 +242,6 @@ fn rlimits(limits: &Limits, cgroup: bool, root: bool) -> Vec<Rlimit> {
         );
     }
     out
-}
-
-/// A private, empty directory for the command's `TMPDIR`, removed with what it holds afterwards;
-/// `/tmp` itself stays closed (other programs' secrets live there).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn create() -> Result<Self> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("loom-sandbox-tmp-{}-{n}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|source| Error::Path {
-                path: path.clone(),
-                reason: "cannot create the command's scratch directory",
-                source,
-            })?;
-        Ok(Self(path))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 struct Watched {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::prepare;
 use crate::run::{self, Outcome};
 
 /// The paths a sandboxed command may read and execute by default: what a shell, coreutils, git
@@ -153,6 +154,9 @@ pub struct Sandbox {
     pub(crate) limits: Limits,
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) mode: Mode,
+    /// The ruleset and scratch directory, made on the first run and shared by clones; every
+    /// builder starts a fresh one.
+    pub(crate) prepared: prepare::Slot,
 }
 
 impl Sandbox {
@@ -168,12 +172,14 @@ impl Sandbox {
             limits: Limits::default(),
             env: Vec::new(),
             mode: Mode::Enforced,
+            prepared: prepare::Slot::default(),
         }
     }
 
     /// Replaces the readable (and executable) paths; the workspace is always readable.
     #[must_use]
     pub fn readable(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.prepared = prepare::Slot::default();
         self.readable = paths.into_iter().map(Into::into).collect();
         self
     }
@@ -181,6 +187,7 @@ impl Sandbox {
     /// Replaces the writable paths besides the workspace (which is always writable).
     #[must_use]
     pub fn writable(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.prepared = prepare::Slot::default();
         self.writable = paths.into_iter().map(Into::into).collect();
         self
     }
@@ -190,6 +197,7 @@ impl Sandbox {
     /// hidden ([`Sandbox::run`] refuses the setting).
     #[must_use]
     pub fn hidden(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.prepared = prepare::Slot::default();
         self.hidden = paths.into_iter().map(Into::into).collect();
         self
     }
@@ -197,6 +205,7 @@ impl Sandbox {
     /// Allows or refuses network sockets (refused by default).
     #[must_use]
     pub fn network(mut self, allowed: bool) -> Self {
+        self.prepared = prepare::Slot::default();
         self.network = allowed;
         self
     }
@@ -219,6 +228,7 @@ impl Sandbox {
     /// Chooses whether boundaries are enforced.
     #[must_use]
     pub fn mode(mut self, mode: Mode) -> Self {
+        self.prepared = prepare::Slot::default();
         self.mode = mode;
         self
     }
