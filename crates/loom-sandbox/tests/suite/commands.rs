@@ -129,3 +129,16 @@ fn commands_run_from_many_threads_at_once() {
         }
     });
 }
+
+#[test]
+fn a_replaced_workspace_gets_fresh_rules() {
+    let (dir, sandbox) = workspace();
+    assert!(sh(&sandbox, "echo one > a.txt").success());
+    // The rules made for the first run name the old directory's inode; a new directory at the
+    // same path must be writable all the same.
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    std::fs::create_dir(dir.path()).unwrap();
+    let outcome = sh(&sandbox, "echo two > b.txt && cat b.txt");
+    assert!(outcome.success(), "{outcome:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("b.txt")).unwrap(), "two\n");
+}
