@@ -6,7 +6,10 @@
 //! seccomp program, the cgroup's `cgroup.procs` fd — is prepared in the parent, and the child
 //! closure ([`ChildSetup::install`]) only issues `prctl`, `setrlimit`, `capset`, `write` and the
 //! Landlock syscalls on values it already holds. Each `unsafe` block says why it is sound.
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "pre_exec and raw syscalls have no safe form; each block says why it is sound"
+)]
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -140,5 +140,8 @@ fn a_replaced_workspace_gets_fresh_rules() {
     std::fs::create_dir(dir.path()).unwrap();
     let outcome = sh(&sandbox, "echo two > b.txt && cat b.txt");
     assert!(outcome.success(), "{outcome:?}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("b.txt")).unwrap(), "two\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+        "two\n"
+    );
 }
