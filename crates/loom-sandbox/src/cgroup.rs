@@ -187,7 +187,9 @@ mod tests {
         };
         // No process has this pid (it is above any pid_max), so its owner is dead.
         let stale = root.join("loom-sandbox-run-4000000000-0");
-        fs::create_dir(&stale).unwrap();
+        // It may be left from an earlier run of this test that failed halfway.
+        let _ = fs::create_dir(&stale);
+        assert!(stale.is_dir());
         let mut sleeper = std::process::Command::new("sleep")
             .arg("60")
             .spawn()

@@ -38,7 +38,7 @@ pub(crate) fn split(line: &str) -> Split {
         word: None,
         depth: 0,
     };
-    lexer.run(false);
+    lexer.run();
     if lexer.pos < chars.len() {
         lexer.concern("an unbalanced `)`");
     }
@@ -108,8 +108,8 @@ impl Lexer<'_> {
         }
     }
 
-    /// Reads until the end, or until an unmatched `)` when inside `$(…)`.
-    fn run(&mut self, in_substitution: bool) {
+    /// Reads until the end, or until an unmatched `)` (the end of a `$(…)`).
+    fn run(&mut self) {
         let mut parens = 0usize;
         while let Some(c) = self.peek(0) {
             match c {
@@ -151,11 +151,9 @@ impl Lexer<'_> {
                     self.pos += 1;
                 }
                 ')' => {
-                    if parens == 0 && in_substitution {
-                        self.end_command();
-                        return;
-                    }
                     if parens == 0 {
+                        // The end of `$(…)`, or (at the top) an unbalanced `)` that `split`
+                        // reports.
                         self.end_command();
                         return;
                     }
@@ -281,7 +279,7 @@ impl Lexer<'_> {
             depth: self.depth + 1,
         };
         if self.depth < MAX_DEPTH {
-            inner.run(true);
+            inner.run();
         } else {
             inner.pos = self.chars.len();
         }
@@ -333,7 +331,10 @@ impl Lexer<'_> {
                 word: None,
                 depth: self.depth + 1,
             };
-            inner.run(false);
+            inner.run();
+            if inner.pos < chars.len() {
+                self.concern("an unbalanced `)`");
+            }
             self.out.commands.extend(inner.out.commands);
             for concern in inner.out.concerns {
                 self.concern(&concern);

@@ -256,3 +256,61 @@ fn every_builtin_rule_allows_something_and_vetoes_are_real() {
         }
     }
 }
+
+#[test]
+fn any_input_gets_a_decision_without_panicking() {
+    // A small deterministic generator over the characters the splitter treats specially.
+    const ALPHABET: &[&str] = &[
+        "ls",
+        " ",
+        "'",
+        "\"",
+        "\\",
+        "$",
+        "(",
+        ")",
+        "`",
+        "{",
+        "}",
+        ";",
+        "&",
+        "|",
+        ">",
+        "<",
+        "#",
+        "\n",
+        "*",
+        "=",
+        "-i",
+        "sed",
+        "find",
+        "-exec",
+        "2",
+        "/dev/null",
+        "é",
+        "\t",
+        "git",
+        "push",
+    ];
+    let policy = ExecPolicy::from_toml(RULES).unwrap();
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..20_000 {
+        let mut line = String::new();
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        for _ in 0..(state % 24) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            line.push_str(ALPHABET[(state % ALPHABET.len() as u64) as usize]);
+        }
+        let first = policy.check(&line);
+        assert_eq!(first, policy.check(&line), "not deterministic: {line:?}");
+        // Outside quotes and comments, a substitution can never be allowed.
+        let unquoted = !line.contains(['\'', '"', '\\', '#']);
+        if unquoted && (line.contains('`') || line.contains("$(")) {
+            assert_ne!(first.verdict, Verdict::Allow, "{line:?}");
+        }
+    }
+}
