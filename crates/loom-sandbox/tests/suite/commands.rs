@@ -145,3 +145,14 @@ fn a_replaced_workspace_gets_fresh_rules() {
         "two\n"
     );
 }
+
+#[test]
+fn pipelines_end_the_usual_way() {
+    let (_dir, sandbox) = workspace();
+    // The writer dies of SIGPIPE quietly, as in a terminal (Loom's own ignored SIGPIPE is not
+    // inherited).
+    let outcome = sh(&sandbox, "yes | head -n 2");
+    assert!(outcome.success(), "{outcome:?}");
+    assert_eq!(text(&outcome.stdout), "y\ny\n");
+    assert!(outcome.stderr.is_empty(), "{outcome:?}");
+}
