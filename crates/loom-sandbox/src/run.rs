@@ -224,7 +224,7 @@ fn rlimits(limits: &Limits, cgroup: bool, root: bool) -> Vec<Rlimit> {
             });
         }
     };
-    // CPU: SIGXCPU at the soft limit, SIGKILL one second later for a program that catches it.
+    // CPU: SIGXCPU at the soft limit; the hard limit just above kills a program that catches it.
     let cpu = limits
         .cpu_time
         .map(|cpu| cpu.as_secs() + u64::from(cpu.subsec_nanos() > 0));

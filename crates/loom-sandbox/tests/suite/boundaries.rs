@@ -85,7 +85,8 @@ fn the_parent_environment_does_not_leak() {
 
 fn connect_script(port: u16) -> String {
     format!(
-        "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')\""
+        "python3 -c \"import socket; \
+         s = socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')\""
     )
 }
 
