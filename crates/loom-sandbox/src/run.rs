@@ -368,3 +368,74 @@ fn watch_loop(
         timed_out,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_without_the_boundaries_is_refused_with_every_reason() {
+        let bare = Support {
+            landlock_abi: None,
+            seccomp: false,
+            pids_cgroup: false,
+            root: true,
+            capabilities: true,
+        };
+        let sandbox = Sandbox::new("/");
+        let Err(Error::Unsupported { reason }) = refuse_unenforceable(&sandbox, &bare) else {
+            panic!("a bare kernel was accepted");
+        };
+        for needle in ["Landlock", "seccomp", "RLIMIT_NPROC", "unsandboxed"] {
+            assert!(reason.contains(needle), "{needle} missing: {reason}");
+        }
+        // What the caller turned off is not asked for.
+        let relaxed = sandbox.network(true).limits(Limits {
+            processes: None,
+            ..Limits::default()
+        });
+        let Err(Error::Unsupported { reason }) = refuse_unenforceable(&relaxed, &bare) else {
+            panic!("no Landlock was accepted");
+        };
+        assert!(
+            !reason.contains("seccomp") && !reason.contains("RLIMIT_NPROC"),
+            "{reason}"
+        );
+        let full = Support {
+            landlock_abi: Some(1),
+            seccomp: true,
+            pids_cgroup: true,
+            ..bare
+        };
+        assert!(refuse_unenforceable(&Sandbox::new("/"), &full).is_ok());
+    }
+
+    #[test]
+    fn without_a_cgroup_a_non_root_process_limit_counts_from_the_uid_s_tasks() {
+        let limits = Limits::default();
+        let nproc = |cgroup, root| {
+            rlimits(&limits, cgroup, root)
+                .into_iter()
+                .find(|l| l.resource == libc::RLIMIT_NPROC)
+                .map(|l| l.soft)
+        };
+        assert_eq!(nproc(true, false), None, "the cgroup bounds it");
+        assert_eq!(
+            nproc(false, true),
+            None,
+            "root is never bound by RLIMIT_NPROC"
+        );
+        let soft = nproc(false, false).unwrap();
+        let max = limits.processes.unwrap();
+        // This process's own tasks are already counted.
+        assert!(soft > max, "{soft} <= {max}");
+        let cpu = rlimits(&limits, true, false)
+            .into_iter()
+            .find(|l| l.resource == libc::RLIMIT_CPU)
+            .unwrap();
+        assert!(
+            cpu.hard > cpu.soft,
+            "a caught SIGXCPU is followed by SIGKILL"
+        );
+    }
+}
