@@ -152,20 +152,9 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
         (None, Some(signal)) => Exit::Signal(signal),
         (None, None) => Exit::Signal(libc::SIGKILL),
     };
-    let cpu_limited = limits.cpu_time.is_some_and(|cpu| reaped.cpu >= cpu);
-    let limit = if watched.timed_out {
-        Some(Limit::WallTime)
-    } else if watched.output_capped {
-        Some(Limit::Output)
-    } else if reaped.signal == Some(libc::SIGXCPU) || cpu_limited {
-        Some(Limit::CpuTime)
-    } else if reaped.signal == Some(libc::SIGXFSZ) {
-        Some(Limit::FileSize)
-    } else if exit != Exit::Code(0) && cgroup.as_ref().is_some_and(PidsCgroup::hit_max) {
-        Some(Limit::Processes)
-    } else {
-        None
-    };
+    let limit = stopped_by(&watched, exit, limits.cpu_time, || {
+        cgroup.as_ref().is_some_and(PidsCgroup::hit_max)
+    });
     let [stdout, stderr] = watched.output;
     Ok(Outcome {
         stdout,
@@ -178,6 +167,35 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
         cpu_time: reaped.cpu,
         sandboxed: enforced,
     })
+}
+
+/// The limit that stopped a command, told from how it ended. A shell reports a child killed by
+/// a signal as exit code 128 + the signal, so those codes count too, but only with the evidence
+/// that makes them likely (CPU used up to the limit); CPU summed over several processes that
+/// each stayed under the per-process limit is not a limit hit.
+fn stopped_by(
+    watched: &Watched,
+    exit: Exit,
+    cpu_limit: Option<Duration>,
+    hit_max_processes: impl FnOnce() -> bool,
+) -> Option<Limit> {
+    let by_shell = |signal: i32| exit == Exit::Code(128 + signal);
+    let cpu_used_up = cpu_limit.is_some_and(|limit| watched.reaped.cpu >= limit);
+    if watched.timed_out {
+        Some(Limit::WallTime)
+    } else if watched.output_capped {
+        Some(Limit::Output)
+    } else if exit == Exit::Signal(libc::SIGXCPU)
+        || (cpu_used_up && (exit == Exit::Signal(libc::SIGKILL) || by_shell(libc::SIGXCPU)))
+    {
+        Some(Limit::CpuTime)
+    } else if exit == Exit::Signal(libc::SIGXFSZ) || by_shell(libc::SIGXFSZ) {
+        Some(Limit::FileSize)
+    } else if exit != Exit::Code(0) && hit_max_processes() {
+        Some(Limit::Processes)
+    } else {
+        None
+    }
 }
 
 fn refuse_unenforceable(sandbox: &Sandbox, support: &Support) -> Result<()> {
@@ -408,6 +426,64 @@ mod tests {
             ..bare
         };
         assert!(refuse_unenforceable(&Sandbox::new("/"), &full).is_ok());
+    }
+
+    fn ended(code: Option<i32>, signal: Option<i32>, cpu_ms: u64) -> Watched {
+        Watched {
+            reaped: sys::Reaped {
+                code,
+                signal,
+                cpu: Duration::from_millis(cpu_ms),
+            },
+            output: [Vec::new(), Vec::new()],
+            output_capped: false,
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn the_stopping_limit_is_told_from_how_the_command_ended() {
+        let second = Some(Duration::from_secs(1));
+        let stop = |code, signal, cpu_ms, hit| {
+            let exit = match (code, signal) {
+                (Some(code), _) => Exit::Code(code),
+                (None, Some(signal)) => Exit::Signal(signal),
+                (None, None) => Exit::Signal(libc::SIGKILL),
+            };
+            stopped_by(&ended(code, signal, cpu_ms), exit, second, || hit)
+        };
+        assert_eq!(
+            stop(None, Some(libc::SIGXCPU), 990, false),
+            Some(Limit::CpuTime)
+        );
+        assert_eq!(
+            stop(None, Some(libc::SIGKILL), 2000, false),
+            Some(Limit::CpuTime)
+        );
+        assert_eq!(
+            stop(Some(128 + libc::SIGXCPU), None, 1000, false),
+            Some(Limit::CpuTime)
+        );
+        // Several processes each under the limit: a success, whatever their sum.
+        assert_eq!(stop(Some(0), None, 5000, false), None);
+        assert_eq!(
+            stop(None, Some(libc::SIGXFSZ), 5, false),
+            Some(Limit::FileSize)
+        );
+        assert_eq!(
+            stop(Some(128 + libc::SIGXFSZ), None, 5, false),
+            Some(Limit::FileSize)
+        );
+        assert_eq!(stop(Some(1), None, 5, true), Some(Limit::Processes));
+        assert_eq!(stop(Some(0), None, 5, true), None);
+        assert_eq!(stop(Some(1), None, 5, false), None);
+        let mut timed_out = ended(None, Some(libc::SIGKILL), 5);
+        timed_out.timed_out = true;
+        let exit = Exit::Signal(libc::SIGKILL);
+        assert_eq!(
+            stopped_by(&timed_out, exit, second, || true),
+            Some(Limit::WallTime)
+        );
     }
 
     #[test]
