@@ -54,8 +54,9 @@ fn handled_fs(abi: u32) -> u64 {
 }
 
 /// Builds the ruleset: `readable` paths get [`READ`] except beneath a `hidden` path, `writable`
-/// paths every handled right (the caller refuses hidden paths inside writable ones). A listed path that does not exist is skipped (system layouts differ: `/lib64`, `/lib32`); a path
-/// that exists but cannot be opened is an error naming it. Without `network`, TCP bind and
+/// paths every handled right (the caller refuses hidden paths inside writable ones). A listed
+/// path that does not exist is skipped (system layouts differ: `/lib64`, `/lib32`); a path that
+/// exists but cannot be opened is an error naming it. Without `network`, TCP bind and
 /// connect are handled with no rule (so refused) where the ABI has them, and abstract unix
 /// sockets outside the sandbox are out of reach. Signals to processes outside the sandbox are
 /// always refused where the ABI can scope them.

@@ -152,20 +152,9 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
         (None, Some(signal)) => Exit::Signal(signal),
         (None, None) => Exit::Signal(libc::SIGKILL),
     };
-    let cpu_limited = limits.cpu_time.is_some_and(|cpu| reaped.cpu >= cpu);
-    let limit = if watched.timed_out {
-        Some(Limit::WallTime)
-    } else if watched.output_capped {
-        Some(Limit::Output)
-    } else if reaped.signal == Some(libc::SIGXCPU) || cpu_limited {
-        Some(Limit::CpuTime)
-    } else if reaped.signal == Some(libc::SIGXFSZ) {
-        Some(Limit::FileSize)
-    } else if exit != Exit::Code(0) && cgroup.as_ref().is_some_and(PidsCgroup::hit_max) {
-        Some(Limit::Processes)
-    } else {
-        None
-    };
+    let limit = stopped_by(&watched, exit, limits.cpu_time, || {
+        cgroup.as_ref().is_some_and(PidsCgroup::hit_max)
+    });
     let [stdout, stderr] = watched.output;
     Ok(Outcome {
         stdout,
@@ -178,6 +167,35 @@ pub(crate) fn run(sandbox: &Sandbox, command: &Command) -> Result<Outcome> {
         cpu_time: reaped.cpu,
         sandboxed: enforced,
     })
+}
+
+/// The limit that stopped a command, told from how it ended. A shell reports a child killed by
+/// a signal as exit code 128 + the signal, so those codes count too, but only with the evidence
+/// that makes them likely (CPU used up to the limit); CPU summed over several processes that
+/// each stayed under the per-process limit is not a limit hit.
+fn stopped_by(
+    watched: &Watched,
+    exit: Exit,
+    cpu_limit: Option<Duration>,
+    hit_max_processes: impl FnOnce() -> bool,
+) -> Option<Limit> {
+    let by_shell = |signal: i32| exit == Exit::Code(128 + signal);
+    let cpu_used_up = cpu_limit.is_some_and(|limit| watched.reaped.cpu >= limit);
+    if watched.timed_out {
+        Some(Limit::WallTime)
+    } else if watched.output_capped {
+        Some(Limit::Output)
+    } else if exit == Exit::Signal(libc::SIGXCPU)
+        || (cpu_used_up && (exit == Exit::Signal(libc::SIGKILL) || by_shell(libc::SIGXCPU)))
+    {
+        Some(Limit::CpuTime)
+    } else if exit == Exit::Signal(libc::SIGXFSZ) || by_shell(libc::SIGXFSZ) {
+        Some(Limit::FileSize)
+    } else if exit != Exit::Code(0) && hit_max_processes() {
+        Some(Limit::Processes)
+    } else {
+        None
+    }
 }
 
 fn refuse_unenforceable(sandbox: &Sandbox, support: &Support) -> Result<()> {
@@ -224,7 +242,7 @@ fn rlimits(limits: &Limits, cgroup: bool, root: bool) -> Vec<Rlimit> {
             });
         }
     };
-    // CPU: SIGXCPU at the soft limit, SIGKILL one second later for a program that catches it.
+    // CPU: SIGXCPU at the soft limit; the hard limit just above kills a program that catches it.
     let cpu = limits
         .cpu_time
         .map(|cpu| cpu.as_secs() + u64::from(cpu.subsec_nanos() > 0));
@@ -367,4 +385,133 @@ fn watch_loop(
         output_capped,
         timed_out,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_without_the_boundaries_is_refused_with_every_reason() {
+        let bare = Support {
+            landlock_abi: None,
+            seccomp: false,
+            pids_cgroup: false,
+            root: true,
+            capabilities: true,
+        };
+        let sandbox = Sandbox::new("/");
+        let Err(Error::Unsupported { reason }) = refuse_unenforceable(&sandbox, &bare) else {
+            panic!("a bare kernel was accepted");
+        };
+        for needle in ["Landlock", "seccomp", "RLIMIT_NPROC", "unsandboxed"] {
+            assert!(reason.contains(needle), "{needle} missing: {reason}");
+        }
+        // What the caller turned off is not asked for.
+        let relaxed = sandbox.network(true).limits(Limits {
+            processes: None,
+            ..Limits::default()
+        });
+        let Err(Error::Unsupported { reason }) = refuse_unenforceable(&relaxed, &bare) else {
+            panic!("no Landlock was accepted");
+        };
+        assert!(
+            !reason.contains("seccomp") && !reason.contains("RLIMIT_NPROC"),
+            "{reason}"
+        );
+        let full = Support {
+            landlock_abi: Some(1),
+            seccomp: true,
+            pids_cgroup: true,
+            ..bare
+        };
+        assert!(refuse_unenforceable(&Sandbox::new("/"), &full).is_ok());
+    }
+
+    fn ended(code: Option<i32>, signal: Option<i32>, cpu_ms: u64) -> Watched {
+        Watched {
+            reaped: sys::Reaped {
+                code,
+                signal,
+                cpu: Duration::from_millis(cpu_ms),
+            },
+            output: [Vec::new(), Vec::new()],
+            output_capped: false,
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn the_stopping_limit_is_told_from_how_the_command_ended() {
+        let second = Some(Duration::from_secs(1));
+        let stop = |code, signal, cpu_ms, hit| {
+            let exit = match (code, signal) {
+                (Some(code), _) => Exit::Code(code),
+                (None, Some(signal)) => Exit::Signal(signal),
+                (None, None) => Exit::Signal(libc::SIGKILL),
+            };
+            stopped_by(&ended(code, signal, cpu_ms), exit, second, || hit)
+        };
+        assert_eq!(
+            stop(None, Some(libc::SIGXCPU), 990, false),
+            Some(Limit::CpuTime)
+        );
+        assert_eq!(
+            stop(None, Some(libc::SIGKILL), 2000, false),
+            Some(Limit::CpuTime)
+        );
+        assert_eq!(
+            stop(Some(128 + libc::SIGXCPU), None, 1000, false),
+            Some(Limit::CpuTime)
+        );
+        // Several processes each under the limit: a success, whatever their sum.
+        assert_eq!(stop(Some(0), None, 5000, false), None);
+        assert_eq!(
+            stop(None, Some(libc::SIGXFSZ), 5, false),
+            Some(Limit::FileSize)
+        );
+        assert_eq!(
+            stop(Some(128 + libc::SIGXFSZ), None, 5, false),
+            Some(Limit::FileSize)
+        );
+        assert_eq!(stop(Some(1), None, 5, true), Some(Limit::Processes));
+        assert_eq!(stop(Some(0), None, 5, true), None);
+        assert_eq!(stop(Some(1), None, 5, false), None);
+        let mut timed_out = ended(None, Some(libc::SIGKILL), 5);
+        timed_out.timed_out = true;
+        let exit = Exit::Signal(libc::SIGKILL);
+        assert_eq!(
+            stopped_by(&timed_out, exit, second, || true),
+            Some(Limit::WallTime)
+        );
+    }
+
+    #[test]
+    fn without_a_cgroup_a_non_root_process_limit_counts_from_the_uid_s_tasks() {
+        let limits = Limits::default();
+        let nproc = |cgroup, root| {
+            rlimits(&limits, cgroup, root)
+                .into_iter()
+                .find(|l| l.resource == libc::RLIMIT_NPROC)
+                .map(|l| l.soft)
+        };
+        assert_eq!(nproc(true, false), None, "the cgroup bounds it");
+        assert_eq!(
+            nproc(false, true),
+            None,
+            "root is never bound by RLIMIT_NPROC"
+        );
+        let soft = nproc(false, false).unwrap();
+        let max = limits.processes.unwrap();
+        // This process's own tasks are already counted.
+        assert!(soft > max, "{soft} <= {max}");
+        let cpu = rlimits(&limits, true, false)
+            .into_iter()
+            .find(|l| l.resource == libc::RLIMIT_CPU)
+            .unwrap();
+        assert!(
+            cpu.hard > cpu.soft,
+            "a caught SIGXCPU is followed by SIGKILL"
+        );
+    }
 }

@@ -55,7 +55,8 @@ pub enum Mode {
 pub struct Limits {
     /// Wall-clock time after which the command's whole process group (and cgroup) is killed.
     pub wall_time: Duration,
-    /// CPU time per process (`RLIMIT_CPU`: SIGXCPU, then SIGKILL a second later).
+    /// CPU time per process (`RLIMIT_CPU`: SIGXCPU at the limit, SIGKILL just after for a program
+    /// that catches it).
     pub cpu_time: Option<Duration>,
     /// Address space per process in bytes (`RLIMIT_AS`); allocations beyond it fail.
     pub memory_bytes: Option<u64>,

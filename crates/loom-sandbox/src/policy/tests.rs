@@ -170,22 +170,46 @@ fn defaults_can_be_turned_off() {
 fn a_failing_example_is_a_load_error_naming_rule_and_example() {
     let cases = [
         (
-            "[[rule]]\nname = \"push\"\nprefix = [\"git\", \"push\"]\ndecision = \"forbid\"\nmatch = [\"git pull\"]\n",
+            r#"
+            [[rule]]
+            name = "push"
+            prefix = ["git", "push"]
+            decision = "forbid"
+            match = ["git pull"]
+            "#,
             "push",
             "git pull",
         ),
         (
-            "[[rule]]\nname = \"push\"\nprefix = [\"git\", \"push\"]\ndecision = \"forbid\"\nnot_match = [\"git push -f\"]\n",
+            r#"
+            [[rule]]
+            name = "push"
+            prefix = ["git", "push"]
+            decision = "forbid"
+            not_match = ["git push -f"]
+            "#,
             "push",
             "git push -f",
         ),
         (
-            "[[rule]]\nprefix = [\"cargo\"]\ndecision = \"allow\"\nveto = [\"--config\"]\nmatch = [\"cargo --config x build\"]\n",
+            r#"
+            [[rule]]
+            prefix = ["cargo"]
+            decision = "allow"
+            veto = ["--config"]
+            match = ["cargo --config x build"]
+            "#,
             "rule[0]",
             "cargo --config x build",
         ),
         (
-            "[[rule]]\nname = \"two\"\nprefix = [\"ls\"]\ndecision = \"allow\"\nmatch = [\"ls && ls\"]\n",
+            r#"
+            [[rule]]
+            name = "two"
+            prefix = ["ls"]
+            decision = "allow"
+            match = ["ls && ls"]
+            "#,
             "two",
             "ls && ls",
         ),

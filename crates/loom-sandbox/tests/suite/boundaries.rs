@@ -74,18 +74,28 @@ fn reading_a_secret_outside_the_workspace_fails() {
 #[test]
 fn the_parent_environment_does_not_leak() {
     let (_dir, sandbox) = workspace();
-    // The test process's own environment (PATH aside) is not passed on.
+    // None of the test process's own variables is passed on.
     let outcome = sh(&sandbox, "env");
     let env = text(&outcome.stdout);
     assert!(env.contains("HOME="), "{env}");
-    assert!(!env.contains("CARGO"), "{env}");
+    // What the sandbox passes on, and what the shell sets itself.
+    let passed_on = [
+        "PATH", "HOME", "TMPDIR", "LANG", "TERM", "PWD", "OLDPWD", "SHLVL", "_",
+    ];
+    for (key, _) in std::env::vars().filter(|(k, _)| !passed_on.contains(&k.as_str())) {
+        assert!(
+            !env.contains(&format!("\n{key}=")) && !env.starts_with(&format!("{key}=")),
+            "{key}"
+        );
+    }
     let outcome = sh(&sandbox.clone().env("LOOM_TEST", "yes"), "echo $LOOM_TEST");
     assert_eq!(text(&outcome.stdout), "yes\n");
 }
 
 fn connect_script(port: u16) -> String {
     format!(
-        "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')\""
+        "python3 -c \"import socket; \
+         s = socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')\""
     )
 }
 
@@ -169,14 +179,22 @@ fn a_program_outside_the_readable_list_cannot_be_executed() {
 #[test]
 fn processes_outside_the_sandbox_cannot_be_inspected_or_signalled() {
     let (dir, sandbox) = workspace();
-    // The test process holds this variable; a sandboxed command must not read it from /proc.
+    // A sandboxed command must not read the test process's environment from /proc.
     let parent = std::process::id();
     let script = format!("cat /proc/{parent}/environ; echo; kill -0 {parent} && echo signalled");
+    // One of the test process's own variables, as /proc shows it.
+    let (key, value) = std::env::vars()
+        .next()
+        .expect("the test process has an environment");
+    let needle = format!("{key}={value}");
     let outcome = sh(&sandbox, &script);
-    assert!(!text(&outcome.stdout).contains("CARGO"), "{outcome:?}");
-    // Unsandboxed, the same command reads it (cargo sets CARGO_* for its tests) and signals.
+    assert!(!text(&outcome.stdout).contains(&needle), "{needle} leaked");
+    // Unsandboxed, the same command reads it and signals.
     let open = sh(&sandbox.clone().mode(Mode::Unsandboxed), &script);
-    assert!(text(&open.stdout).contains("CARGO"), "{open:?}");
+    assert!(
+        text(&open.stdout).contains(&needle),
+        "unsandboxed read failed"
+    );
     assert!(text(&open.stdout).contains("signalled"), "{open:?}");
     let scoped = loom_sandbox::probe()
         .landlock_abi

@@ -26,7 +26,11 @@ fn common_tools_work_in_the_workspace() {
         "notes.txt\nalpha\nbeta\n2 notes.txt\n"
     );
 
-    let outcome = sh(&sandbox, "python3 -c 'import sys, tempfile; tempfile.TemporaryFile().write(b\"x\"); print(sys.version_info[0])'");
+    let outcome = sh(
+        &sandbox,
+        "python3 -c 'import sys, tempfile; \
+         tempfile.TemporaryFile().write(b\"x\"); print(sys.version_info[0])'",
+    );
     assert!(outcome.success(), "{outcome:?}");
     assert_eq!(text(&outcome.stdout), "3\n");
 
