@@ -15,6 +15,7 @@
 
 mod agent;
 pub mod approval;
+pub mod config;
 mod error;
 pub mod model;
 pub mod names;
@@ -25,6 +26,7 @@ pub use agent::{
     Report, RunSpec, Runner, Stop, Totals, DEFAULT_SYSTEM,
 };
 pub use approval::Answer;
+pub use config::Config;
 pub use error::{AgentError, Result};
 pub use model::{Model, Scripted};
 pub use tools::{Actions, Approval, Gate, Outcome, ToolDef, UserTool};

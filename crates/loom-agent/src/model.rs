@@ -165,3 +165,12 @@ mod tests {
         assert!(err.contains("[0].role"), "{err}");
     }
 }
+
+/// The model a configuration's `[provider]` names, over HTTP.
+pub fn from_config(config: &crate::Config, model: &str) -> Result<Box<dyn Model>> {
+    let _ = (config, model);
+    Err(AgentError::config(
+        "provider",
+        "the HTTP provider clients are not built into this version yet; use --provider scripted",
+    ))
+}

@@ -28,6 +28,27 @@ pub(crate) fn bad_input(e: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(BadInput(e.into()))
 }
 
+/// A command that ended on purpose before its work was done (a run paused for approval or at a
+/// limit): its message and exit code, not an error's.
+#[derive(Debug)]
+pub(crate) struct Stopped {
+    code: u8,
+    message: String,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// Ends the command with `code` and `message` on stderr.
+pub(crate) fn stopped(code: u8, message: String) -> anyhow::Error {
+    anyhow::Error::new(Stopped { code, message })
+}
+
 fn is_bad_input(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause.is::<BadInput>()
@@ -41,6 +62,12 @@ fn is_bad_input(e: &anyhow::Error) -> bool {
 pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Stopped>() => {
+            let code = e.downcast_ref::<Stopped>().map_or(INTERNAL, |s| s.code);
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{e}");
+            ExitCode::from(code)
+        }
         Err(e) => {
             let code = if is_bad_input(&e) {
                 BAD_INPUT

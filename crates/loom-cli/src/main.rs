@@ -60,6 +60,10 @@ enum Command {
     Keys(cmd::keys::Args),
     /// Serve the drop-in proxy for OpenAI and Anthropic clients and the HTTP API.
     Serve(cmd::serve::Args),
+    /// Run an agent on Loom's engine: tools, sandbox, approvals, sub-agents (`--resume` continues).
+    Run(cmd::run::Args),
+    /// Answer a tool call that waits for approval in a paused run.
+    Approve(cmd::approve::Args),
     /// Manage the database itself: `loom db migrate` brings its schema up to date.
     Db(cmd::db::Args),
 }
@@ -84,6 +88,8 @@ fn main() -> ExitCode {
         Command::Keys(args) => cmd::keys::run(&ctx, args),
         Command::Serve(args) => cmd::serve::run(&ctx, args),
         Command::Db(args) => cmd::db::run(&ctx, args),
+        Command::Run(args) => cmd::run::run(&ctx, args),
+        Command::Approve(args) => cmd::approve::run(&ctx, args),
     };
     exit::report(result)
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand; each has `Args` (clap) and `run`.
 
+pub(crate) mod approve;
 pub(crate) mod blob;
 pub(crate) mod compact;
 pub(crate) mod db;
@@ -11,6 +12,7 @@ pub(crate) mod log;
 pub(crate) mod recall;
 pub(crate) mod render;
 pub(crate) mod replay;
+pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod sessions;
 pub(crate) mod steps;

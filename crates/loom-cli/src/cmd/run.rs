@@ -1,0 +1,239 @@
+//! `loom run GOAL`: run an agent on Loom's engine; `loom run --resume SESSION` continues one.
+//!
+//! Prints the session id on stdout, then the run's progress on stderr (each model call with its
+//! tokens, the cached share and the cost; each tool call with one line of its result). Exit
+//! codes: 0 when the agent answered, 3 when a call waits for `loom approve`, 4 when a limit
+//! stopped the run (both resume with `--resume`), 2 for bad input, 1 otherwise.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use loom_agent::{
+    Approval, Config, Env, Model, Observer, Progress, RunSpec, Runner, Scripted, Stop,
+};
+use loom_core::{AgentId, SessionId};
+
+use super::Context;
+use crate::exit::{bad_input, stopped};
+
+/// Arguments of `loom run`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The goal (not with --resume).
+    goal: Option<String>,
+    /// The model (its tokenizer counts the budget); the configuration's otherwise.
+    #[arg(long)]
+    model: Option<String>,
+    /// The request budget in input tokens.
+    #[arg(long, value_name = "N")]
+    budget: Option<u64>,
+    /// A configuration file (TOML: provider, limits, prices, sandbox, exec policy, tools).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The agent's workspace, the only place it writes (default: the current folder).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// What asks before it runs: untrusted (all but known-safe commands), on-request (rules and
+    /// tools that say so), never (whatever would ask is denied).
+    #[arg(long, value_name = "POLICY")]
+    approval: Option<String>,
+    /// Where replies come from: `scripted` (with --script), or the configuration's provider.
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+    /// For `--provider scripted`: a JSON list of OpenAI Chat assistant messages, in order.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+    /// The new session's id (default: `run-<time>`).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Continue a stopped run.
+    #[arg(long, value_name = "SESSION", conflicts_with = "goal")]
+    resume: Option<String>,
+    /// Stop after this many model calls.
+    #[arg(long, value_name = "N")]
+    max_turns: Option<u32>,
+    /// The agent's name.
+    #[arg(long, default_value = "main")]
+    agent: String,
+}
+
+/// The terminal's view of a run.
+struct Terminal;
+
+impl Observer for Terminal {
+    fn progress(&mut self, p: &Progress<'_>) {
+        let mut err = std::io::stderr().lock();
+        let _ = match p {
+            Progress::Turn { agent, depth, totals, input, cached } => writeln!(
+                err,
+                "{}turn {} · {agent} · {input} in ({cached} cached, {:.0}%) · total {} in, {} out{}",
+                "  ".repeat(*depth as usize),
+                totals.turns,
+                if *input > 0 { *cached as f64 * 100.0 / *input as f64 } else { 0.0 },
+                totals.input,
+                totals.output,
+                if totals.cost_usd > 0.0 { format!(" · ${:.4}", totals.cost_usd) } else { String::new() }
+            ),
+            Progress::Text(text) => writeln!(err, "  » {}", text.lines().next().unwrap_or("")),
+            Progress::Tool { agent, tool, note, is_error } => writeln!(
+                err,
+                "  {} {agent} {tool}: {note}",
+                if *is_error { "✗" } else { "✓" }
+            ),
+        };
+    }
+}
+
+pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => Config::load(path).map_err(bad_input)?,
+        None => Config::default(),
+    };
+    let approval: Approval = match args.approval.as_deref().or(config.approval.as_deref()) {
+        Some(a) => a
+            .parse()
+            .map_err(|e: String| bad_input(anyhow::anyhow!("--approval {e}")))?,
+        None => Approval::default(),
+    };
+    let model_name = args
+        .model
+        .clone()
+        .or_else(|| config.model.clone())
+        .ok_or_else(|| {
+            bad_input(anyhow::anyhow!(
+                "--model: name the model (or set `model` in --config)"
+            ))
+        })?;
+    let opened = ctx.open()?;
+    let mut model: Box<dyn Model> = match args.provider.as_deref() {
+        Some("scripted") => {
+            let script = args.script.as_ref().ok_or_else(|| {
+                bad_input(anyhow::anyhow!("--provider scripted needs --script FILE"))
+            })?;
+            let mut scripted = Scripted::load(script).map_err(bad_input)?;
+            if let Some(session) = &args.resume {
+                // A script replays from where the log stands: the replies the run's sessions
+                // (its children's included) already hold are skipped.
+                scripted.skip(replies_in(opened.store.as_ref(), session)?);
+            }
+            Box::new(scripted)
+        }
+        Some(other) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "--provider `{other}`: expected `scripted`, or none to use the configuration's [provider]"
+            )))
+        }
+        None => loom_agent::model::from_config(&config, &model_name).map_err(bad_input)?,
+    };
+    let workspace = match &args.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().context("the current folder")?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .map_err(|e| bad_input(anyhow::anyhow!("--workspace {}: {e}", workspace.display())))?;
+    let actions = config.actions(&workspace).map_err(bad_input)?;
+    let env = Env::new(opened.store, opened.blobs)?;
+    let mut limits = config.limits();
+    if args.max_turns.is_some() {
+        limits.max_turns = args.max_turns;
+    }
+    let spec = RunSpec {
+        model: model_name,
+        budget: args.budget.or(config.budget),
+        approval,
+        limits,
+        prices: config.prices,
+        system: config
+            .system
+            .clone()
+            .unwrap_or_else(|| loom_agent::DEFAULT_SYSTEM.into()),
+        agent: AgentId::new(args.agent.clone()).map_err(bad_input)?,
+        max_depth: config.max_depth.unwrap_or(2),
+    };
+    let mut terminal = Terminal;
+    let mut make_child =
+        |parent: &loom_agent::Actions, ws: &std::path::Path| config.child_actions(parent, ws);
+    let mut runner = Runner::new(&env, model.as_mut(), &mut terminal, spec, &mut make_child);
+    let report = match (&args.resume, &args.goal) {
+        (Some(session), _) => {
+            let session = SessionId::new(session.clone()).map_err(bad_input)?;
+            println!("{session}");
+            // A script replays from where the log stands: skip the replies it already holds.
+            runner.resume(&session, actions)
+        }
+        (None, Some(goal)) => {
+            let session = args
+                .session
+                .clone()
+                .map(SessionId::new)
+                .transpose()
+                .map_err(bad_input)?;
+            runner.start(goal, session, actions)
+        }
+        (None, None) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "give a GOAL, or --resume SESSION"
+            )))
+        }
+    }
+    .map_err(|e| {
+        if e.is_bad_input() {
+            bad_input(e)
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
+    if args.resume.is_none() {
+        println!("{}", report.session);
+    }
+    let t = report.totals;
+    eprintln!(
+        "{} model calls · {} input tokens ({} cached) · {} output{}",
+        t.turns,
+        t.input,
+        t.cached,
+        t.output,
+        if t.cost_usd > 0.0 {
+            format!(" · ${:.4}", t.cost_usd)
+        } else {
+            String::new()
+        }
+    );
+    match report.stop {
+        Stop::Answered(answer) => {
+            eprintln!("answer: {answer}");
+            Ok(())
+        }
+        Stop::Paused { session, call_id, tool, reason } => Err(stopped(
+            3,
+            format!(
+                "paused: call {call_id} ({tool}) in session {session} waits for approval: {reason}\n\
+                 answer with `loom approve {session} {call_id} --once` (or --session, --deny), \
+                 then `loom run --resume {}`",
+                report.session
+            ),
+        )),
+        Stop::Limit(why) => Err(stopped(
+            4,
+            format!("stopped at a limit: {why}; `loom run --resume {}` goes on", report.session),
+        )),
+    }
+}
+
+/// Assistant turns in a run's sessions: `session` and the children it spawned (`session.N…`).
+fn replies_in(store: &dyn loom_store::Store, session: &str) -> anyhow::Result<usize> {
+    let mut count = 0;
+    for info in store.sessions()? {
+        let id = info.id.as_str();
+        if id == session || id.starts_with(&format!("{session}.")) {
+            let events = store.read(&info.id, 1..=info.event_count)?;
+            count += events
+                .iter()
+                .filter(|e| matches!(e.body, loom_core::EventBody::Assistant { .. }))
+                .count();
+        }
+    }
+    Ok(count)
+}
