@@ -277,9 +277,10 @@ impl ShellPolicy for Policy {
         match d.verdict {
             loom_sandbox::Verdict::Allow => Verdict::Allow,
             loom_sandbox::Verdict::Forbid => Verdict::Forbid(d.reason),
-            // A rule that asks is explicit; a command no rule knows is not.
+            // A rule that asks is explicit; a command no rule knows, or shell syntax the policy
+            // cannot judge, is not: under `on-request` the sandbox is what guards those.
             loom_sandbox::Verdict::Prompt => Verdict::Prompt {
-                explicit: d.rule != "default",
+                explicit: d.rule != "default" && d.rule != "shell-syntax",
                 reason: d.reason,
             },
         }

@@ -10,6 +10,7 @@ mod large;
 mod log;
 mod render;
 mod replay;
+mod run;
 mod serve;
 mod steps;
 mod usage;

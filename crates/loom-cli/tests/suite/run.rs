@@ -1,0 +1,147 @@
+//! `loom run` and `loom approve`: the offline demo end to end, and a run killed with SIGKILL in
+//! the middle of a tool call and resumed without losing or duplicating the call.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::Loom;
+
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/agent");
+
+#[test]
+fn the_demo_runs_offline_pauses_for_approval_and_finishes() {
+    let out = Command::new("bash")
+        .arg(format!("{EXAMPLES}/demo.sh"))
+        .env("LOOM_BIN", env!("CARGO_BIN_EXE_loom"))
+        .env_remove("LOOM_DB")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    // The first run paused for `rm build.log` (exit 3); approval and --resume finished it.
+    assert!(stdout.contains("(exit 3"), "{stdout}");
+    assert!(stderr.contains("waits for approval"), "{stderr}");
+    assert!(
+        stdout.contains("return a + b"),
+        "the fix was written: {stdout}"
+    );
+    assert!(
+        stderr.contains("✓ main system:shell: PASS"),
+        "the tests pass after the fix: {stderr}"
+    );
+    // The child agent ran in its own session, and the long listing was cut at a compaction point.
+    assert!(stderr.contains("main.1 system:shell"), "{stderr}");
+    assert!(stdout.contains("compaction point"), "{stdout}");
+    assert!(
+        stdout.contains("loom recall outputs/"),
+        "the listing is kept whole: {stdout}"
+    );
+}
+
+fn wait_for(loom: &Loom, session: &str, what: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = loom.run(["log", session, "--json"]);
+        if log.code == 0 && what(&log.json()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting on the log of {session}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_run_killed_during_a_tool_call_resumes_without_losing_or_repeating_it() {
+    let loom = Loom::new();
+    let ws = loom.dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let script = loom.file(
+        "script.json",
+        serde_json::to_vec(&serde_json::json!([
+            {"content": null, "tool_calls": [{"function": {"name": "system__shell",
+                "arguments": {"command": "sleep 2; echo ran >> marks.txt"}}}]},
+            {"content": "done"}
+        ]))
+        .unwrap(),
+    );
+    let config = loom.file(
+        "run.toml",
+        "approval = \"on-request\"\n[exec_policy]\nfile = \"policy.toml\"\n",
+    );
+    loom.file(
+        "policy.toml",
+        "[[rule]]\nname = \"sleepy\"\nprefix = [\"sleep\"]\ndecision = \"allow\"\nmatch = [\"sleep 2\"]\n\n\
+         [[rule]]\nname = \"echo\"\nprefix = [\"echo\"]\ndecision = \"allow\"\nmatch = [\"echo ran\"]\n",
+    );
+    let args = |extra: &[&str]| {
+        let mut a: Vec<String> = ["run", "--model", "gpt-4o", "--provider", "scripted"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(["--script".into(), script.display().to_string()]);
+        a.extend(["--config".into(), config.display().to_string()]);
+        a.extend(["--workspace".into(), ws.display().to_string()]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loom"))
+        .args(args(&["--session", "killed", "count to one"]))
+        .arg("--db")
+        .arg(loom.db())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env_remove("LOOM_DB")
+        .spawn()
+        .unwrap();
+    // Kill it once the model's turn (the call) is in the log, while the command sleeps.
+    wait_for(&loom, "killed", |log| {
+        log.as_array()
+            .is_some_and(|events| events.iter().any(|e| e["kind"] == "assistant"))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        !ws.join("marks.txt").exists(),
+        "the killed call had not finished"
+    );
+
+    let resumed = loom.run(args(&["--resume", "killed"]));
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert!(
+        resumed.stderr.contains("answer: done"),
+        "{}",
+        resumed.stderr
+    );
+    let log = loom.run(["log", "killed", "--json"]).ok().json();
+    let kinds: Vec<&str> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["system", "user", "assistant", "tool_result", "assistant"],
+        "one call, one result"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("marks.txt")).unwrap(),
+        "ran\n",
+        "the command ran once to its end"
+    );
+}
+
+#[test]
+fn approve_refuses_what_is_not_waiting() {
+    let loom = Loom::new();
+    let missing = loom.run(["approve", "nope", "call_1", "--once"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    let bad = loom.run(["run", "--model", "gpt-4o", "--provider", "scripted", "goal"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("--script"), "{}", bad.stderr);
+}
