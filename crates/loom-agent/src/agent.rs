@@ -10,12 +10,15 @@
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use loom_core::render::{Format, Injection};
+use loom_core::render::{Audience, CompactionState, Format, Injection};
 use loom_core::{
     AgentId, ContentStats, Event, EventBody, MessageContent, NewEvent, ReduceConfig, SessionId,
     ToolCall, ToolOutput,
 };
 use loom_provider::Api;
+use loom_runtime::{
+    catch_up, Decision, Hooks, InjectionBudget, Job, PostTurn, Summarizer, TurnView, WorkerConfig,
+};
 use loom_server::engine::RenderSpec;
 use loom_server::live::{Backend, LiveSessions};
 use loom_server::Engine;
@@ -141,6 +144,8 @@ pub enum Stop {
     },
     /// A limit was reached.
     Limit(String),
+    /// A pre-hook halted the turn (its name and reason).
+    Halted(String),
 }
 
 /// Token and cost totals of a run.
@@ -248,6 +253,8 @@ pub struct Runner<'a> {
     observer: &'a mut dyn Observer,
     spec: RunSpec,
     child_actions: &'a mut ChildActions<'a>,
+    hooks: Option<&'a Hooks>,
+    summary: Option<(&'a dyn Summarizer, &'a WorkerConfig)>,
     started: Instant,
     totals: Totals,
 }
@@ -352,9 +359,114 @@ impl<'a> Runner<'a> {
             observer,
             spec,
             child_actions,
+            hooks: None,
+            summary: None,
             started: Instant::now(),
             totals: Totals::default(),
         }
+    }
+
+    /// Runs `hooks` around every turn: the pre-hooks before each render (what they inject goes
+    /// at the request's tail, under the injection reserve, and into the receipt; a halt stops the
+    /// run), the post-hooks after each reply.
+    pub fn with_hooks(mut self, hooks: &'a Hooks) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// Runs the summary worker between turns with `summarizer`: the session's summary is brought
+    /// up to date before each render that needs it, so a compaction point can fold into it.
+    pub fn with_summarizer(
+        mut self,
+        summarizer: &'a dyn Summarizer,
+        config: &'a WorkerConfig,
+    ) -> Self {
+        self.summary = Some((summarizer, config));
+        self
+    }
+
+    /// The pre-hooks' injections for the next turn, or the halt.
+    fn pre_hooks(&self, agent: &Agent, spec: &RenderSpec) -> Result<Result<Vec<Injection>, Stop>> {
+        let Some(hooks) = self.hooks else {
+            return Ok(Ok(Vec::new()));
+        };
+        let (meter, policy) = self
+            .env
+            .engine
+            .prepare(spec)
+            .map_err(|e| AgentError::Render {
+                session: agent.session.clone(),
+                message: e.message,
+            })?;
+        let audience = Audience {
+            agent: Some(agent.name.clone()),
+            now_ms: now_ms(),
+        };
+        let view = self.events(&agent.session, |events| {
+            TurnView::of(events, Some(agent.session.clone()), &audience)
+        })?;
+        let budget = InjectionBudget {
+            format: spec.format,
+            meter: &meter,
+            reserve: policy.budget().injection_reserve,
+        };
+        let pre = hooks
+            .run_pre(&view, &[], &budget)
+            .map_err(|e| AgentError::Render {
+                session: agent.session.clone(),
+                message: format!("the pre-hooks: {e}"),
+            })?;
+        Ok(match pre.decision {
+            Decision::Proceed(injections) => Ok(injections),
+            Decision::Halt(h) => Err(Stop::Halted(format!("{}: {}", h.hook, h.reason))),
+        })
+    }
+
+    /// The post-hooks after a reply.
+    fn post_hooks(&self, agent: &Agent, receipt: &loom_core::render::Receipt) -> Result<()> {
+        let Some(hooks) = self.hooks else {
+            return Ok(());
+        };
+        self.events(&agent.session, |events| {
+            if let Some(assistant) = events.last() {
+                hooks.run_post(&PostTurn {
+                    session: Some(&agent.session),
+                    events,
+                    assistant,
+                    receipt: Some(receipt),
+                });
+            }
+        })
+    }
+
+    /// The summary worker's turn: fold what is due into the session's summary.
+    fn summarize(&mut self, agent: &Agent) -> Result<()> {
+        let Some((summarizer, config)) = self.summary else {
+            return Ok(());
+        };
+        let state = self
+            .env
+            .store
+            .model_calls(&agent.session)?
+            .last()
+            .and_then(|c| c.call.receipt.get("state").cloned())
+            .and_then(|s| serde_json::from_value::<CompactionState>(s).ok())
+            .unwrap_or_default();
+        let job = Job {
+            session: agent.session.clone(),
+            state,
+            now_ms: now_ms(),
+        };
+        // A summarizer that fails leaves the run as it was: the render compacts without it.
+        if let Err(e) = catch_up(self.env.store.as_ref(), summarizer, config, &job) {
+            self.observer.progress(&Progress::Tool {
+                agent: agent.name.as_str(),
+                tool: "summary worker",
+                note: &e.to_string(),
+                is_error: true,
+            });
+        }
+        Ok(())
     }
 
     /// Starts a run of `goal` in a new session (`session`, or a generated id).
@@ -479,13 +591,18 @@ impl<'a> Runner<'a> {
             if let Some(why) = self.limit() {
                 return Ok(Stop::Limit(why));
             }
-            let spec = RenderSpec {
+            self.summarize(agent)?;
+            let mut spec = RenderSpec {
                 model: self.spec.model.clone(),
                 budget: self.spec.budget,
                 format: format_of(api),
                 tools: agent.actions.specs(),
                 always_record: true,
-                injections: Vec::<Injection>::new(),
+                injections: Vec::new(),
+            };
+            spec.injections = match self.pre_hooks(agent, &spec)? {
+                Ok(injections) => injections,
+                Err(halt) => return Ok(halt),
             };
             let rendered = self
                 .env
@@ -510,6 +627,7 @@ impl<'a> Runner<'a> {
             let usage = reply.usage;
             let event = loom_server::proxy::assistant_event(api, reply);
             self.env.store.append(&agent.session, &[event])?;
+            self.post_hooks(agent, &rendered.receipt)?;
             // The provider's count when it gave one; Loom's own otherwise.
             let (input, cached, output) = match usage {
                 Some(u) => (
@@ -774,6 +892,7 @@ impl<'a> Runner<'a> {
         let (result, success) = match self.drive(&child)? {
             Stop::Answered(text) => (text, true),
             Stop::Limit(why) => (format!("stopped before finishing: {why}"), false),
+            Stop::Halted(why) => (format!("halted by a hook: {why}"), false),
             paused @ Stop::Paused { .. } => return Ok(Err(paused)),
         };
         self.env.store.append(

@@ -92,6 +92,10 @@ pub struct Config {
     /// Tools.
     #[serde(default)]
     pub tools: ToolsConfig,
+    /// The summary worker run between turns (none: no summaries are written).
+    pub summarizer: Option<SummarizerConfig>,
+    /// Tokens kept free at each request's tail for what hooks inject.
+    pub injection_reserve: Option<u64>,
     /// Where the file is (relative paths are resolved against it).
     #[serde(skip)]
     pub dir: PathBuf,
@@ -137,6 +141,22 @@ pub struct SandboxConfig {
     /// Run without Landlock and seccomp.
     #[serde(default)]
     pub unsandboxed: bool,
+}
+
+/// `[summarizer]`: what writes the session's summary between turns.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummarizerConfig {
+    /// `deterministic` (no model: a structured digest of the steps), or `http`.
+    pub kind: String,
+    /// For `http`: `openai-chat` (and compatible servers) or `anthropic`.
+    pub api: Option<loom_runtime::Api>,
+    /// For `http`: the endpoint's base URL.
+    pub base_url: Option<String>,
+    /// For `http`: the variable holding the key.
+    pub api_key_env: Option<String>,
+    /// For `http`: a model other than the run's.
+    pub model: Option<String>,
 }
 
 /// `[exec_policy]`.
@@ -194,6 +214,42 @@ impl Config {
             p.to_path_buf()
         } else {
             self.dir.join(p)
+        }
+    }
+
+    /// The summarizer `[summarizer]` names, if any.
+    pub fn summarizer(&self) -> Result<Option<Box<dyn loom_runtime::Summarizer>>> {
+        let Some(c) = &self.summarizer else {
+            return Ok(None);
+        };
+        match c.kind.as_str() {
+            "deterministic" => Ok(Some(Box::new(
+                loom_runtime::DeterministicSummarizer::default(),
+            ))),
+            "http" => {
+                let api = c.api.ok_or_else(|| {
+                    AgentError::config("summarizer.api", "missing: openai-chat or anthropic")
+                })?;
+                let base = c
+                    .base_url
+                    .clone()
+                    .ok_or_else(|| AgentError::config("summarizer.base_url", "missing"))?;
+                let mut s = loom_runtime::HttpSummarizer::new(api, base);
+                if let Some(var) = &c.api_key_env {
+                    let key = std::env::var(var).map_err(|_| {
+                        AgentError::config("summarizer.api_key_env", format!("`{var}` is not set"))
+                    })?;
+                    s = s.api_key(key);
+                }
+                if let Some(m) = &c.model {
+                    s = s.model(m.clone());
+                }
+                Ok(Some(Box::new(s)))
+            }
+            other => Err(AgentError::config(
+                "summarizer.kind",
+                format!("`{other}`: expected deterministic or http"),
+            )),
         }
     }
 

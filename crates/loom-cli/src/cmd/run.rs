@@ -106,6 +106,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             ))
         })?;
     let opened = ctx.open()?;
+    let summarizer = config.summarizer().map_err(bad_input)?;
     let mut model: Box<dyn Model> = match args.provider.as_deref() {
         Some("scripted") => {
             let script = args.script.as_ref().ok_or_else(|| {
@@ -134,7 +135,10 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         .canonicalize()
         .map_err(|e| bad_input(anyhow::anyhow!("--workspace {}: {e}", workspace.display())))?;
     let actions = config.actions(&workspace).map_err(bad_input)?;
-    let env = Env::new(opened.store, opened.blobs)?;
+    let mut env = Env::new(opened.store, opened.blobs)?;
+    if let Some(reserve) = config.injection_reserve {
+        env.engine.policy.injection_reserve = reserve;
+    }
     let mut limits = config.limits();
     if args.max_turns.is_some() {
         limits.max_turns = args.max_turns;
@@ -155,7 +159,14 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let mut terminal = Terminal;
     let mut make_child =
         |parent: &loom_agent::Actions, ws: &std::path::Path| config.child_actions(parent, ws);
+    let worker = match &summarizer {
+        Some(_) => Some(worker_config(&env, &spec, model.api())?),
+        None => None,
+    };
     let mut runner = Runner::new(&env, model.as_mut(), &mut terminal, spec, &mut make_child);
+    if let (Some(s), Some(w)) = (&summarizer, &worker) {
+        runner = runner.with_summarizer(s.as_ref(), w);
+    }
     let report = match (&args.resume, &args.goal) {
         (Some(session), _) => {
             let session = SessionId::new(session.clone()).map_err(bad_input)?;
@@ -215,6 +226,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 report.session
             ),
         )),
+        Stop::Halted(why) => Err(stopped(4, format!("halted by a hook: {why}"))),
         Stop::Limit(why) => Err(stopped(
             4,
             format!("stopped at a limit: {why}; `loom run --resume {}` goes on", report.session),
@@ -236,4 +248,33 @@ fn replies_in(store: &dyn loom_store::Store, session: &str) -> anyhow::Result<us
         }
     }
     Ok(count)
+}
+
+/// The summary worker's settings for the run's model, budget and format.
+fn worker_config(
+    env: &Env,
+    spec: &RunSpec,
+    api: loom_provider::Api,
+) -> anyhow::Result<loom_runtime::WorkerConfig> {
+    let render = loom_server::engine::RenderSpec {
+        model: spec.model.clone(),
+        budget: spec.budget,
+        format: loom_agent::format_of(api),
+        tools: Vec::new(),
+        always_record: false,
+        injections: Vec::new(),
+    };
+    let (meter, policy) = env
+        .engine
+        .prepare(&render)
+        .map_err(|e| bad_input(anyhow::anyhow!("{}", e.message)))?;
+    Ok(loom_runtime::WorkerConfig::new(
+        policy,
+        loom_runtime::RenderSetup {
+            format: render.format,
+            model: spec.model.clone(),
+            tools: Vec::new(),
+            meter: std::sync::Arc::new(meter),
+        },
+    ))
 }
