@@ -6,7 +6,7 @@
 //! written) and appending the reply. Prints p50/p99/max over `TURNS` turns (default 1,000), in
 //! memory and in an SQLite file.
 //!
-//!     cargo bench -p loom-agent --bench turns -- [TURNS]
+//!     cargo bench -p loom-agent --bench turns -- [TURNS] [--memory]
 
 #![expect(clippy::print_stdout, reason = "a benchmark: its figures on stdout")]
 
@@ -145,6 +145,9 @@ fn main() {
     )
     .expect("an env");
     show("in memory", run(&memory, turns, dir.path()));
+    if std::env::args().any(|a| a == "--memory") {
+        return;
+    }
     let ws = loom_store::Workspace::open(&dir.path().join("bench.db")).expect("a database");
     let sqlite = Env::new(Arc::new(ws.store), Arc::new(ws.blobs)).expect("an env");
     show("sqlite file", run(&sqlite, turns, dir.path()));

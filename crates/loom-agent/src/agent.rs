@@ -577,11 +577,14 @@ impl<'a> Runner<'a> {
     /// Runs one agent until it answers, pauses or a limit stops it.
     fn drive(&mut self, agent: &Agent) -> Result<Stop> {
         let api = self.model.api();
+        // The tool list is fixed for a run: built once, not per call.
+        let tools = agent.actions.tools();
+        let specs = agent.actions.specs();
         loop {
             match self.events(&agent.session, next)? {
                 Next::Done(answer) => return Ok(Stop::Answered(answer)),
                 Next::Settle(calls) => {
-                    if let Some(stop) = self.settle(agent, &calls)? {
+                    if let Some(stop) = self.settle(agent, &tools, &calls)? {
                         return Ok(stop);
                     }
                     continue;
@@ -596,7 +599,7 @@ impl<'a> Runner<'a> {
                 model: self.spec.model.clone(),
                 budget: self.spec.budget,
                 format: format_of(api),
-                tools: agent.actions.specs(),
+                tools: specs.clone(),
                 always_record: true,
                 injections: Vec::new(),
             };
@@ -670,10 +673,20 @@ impl<'a> Runner<'a> {
     }
 
     /// Settles the calls of the last turn in order; `Some` when the run must pause.
-    fn settle(&mut self, agent: &Agent, calls: &[ToolCall]) -> Result<Option<Stop>> {
+    fn settle(
+        &mut self,
+        agent: &Agent,
+        tools: &[ToolDef],
+        calls: &[ToolCall],
+    ) -> Result<Option<Stop>> {
         let ledger = self.events(&agent.session, approval::Ledger::read)?;
         for call in calls {
-            let Some(tool) = agent.actions.find(&call.name) else {
+            let seed = crate::names::seed(&call.name);
+            let Some(tool) = tools
+                .iter()
+                .find(|t| t.name == seed || t.name == call.name)
+                .cloned()
+            else {
                 self.result(
                     agent,
                     call,

@@ -73,16 +73,28 @@ fn append_to(
     events: &[NewEvent],
 ) -> Result<RangeInclusive<Seq>> {
     let first = data.events.len() as Seq + 1;
-    let mut ledger = data.ledger.clone();
-    validate::events(session, &mut ledger, first, events)?;
+    // Checked against the states of the calls the batch names only (not a copy of the whole
+    // ledger, which grows with the session), then applied.
+    let mut partial = Ledger::from_states(
+        crate::calls::touched_calls(events)
+            .into_iter()
+            .filter_map(|id| {
+                data.ledger
+                    .get(id)
+                    .map(|state| (id.to_owned(), state.clone()))
+            }),
+    );
+    validate::events(session, &mut partial, first, events)?;
     for (i, e) in events.iter().enumerate() {
+        let seq = first + i as Seq;
+        // Cannot fail: the batch was just checked against the same states.
+        let _ = data.ledger.apply(seq, &e.body);
         data.events.push(Event {
-            seq: first + i as Seq,
+            seq,
             ts_ms: e.ts_ms,
             body: e.body.clone(),
         });
     }
-    data.ledger = ledger;
     if let Some(info) = data.info.as_mut() {
         info.event_count = data.events.len() as u64;
     }
@@ -153,6 +165,28 @@ impl Store for MemoryStore {
     fn latest_seq(&self, session: &SessionId) -> Result<Seq> {
         let mut map = self.lock();
         Ok(existing(&mut map, session)?.events.len() as Seq)
+    }
+
+    fn catch_up(&self, session: &SessionId, known: crate::Known) -> Result<crate::CatchUp> {
+        // One lock, and only what changed is copied: a live session catches up on every call,
+        // and the newest receipt (with its compaction state) is the largest record there is.
+        let mut map = self.lock();
+        let data = existing(&mut map, session)?;
+        let last_seq = data.events.len() as Seq;
+        let from = usize::try_from(known.seq)
+            .unwrap_or(usize::MAX)
+            .min(data.events.len());
+        let newest = data.summaries.last().map_or(0, |s| s.version);
+        Ok(crate::CatchUp {
+            last_seq,
+            events: data.events[from..].to_vec(),
+            summaries: (newest != known.summary_version).then(|| data.summaries.clone()),
+            last_call: data
+                .model_calls
+                .last()
+                .filter(|c| c.id != known.call)
+                .cloned(),
+        })
     }
 
     fn tool_calls(&self, session: &SessionId) -> Result<Vec<ToolCallRecord>> {
