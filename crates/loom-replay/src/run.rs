@@ -647,6 +647,32 @@ mod tests {
     }
 
     #[test]
+    fn full_and_window_hits_equal_scanning_each_whole() {
+        let messages = [
+            Msg::System(MessageContent::Text("rules".into())),
+            user("saw alpha_1 here"),
+            user("and beta_2 there"),
+            user("beta_2 again, and delta_4"),
+        ];
+        let evidence: Vec<String> = ["alpha_1", "beta_2", "gamma_3", "delta_4"]
+            .map(String::from)
+            .to_vec();
+        for kept in [vec![0, 3], vec![0, 2, 3], vec![], vec![0, 1, 2, 3]] {
+            let full = evidence::hits(&evidence, messages.iter().flat_map(msg_texts));
+            let window = evidence::hits(
+                &evidence,
+                kept.iter().flat_map(|&i: &usize| msg_texts(&messages[i])),
+            );
+            assert_eq!(
+                full_and_window_hits(&evidence, &messages, &kept),
+                (full, window),
+                "kept {kept:?}"
+            );
+        }
+        assert_eq!(full_and_window_hits(&evidence, &messages, &[0, 3]), (3, 2));
+    }
+
+    #[test]
     fn a_message_never_counts_more_cached_tokens_than_it_has() {
         // The message grew at its end, so its wire text shares a long prefix with the previous
         // one; its piece says 5 tokens, fewer than that prefix's wire text counts.
