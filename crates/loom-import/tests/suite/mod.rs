@@ -9,7 +9,9 @@ mod reimport;
 mod traces;
 
 use loom_core::{EventBody, NewEvent};
-use loom_import::{parse_file, parse_reader, parse_slice, Format, ImportError, ParseOptions, ParsedSession};
+use loom_import::{
+    parse_file, parse_reader, parse_slice, Format, ImportError, ParseOptions, ParsedSession,
+};
 use loom_store::MemoryBlobStore;
 
 /// Where the shared traces live, relative to this crate.
