@@ -28,6 +28,11 @@ impl Tracker {
     pub(crate) fn line(&self) -> u64 {
         self.line.get()
     }
+
+    /// Moves to `line`: a parser handed one line of a file at a time says where it is.
+    pub(crate) fn set_line(&self, line: u64) {
+        self.line.set(line);
+    }
 }
 
 /// Marks an I/O error as "the bytes are not UTF-8", so the caller can report the offset.

@@ -2,6 +2,7 @@
 //! the request for call k exactly as a live agent would have received it, and measure it beside
 //! the baselines.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
@@ -16,6 +17,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::evidence::{self, Seen};
+use crate::meter::CachedMeter;
 use crate::window;
 
 /// How to replay.
@@ -227,10 +229,48 @@ fn msg_texts(msg: &Msg) -> Vec<&str> {
     }
 }
 
+/// Evidence hits of the full history and of the window kept from it (`kept`, indices into
+/// `messages`). The window's messages are the full history's own, so an identifier the window
+/// holds is in the full history too; only the others are looked for in the messages the window
+/// left out, instead of scanning the whole history for every identifier.
+fn full_and_window_hits(evidence: &[String], messages: &[Msg], kept: &[usize]) -> (u32, u32) {
+    let mut in_window = vec![false; messages.len()];
+    for &i in kept {
+        if let Some(w) = in_window.get_mut(i) {
+            *w = true;
+        }
+    }
+    let window: Vec<&str> = kept
+        .iter()
+        .filter_map(|&i| messages.get(i))
+        .flat_map(msg_texts)
+        .collect();
+    let rest: Vec<&str> = messages
+        .iter()
+        .zip(&in_window)
+        .filter(|(_, w)| !**w)
+        .flat_map(|(m, _)| msg_texts(m))
+        .collect();
+    let (mut full, mut win) = (0, 0);
+    for id in evidence {
+        let finder = memchr::memmem::Finder::new(id.as_bytes());
+        let found = |texts: &[&str]| texts.iter().any(|t| finder.find(t.as_bytes()).is_some());
+        if found(&window) {
+            win += 1;
+            full += 1;
+        } else if found(&rest) {
+            full += 1;
+        }
+    }
+    (full, win)
+}
+
 /// Replays trajectories with one set of options.
 pub struct Replayer<'a> {
     opts: ReplayOptions,
-    meter: &'a dyn TokenMeter,
+    /// The meter behind one count cache for every trajectory: trajectories of one source share
+    /// their system prompt and tool list, and both renders of a call meter the same messages.
+    meter: CachedMeter<'a>,
     blobs: &'a dyn BlobStore,
     full_policy: Policy,
 }
@@ -263,7 +303,7 @@ impl<'a> Replayer<'a> {
         meter.count("warm up");
         Self {
             opts,
-            meter,
+            meter: CachedMeter::new(meter),
             blobs,
             full_policy,
         }
@@ -304,8 +344,7 @@ impl<'a> Replayer<'a> {
         let mut state = CompactionState::default();
         let mut memo = CostMemo::new();
         let mut full_memo = CostMemo::new();
-        let cached = crate::meter::CachedMeter::new(self.meter);
-        let meter: &dyn TokenMeter = &cached;
+        let meter: &dyn TokenMeter = &self.meter;
         let mut last: Option<Last> = None;
         // Kept up to date event by event, as a live engine keeps it.
         let mut proj = Projection::default();
@@ -390,17 +429,20 @@ impl<'a> Replayer<'a> {
                     },
                     Some(arrived),
                 ) => {
-                    let bytes: Vec<u8> = match content {
-                        ToolOutput::Text(s) => s.clone().into_bytes(),
-                        ToolOutput::Parts(parts) => loom_core::MessageContent::Parts(parts.clone())
-                            .text()
-                            .into_owned()
-                            .into_bytes(),
+                    // A text output is read where it is, not copied for every result.
+                    let bytes: Cow<'_, [u8]> = match content {
+                        ToolOutput::Text(s) => Cow::Borrowed(s.as_bytes()),
+                        ToolOutput::Parts(parts) => Cow::Owned(
+                            loom_core::MessageContent::Parts(parts.clone())
+                                .text()
+                                .into_owned()
+                                .into_bytes(),
+                        ),
                         ToolOutput::Blob(r) => {
-                            self.blobs.get(r).map_err(|source| ReplayError::Blob {
+                            Cow::Owned(self.blobs.get(r).map_err(|source| ReplayError::Blob {
                                 trace: id.clone(),
                                 source: Box::new(source),
-                            })?
+                            })?)
                         }
                     };
                     seen.tool(&String::from_utf8_lossy(&bytes));
@@ -491,8 +533,8 @@ impl<'a> Replayer<'a> {
         );
         loom_sent.orphan =
             render::check_request(loom.format, &loom.body()).is_err_and(|v| v.is_orphan());
-        loom_sent.evidence_hits =
-            evidence::hits(evidence, loom.request.messages.iter().flat_map(msg_texts));
+        let loom_texts: Vec<&str> = loom.request.messages.iter().flat_map(msg_texts).collect();
+        loom_sent.evidence_hits = evidence::hits(evidence, loom_texts.iter().copied());
         let mut full_sent = sent(
             &sending(full),
             prev_full.as_deref(),
@@ -501,8 +543,6 @@ impl<'a> Replayer<'a> {
             format,
             meter,
         );
-        full_sent.evidence_hits =
-            evidence::hits(evidence, full.request.messages.iter().flat_map(msg_texts));
         let mut window_sent = sent(
             &window_sending(full, kept),
             prev_window.as_deref(),
@@ -511,11 +551,8 @@ impl<'a> Replayer<'a> {
             format,
             meter,
         );
-        window_sent.evidence_hits = evidence::hits(
-            evidence,
-            kept.iter()
-                .flat_map(|&i| msg_texts(&full.request.messages[i])),
-        );
+        (full_sent.evidence_hits, window_sent.evidence_hits) =
+            full_and_window_hits(evidence, &full.request.messages, kept);
         CallRecord {
             call,
             evidence: evidence.len() as u32,
@@ -607,6 +644,32 @@ mod tests {
             content: MessageContent::Text(text.to_owned()),
             name: None,
         }
+    }
+
+    #[test]
+    fn full_and_window_hits_equal_scanning_each_whole() {
+        let messages = [
+            Msg::System(MessageContent::Text("rules".into())),
+            user("saw alpha_1 here"),
+            user("and beta_2 there"),
+            user("beta_2 again, and delta_4"),
+        ];
+        let evidence: Vec<String> = ["alpha_1", "beta_2", "gamma_3", "delta_4"]
+            .map(String::from)
+            .to_vec();
+        for kept in [vec![0, 3], vec![0, 2, 3], vec![], vec![0, 1, 2, 3]] {
+            let full = evidence::hits(&evidence, messages.iter().flat_map(msg_texts));
+            let window = evidence::hits(
+                &evidence,
+                kept.iter().flat_map(|&i: &usize| msg_texts(&messages[i])),
+            );
+            assert_eq!(
+                full_and_window_hits(&evidence, &messages, &kept),
+                (full, window),
+                "kept {kept:?}"
+            );
+        }
+        assert_eq!(full_and_window_hits(&evidence, &messages, &[0, 3]), (3, 2));
     }
 
     #[test]

@@ -9,7 +9,9 @@ mod reimport;
 mod traces;
 
 use loom_core::{EventBody, NewEvent};
-use loom_import::{parse_reader, parse_slice, Format, ImportError, ParseOptions, ParsedSession};
+use loom_import::{
+    parse_file, parse_reader, parse_slice, Format, ImportError, ParseOptions, ParsedSession,
+};
 use loom_store::MemoryBlobStore;
 
 /// Where the shared traces live, relative to this crate.
@@ -36,7 +38,25 @@ pub(crate) fn parse_as(
         (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "on {text}"),
         _ => panic!("one reader failed, the other did not, on {text}: {streamed:?} / {sliced:?}"),
     }
+    same_as_file(text, format);
     streamed
+}
+
+/// Checks that a file holding `text` reads as the streaming reader reads it: `parse_file` parses
+/// a file from memory one line at a time and falls back to the streaming reader.
+pub(crate) fn same_as_file(text: &str, format: Format) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("conv.json");
+    std::fs::write(&path, text).unwrap();
+    let name = path.display().to_string();
+    let blobs = MemoryBlobStore::new();
+    let streamed = parse_reader(&name, "conv", text.as_bytes(), &opts(format), &blobs);
+    let filed = parse_file(&path, &opts(format), &blobs);
+    match (&streamed, &filed) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "the file reader disagrees on {text}"),
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "on {text}"),
+        _ => panic!("one reader failed, the other did not, on {text}: {streamed:?} / {filed:?}"),
+    }
 }
 
 /// Parses `text` with auto-detection; panics on error.

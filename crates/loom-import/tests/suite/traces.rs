@@ -125,3 +125,27 @@ fn all_traces_import_and_unfinished_calls_stay_pending() {
     assert_eq!((again.imported, again.unchanged), (0, want_sessions));
     assert_eq!(again.events, 0);
 }
+
+#[test]
+fn a_trace_file_reads_from_memory_as_the_streaming_reader_reads_it() {
+    // The shared traces, read whole and line by line, against the streaming reader.
+    for path in trace_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        super::same_as_file(&text, Format::Auto);
+    }
+    let line = r#"{"id": "t1", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}"#;
+    let other = r#"{"id": "t2", "messages": [{"role": "user", "content": "more"}]}"#;
+    for text in [
+        // Blank lines, CRLF, a byte-order mark, indentation: the fast path.
+        format!("\u{feff}{line}\r\n\r\n  {other}\t\n"),
+        // A record over several lines, or two on one line: the streaming reader reads them.
+        format!("{line}\n{{\"id\": \"t2\",\n \"messages\": [{{\"role\": \"user\", \"content\": \"x\"}}]}}\n"),
+        format!("{line} {other}\n"),
+        // Errors: bad JSON on line 3, a bare word, an empty file.
+        format!("{line}\n\n{{\"id\": \"t2\", \"messages\": [}}\n"),
+        format!("{line}\nnot json\n"),
+        String::new(),
+    ] {
+        super::same_as_file(&text, Format::Auto);
+    }
+}
