@@ -29,10 +29,6 @@ pub enum CallError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The blocking API was called on a thread that drives an async runtime, where blocking
-    /// would stall every task of that runtime.
-    #[error("the blocking provider client was called from inside an async runtime; call `complete_async` there")]
-    Blocking,
     /// No connection, or the connection broke before the reply's headers.
     #[error("{url}: could not get a reply after {attempts} attempt(s): {detail}")]
     Connect {
@@ -150,9 +146,7 @@ impl CallError {
             | Self::Overloaded { .. }
             | Self::StreamCut { .. } => true,
             Self::Status { status, .. } => retryable_status(*status),
-            Self::Config { .. } | Self::Request { .. } | Self::Blocking | Self::Protocol { .. } => {
-                false
-            }
+            Self::Config { .. } | Self::Request { .. } | Self::Protocol { .. } => false,
         }
     }
 
@@ -166,7 +160,7 @@ impl CallError {
             | Self::Status { attempts, .. }
             | Self::Protocol { attempts, .. }
             | Self::StreamCut { attempts, .. } => *attempts,
-            Self::Config { .. } | Self::Request { .. } | Self::Blocking => 0,
+            Self::Config { .. } | Self::Request { .. } => 0,
         }
     }
 
@@ -198,7 +192,7 @@ impl CallError {
             | Self::Status { attempts, .. }
             | Self::Protocol { attempts, .. }
             | Self::StreamCut { attempts, .. } => *attempts = n,
-            Self::Config { .. } | Self::Request { .. } | Self::Blocking => {}
+            Self::Config { .. } | Self::Request { .. } => {}
         }
         self
     }

@@ -128,21 +128,34 @@ impl Client {
     /// The body is sent with `model` (when configured) and `stream` set, and for a streamed Chat
     /// Completions call `stream_options.include_usage`, so the usage always comes back.
     /// `on_delta` sees text, thinking and tool names as they arrive (once each, whole, when not
-    /// streaming). Must not be called on a thread that drives a tokio runtime
-    /// ([`CallError::Blocking`]): use [`Client::complete_async`] there.
+    /// streaming).
+    ///
+    /// Callable from any thread. On a thread that is inside a tokio runtime (a `spawn_blocking`
+    /// closure, say) the call runs on a short-lived helper thread, since a runtime cannot be
+    /// driven from inside another; on an async worker thread it still blocks that worker, so
+    /// async code should use [`Client::complete_async`].
     pub fn complete(
         &self,
         body: &Value,
         stream: bool,
-        on_delta: &mut dyn FnMut(&Delta),
+        on_delta: &mut (dyn FnMut(&Delta) + Send),
     ) -> Result<Completion, CallError> {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(CallError::Blocking);
-        }
         let Some(runtime) = &self.runtime else {
-            return Err(CallError::Blocking);
+            return Err(CallError::config("client", "already shut down"));
         };
-        runtime.block_on(call::run(self, &self.blocking_http, body, stream, on_delta))
+        let run = move || {
+            // Moved in, so the closure runs once and can be sent to a helper thread.
+            let on_delta = on_delta;
+            runtime.block_on(call::run(self, &self.blocking_http, body, stream, on_delta))
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return run();
+        }
+        std::thread::scope(|scope| match scope.spawn(run).join() {
+            Ok(result) => result,
+            // Only `on_delta`, the caller's code, can panic in there: the panic is theirs.
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
     }
 
     /// [`Client::complete`] for callers on a tokio runtime (with its time driver enabled, as

@@ -454,7 +454,7 @@ fn a_closed_port_is_a_connect_error_after_the_retries() {
 }
 
 #[test]
-fn the_async_api_on_a_runtime_and_the_blocking_one_refused_there() {
+fn the_async_api_on_a_runtime_and_the_blocking_one_inside_it() {
     let up = upstream();
     let c = client(Api::Responses, &up);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -462,12 +462,21 @@ fn the_async_api_on_a_runtime_and_the_blocking_one_refused_there() {
         .build()
         .unwrap();
     let b = body(Api::Responses, "hello there", false);
+    let mut deltas = Vec::new();
     let done = runtime
-        .block_on(c.complete_async(&b, true, &mut |_| {}))
+        .block_on(c.complete_async(&b, true, &mut |d| deltas.push(d.clone())))
         .unwrap();
-    assert!(done.reply.content.unwrap().contains("hello there"));
+    let content = done.reply.content.unwrap();
+    assert!(content.contains("hello there"));
+    assert_eq!(text_of(&deltas, false), content);
+    // Inside a runtime's context the blocking call still works (on a helper thread).
     let blocked = runtime.block_on(async { c.complete(&b, false, &mut |_| {}) });
-    assert!(matches!(blocked, Err(CallError::Blocking)), "{blocked:?}");
+    assert!(blocked
+        .unwrap()
+        .reply
+        .content
+        .unwrap()
+        .contains("hello there"));
     // Dropping the client (and its runtime) inside an async context must not panic.
     runtime.block_on(async move { drop(c) });
 }
