@@ -136,8 +136,9 @@ fn wait(retry_after: &Option<Duration>) -> String {
 
 impl CallError {
     /// Whether the same call may succeed if made again later: true for connection failures,
-    /// timeouts, rate limits, overload, server-side statuses (408, 409, 5xx) and a reply cut
-    /// short; false for the request's or the config's own faults.
+    /// timeouts, rate limits, overload, server-side statuses (408, 409, 5xx), a reply cut short
+    /// and an error the provider reported in the middle of a reply (an overloaded stream); false
+    /// for the request's or the config's own faults and for a reply Loom cannot read.
     pub fn retryable(&self) -> bool {
         match self {
             Self::Connect { .. }
@@ -146,7 +147,8 @@ impl CallError {
             | Self::Overloaded { .. }
             | Self::StreamCut { .. } => true,
             Self::Status { status, .. } => retryable_status(*status),
-            Self::Config { .. } | Self::Request { .. } | Self::Protocol { .. } => false,
+            Self::Protocol { source, .. } => matches!(source, ProviderError::Upstream { .. }),
+            Self::Config { .. } | Self::Request { .. } => false,
         }
     }
 
@@ -230,5 +232,22 @@ mod tests {
         };
         assert!(cut.retryable());
         assert_eq!(cut.with_attempts(3).attempts(), 3);
+        let protocol = |source| CallError::Protocol {
+            url: "u".into(),
+            attempts: 1,
+            source,
+        };
+        let mid_stream = protocol(ProviderError::Upstream {
+            api: crate::Api::Messages,
+            record: "event 4 (error)".into(),
+            kind: "overloaded_error".into(),
+            message: "Overloaded".into(),
+        });
+        assert!(mid_stream.retryable());
+        let garbled = protocol(ProviderError::Incomplete {
+            api: crate::Api::Messages,
+            reason: "r".into(),
+        });
+        assert!(!garbled.retryable());
     }
 }
