@@ -26,6 +26,10 @@ pub struct Fault {
     pub drop_after_bytes: Option<usize>,
     /// Wait this long before answering at all (before the status line).
     pub delay_ms: Option<u64>,
+    /// With a `status`: send this `retry-after` value (seconds, or an HTTP date) instead of the
+    /// short `retry-after-ms` error replies carry otherwise, so a client's honouring of the
+    /// provider's wait can be told apart from its own back-off.
+    pub retry_after: Option<String>,
 }
 
 impl Fault {

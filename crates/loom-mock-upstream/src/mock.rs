@@ -241,7 +241,15 @@ impl Mock {
             Api::Chat | Api::Responses => Flavor::OpenAi,
         };
         let outgoing = match fault.status {
-            Some(status) => error::fault_reply(flavor, status, &request_id(self.next_serial())),
+            Some(status) => {
+                let reply = error::fault_reply(flavor, status, &request_id(self.next_serial()));
+                match &fault.retry_after {
+                    Some(value) => reply
+                        .without_header("retry-after-ms")
+                        .header("retry-after", value),
+                    None => reply,
+                }
+            }
             None => self.generate(api, parsed, flavor),
         };
         outgoing.into_response(&fault)

@@ -64,6 +64,12 @@ impl Outgoing {
         self
     }
 
+    /// Removes a header set earlier (a fault replacing the usual one).
+    pub(crate) fn without_header(mut self, name: &'static str) -> Self {
+        self.headers.retain(|(n, _)| n.as_str() != name);
+        self
+    }
+
     /// The response to send, with its body reshaped as `fault` asks.
     pub(crate) fn into_response(self, fault: &Fault) -> Response {
         let body = if fault.shapes_body() {

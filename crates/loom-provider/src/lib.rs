@@ -1,14 +1,19 @@
-//! The providers' wire formats: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages.
+//! The providers' wire formats and the one HTTP client that speaks them: OpenAI Chat
+//! Completions, OpenAI Responses, Anthropic Messages.
 //!
-//! Pure parsing, with no I/O and no async, so that the proxy, the agent runtime and the
-//! summarizers share one reading of each format:
+//! The parsers are pure (no I/O, no async), so that the proxy, the agent runtime and the
+//! summarizers share one reading of each format; [`client`] sends requests and reads replies
+//! through them, for the agent loop and the summarizers, and names each API's URL and credential
+//! headers for the proxy:
 //!
 //! - [`SseParser`] turns a streamed body into events, whatever the chunk boundaries;
 //! - [`parse_reply`] and [`StreamAssembler`] read the assistant turn of a reply, whole or
 //!   streamed, with the provider's usage;
 //! - [`check_request`] refuses a client request that the provider would refuse, naming the field,
 //!   before anything is forwarded or stored;
-//! - [`error_body`] shapes Loom's own errors the way each provider's SDKs expect them.
+//! - [`error_body`] shapes Loom's own errors the way each provider's SDKs expect them;
+//! - [`client::Client`] calls a provider, streaming or not, retrying only before a reply starts,
+//!   with one typed error, [`client::CallError`].
 //!
 //! The proxy's side of a streamed reply: the bytes go to the client untouched, and the same
 //! chunks go through the parser into the assembler; only a finished turn is logged.
@@ -36,6 +41,7 @@
 //! ```
 
 mod check;
+pub mod client;
 mod error;
 mod error_body;
 mod json;

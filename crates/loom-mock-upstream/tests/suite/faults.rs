@@ -76,6 +76,19 @@ async fn statuses_answer_in_each_providers_shape() {
 }
 
 #[tokio::test]
+async fn a_faults_retry_after_replaces_the_short_retry_after_ms() {
+    let mock = spawn().await;
+    mock.push_fault(Fault {
+        retry_after: Some("2".into()),
+        ..Fault::status(429)
+    });
+    let resp = post(&mock, "/v1/messages", &anthropic(false)).await;
+    assert_eq!(resp.status().as_u16(), 429);
+    assert_eq!(resp.headers()["retry-after"], "2");
+    assert!(!resp.headers().contains_key("retry-after-ms"));
+}
+
+#[tokio::test]
 async fn malformed_requests_get_a_400_naming_the_field() {
     let mock = spawn().await;
     let error = post_json(

@@ -1,6 +1,7 @@
 //! Shared helpers: fixtures, and streams fed whole, split at every byte, or one byte at a time.
 
 mod check;
+mod client;
 mod replies;
 mod streams;
 

@@ -1,5 +1,5 @@
-//! The LLM summarizer: OpenAI-compatible `/v1/chat/completions` or Anthropic `/v1/messages`, over
-//! blocking HTTP (no async runtime: it runs on the worker's thread).
+//! The LLM summarizer: OpenAI-compatible `/v1/chat/completions` or Anthropic `/v1/messages`,
+//! through `loom-provider`'s client (the one HTTP stack Loom has), blocking on the worker's thread.
 //!
 //! The request is the conversation's request cut at its stable prefix — the same model, system
 //! prompt, tools, pins and compact block, serialised by the same format code, so the bytes match
@@ -8,21 +8,20 @@
 //! change of `tool_choice` invalidates cached message blocks; the instruction says not to call
 //! tools, and a reply without text is an error.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use loom_core::render::{Format, Msg, Request};
 use loom_core::MessageContent;
+use loom_provider::client::{CallError, Client, ProviderConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Summarizer, SummaryRequest};
 use crate::error::{Result, RuntimeError};
 
-/// Anthropic API version header sent with every request.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// Longest part of an error body kept in an error.
-const DETAIL_CHARS: usize = 500;
+/// The whole-call limit unless [`HttpSummarizer::timeout`] says otherwise.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The wire protocol of the summary endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,10 +42,11 @@ impl Api {
         }
     }
 
-    fn path(self) -> &'static str {
+    /// The provider client's name for this wire format.
+    fn provider(self) -> loom_provider::Api {
         match self {
-            Self::OpenaiChat => "/chat/completions",
-            Self::Anthropic => "/messages",
+            Self::OpenaiChat => loom_provider::Api::ChatCompletions,
+            Self::Anthropic => loom_provider::Api::Messages,
         }
     }
 }
@@ -54,49 +54,45 @@ impl Api {
 /// See the module documentation.
 pub struct HttpSummarizer {
     api: Api,
-    base_url: String,
-    api_key: Option<String>,
+    /// Where and how to call; `model` stays `None`, the body carries it.
+    config: ProviderConfig,
     model: Option<String>,
-    agent: ureq::Agent,
+    /// Built at the first call, from the config as the builder methods left it.
+    client: OnceLock<Client>,
     name: String,
 }
 
 impl std::fmt::Debug for HttpSummarizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The config's own `Debug` redacts the key.
         f.debug_struct("HttpSummarizer")
             .field("api", &self.api)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("config", &self.config)
             .field("model", &self.model)
             .finish()
     }
 }
 
-fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(timeout).build()
-}
-
-fn cut(text: &str, max: usize) -> String {
-    text.chars().take(max).collect()
-}
-
 impl HttpSummarizer {
     /// A summarizer for `api` at `base_url` (`https://api.openai.com`, `http://127.0.0.1:8000/v1`:
-    /// a trailing `/v1` is accepted). Timeout: 120 s.
+    /// a trailing `/v1` is accepted). Timeout: two minutes for the whole call; failures before a
+    /// reply starts (connection, 429, 5xx, 529) are retried by the provider client.
     pub fn new(api: Api, base_url: impl Into<String>) -> Self {
+        let mut config = ProviderConfig::new(api.provider(), base_url);
+        config.timeout = DEFAULT_TIMEOUT;
         Self {
             api,
-            base_url: base_url.into(),
-            api_key: None,
+            config,
             model: None,
-            agent: agent(Duration::from_secs(120)),
+            client: OnceLock::new(),
             name: format!("http:{}", api.format().as_str()),
         }
     }
 
     /// The key sent as `Authorization: Bearer` (OpenAI) or `x-api-key` (Anthropic).
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
+        self.config.api_key = Some(key.into());
+        self.client = OnceLock::new();
         self
     }
 
@@ -111,15 +107,17 @@ impl HttpSummarizer {
 
     /// The whole-request timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.agent = agent(timeout);
+        self.config.timeout = timeout;
+        self.client = OnceLock::new();
         self
     }
 
-    /// The URL requests go to.
+    /// The URL requests go to (the base URL as given when it is not a URL; the call then fails
+    /// with a config error naming it).
     pub fn endpoint(&self) -> String {
-        let base = self.base_url.trim_end_matches('/');
-        let base = base.strip_suffix("/v1").unwrap_or(base);
-        format!("{base}/v1{}", self.api.path())
+        loom_provider::client::endpoint(self.api.provider(), &self.config.base_url)
+            .map(String::from)
+            .unwrap_or_else(|_| self.config.base_url.clone())
     }
 
     /// The request body for `req`: the conversation's prefix, then the prompt with the
@@ -157,84 +155,55 @@ impl HttpSummarizer {
         Ok(body)
     }
 
-    fn post(&self, body: &Value) -> Result<Value> {
-        let url = self.endpoint();
-        let mut call = self
-            .agent
-            .post(&url)
-            .set("content-type", "application/json");
-        match (self.api, &self.api_key) {
-            (Api::OpenaiChat, Some(key)) => {
-                call = call.set("authorization", &format!("Bearer {key}"));
-            }
-            (Api::Anthropic, key) => {
-                call = call.set("anthropic-version", ANTHROPIC_VERSION);
-                if let Some(key) = key {
-                    call = call.set("x-api-key", key);
-                }
-            }
-            (Api::OpenaiChat, None) => {}
+    /// The provider client, built once.
+    fn client(&self) -> Result<&Client> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
         }
-        let response = match call.send_string(&body.to_string()) {
-            Ok(r) => r,
-            Err(ureq::Error::Status(code, r)) => {
-                let detail = r.into_string().unwrap_or_default();
-                return Err(RuntimeError::Http {
-                    url,
-                    status: Some(code),
-                    detail: cut(&detail, DETAIL_CHARS),
-                });
-            }
-            Err(ureq::Error::Transport(t)) => {
-                return Err(RuntimeError::Http {
-                    url,
-                    status: None,
-                    detail: t.to_string(),
-                })
-            }
-        };
-        let text = response.into_string().map_err(|e| RuntimeError::Http {
-            url: url.clone(),
-            status: None,
-            detail: format!("reading the body: {e}"),
-        })?;
-        serde_json::from_str(&text).map_err(|e| RuntimeError::Response {
-            url,
-            reason: format!("body is not JSON ({e}): {}", cut(&text, DETAIL_CHARS)),
-        })
+        let client = Client::new(self.config.clone()).map_err(|e| self.error(e))?;
+        Ok(self.client.get_or_init(|| client))
     }
 
-    fn text_of(&self, reply: &Value) -> Result<String> {
-        let bad = |reason: &str| RuntimeError::Response {
-            url: self.endpoint(),
-            reason: reason.to_owned(),
+    /// A provider error in the runtime's terms: a status or transport failure is
+    /// [`RuntimeError::Http`], a reply that cannot be read is [`RuntimeError::Response`].
+    fn error(&self, e: CallError) -> RuntimeError {
+        let url = self.endpoint();
+        let status = match &e {
+            CallError::Status { status, .. } | CallError::Overloaded { status, .. } => {
+                Some(*status)
+            }
+            CallError::RateLimited { .. } => Some(429),
+            CallError::Config { field, reason } => {
+                return RuntimeError::config(format!("summarizer.{field}"), reason.clone())
+            }
+            CallError::Protocol { .. } => {
+                return RuntimeError::Response {
+                    url,
+                    reason: e.to_string(),
+                }
+            }
+            _ => None,
         };
-        let text = match self.api {
-            Api::OpenaiChat => match &reply["choices"][0]["message"]["content"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => parts
-                    .iter()
-                    .filter_map(|p| p["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join(""),
-                _ => return Err(bad("`choices[0].message.content` holds no text")),
-            },
-            Api::Anthropic => match &reply["content"] {
-                Value::Array(blocks) => blocks
-                    .iter()
-                    .filter(|b| b["type"] == "text")
-                    .filter_map(|b| b["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join(""),
-                _ => return Err(bad("`content` is not a list of blocks")),
-            },
-        };
-        if text.trim().is_empty() {
-            return Err(bad(
-                "the reply holds no text (a tool call or an empty answer)",
-            ));
+        RuntimeError::Http {
+            url,
+            status,
+            detail: e.to_string(),
         }
-        Ok(text)
+    }
+
+    /// The summary text of `body`'s reply.
+    fn call(&self, body: &Value) -> Result<String> {
+        let done = self
+            .client()?
+            .complete(body, false, &mut |_| {})
+            .map_err(|e| self.error(e))?;
+        match done.reply.content {
+            Some(text) if !text.trim().is_empty() => Ok(text),
+            _ => Err(RuntimeError::Response {
+                url: self.endpoint(),
+                reason: "the reply holds no text (a tool call or an empty answer)".to_owned(),
+            }),
+        }
     }
 }
 
@@ -245,7 +214,6 @@ impl Summarizer for HttpSummarizer {
 
     fn summarize(&self, req: &SummaryRequest) -> Result<String> {
         let body = self.request_body(req)?;
-        let reply = self.post(&body)?;
-        self.text_of(&reply)
+        self.call(&body)
     }
 }
