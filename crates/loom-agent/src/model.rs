@@ -166,11 +166,82 @@ mod tests {
     }
 }
 
-/// The model a configuration's `[provider]` names, over HTTP.
+/// A provider over HTTP (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, or an
+/// OpenAI-compatible server), through the provider client `loom serve` and the summarizers use.
+/// Replies are streamed; retries happen only before a reply's first byte.
+pub struct Http {
+    client: loom_provider::client::Client,
+    api: Api,
+}
+
+impl std::fmt::Debug for Http {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http")
+            .field("url", &self.client.url().as_str())
+            .finish()
+    }
+}
+
+impl Http {
+    /// A model over `config`.
+    pub fn new(config: loom_provider::client::ProviderConfig) -> Result<Self> {
+        let api = config.api;
+        let client = loom_provider::client::Client::new(config)
+            .map_err(|e| AgentError::config("provider", e.to_string()))?;
+        Ok(Self { client, api })
+    }
+}
+
+impl Model for Http {
+    fn api(&self) -> Api {
+        self.api
+    }
+
+    fn call(
+        &mut self,
+        body: &Value,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<AssistantReply, String> {
+        // The client wants a `Send` callback (it may run on a helper thread): text is gathered
+        // there and handed to the terminal when the reply is complete.
+        let text = std::sync::Mutex::new(String::new());
+        let mut on_delta = |d: &loom_provider::client::Delta| {
+            if let loom_provider::client::Delta::Text(t) = d {
+                if let Ok(mut all) = text.lock() {
+                    all.push_str(t);
+                }
+            }
+        };
+        let completion = self
+            .client
+            .complete(body, true, &mut on_delta)
+            .map_err(|e| e.to_string())?;
+        if let Ok(all) = text.lock() {
+            if !all.is_empty() {
+                on_text(&all);
+            }
+        }
+        Ok(completion.reply)
+    }
+}
+
+/// The model a configuration's `[provider]` names (or, without one, OpenAI Chat Completions with
+/// `OPENAI_API_KEY` and `OPENAI_BASE_URL` from the environment), for `model`.
 pub fn from_config(config: &crate::Config, model: &str) -> Result<Box<dyn Model>> {
-    let _ = (config, model);
-    Err(AgentError::config(
-        "provider",
-        "the HTTP provider clients are not built into this version yet; use --provider scripted",
-    ))
+    let provider = match &config.provider {
+        Some(table) => {
+            let mut raw: loom_provider::client::RawProviderConfig = table
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| AgentError::config("provider", e.to_string()))?;
+            if raw.model.is_none() {
+                raw.model = Some(model.to_owned());
+            }
+            raw.resolve()
+                .map_err(|e| AgentError::config("provider", e.to_string()))?
+        }
+        None => loom_provider::client::ProviderConfig::from_env(Api::ChatCompletions, model)
+            .map_err(|e| AgentError::config("provider", e.to_string()))?,
+    };
+    Ok(Box::new(Http::new(provider)?))
 }

@@ -145,3 +145,61 @@ fn approve_refuses_what_is_not_waiting() {
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("--script"), "{}", bad.stderr);
 }
+
+#[test]
+fn a_run_talks_to_each_provider_api_over_http() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream = rt
+        .block_on(loom_mock_upstream::Mock::new().serve("127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    for (api, model) in [
+        ("chat_completions", "gpt-4o"),
+        ("responses", "gpt-4o"),
+        ("messages", "claude-sonnet-4-5"),
+    ] {
+        let loom = Loom::new();
+        let ws = loom.dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let config = loom.file(
+            "run.toml",
+            format!(
+                "[provider]\napi = \"{api}\"\nbase_url = \"{}\"\napi_key_env = \"LOOM_TEST_KEY\"\n",
+                upstream.base_url()
+            ),
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_loom"))
+            .args(["run", "--model", model, "--budget", "8000", "--config"])
+            .arg(&config)
+            .arg("--workspace")
+            .arg(&ws)
+            .args(["--session", "live", "read the notes please"])
+            .arg("--db")
+            .arg(loom.db())
+            .env("LOOM_TEST_KEY", "sk-test")
+            .env_remove("LOOM_DB")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{api}: {stderr}");
+        // The mock calls the first tool offered (with arguments it does not know), gets the
+        // error result, and answers.
+        assert!(
+            stderr.contains("✗ main fs:read_file: bad arguments"),
+            "{api}: {stderr}"
+        );
+        assert!(stderr.contains("answer: ok:"), "{api}: {stderr}");
+        // The provider's usage is recorded against each call's receipt.
+        let log = loom.run(["log", "live", "--json"]).ok().json();
+        assert_eq!(
+            log.as_array().unwrap().len(),
+            5,
+            "{api}: system, user, call, result, answer"
+        );
+        let explain = loom.run(["explain", "live", "--event", "2"]).ok().stdout();
+        assert!(explain.contains("call 2"), "{api}: {explain}");
+    }
+}
