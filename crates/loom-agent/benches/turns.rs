@@ -9,6 +9,7 @@
 //!     cargo bench -p loom-agent --bench turns -- [TURNS] [--memory]
 
 #![expect(clippy::print_stdout, reason = "a benchmark: its figures on stdout")]
+#![expect(clippy::expect_used, reason = "a benchmark fails loudly")]
 
 use std::path::Path;
 use std::sync::Arc;

@@ -128,44 +128,6 @@ impl Model for Scripted {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_script_reads_as_provider_replies() {
-        let script = serde_json::json!([
-            {"content": null, "tool_calls": [{"function": {"name": "fs__read_file", "arguments": {"path": "a.txt"}}}]},
-            {"content": "done"}
-        ]);
-        let mut s = Scripted::from_value(&script).unwrap();
-        let first = s.call(&Value::Null, &mut |_| {}).unwrap();
-        assert_eq!(first.tool_calls[0].id, "call_1_1");
-        assert_eq!(first.tool_calls[0].name, "fs__read_file");
-        assert_eq!(first.tool_calls[0].arguments, r#"{"path":"a.txt"}"#);
-        assert_eq!(
-            s.call(&Value::Null, &mut |_| {})
-                .unwrap()
-                .content
-                .as_deref(),
-            Some("done")
-        );
-        assert!(s
-            .call(&Value::Null, &mut |_| {})
-            .unwrap_err()
-            .contains("no reply 3"));
-    }
-
-    #[test]
-    fn a_bad_script_names_the_entry() {
-        let err = Scripted::from_value(&serde_json::json!([{"content": "x"}, 3])).unwrap_err();
-        assert!(err.starts_with("[1]"), "{err}");
-        let err = Scripted::from_value(&serde_json::json!([{"role": "user", "content": "x"}]))
-            .unwrap_err();
-        assert!(err.contains("[0].role"), "{err}");
-    }
-}
-
 /// A provider over HTTP (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, or an
 /// OpenAI-compatible server), through the provider client `loom serve` and the summarizers use.
 /// Replies are streamed; retries happen only before a reply's first byte.
@@ -244,4 +206,42 @@ pub fn from_config(config: &crate::Config, model: &str) -> Result<Box<dyn Model>
             .map_err(|e| AgentError::config("provider", e.to_string()))?,
     };
     Ok(Box::new(Http::new(provider)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_reads_as_provider_replies() {
+        let script = serde_json::json!([
+            {"content": null, "tool_calls": [{"function": {"name": "fs__read_file", "arguments": {"path": "a.txt"}}}]},
+            {"content": "done"}
+        ]);
+        let mut s = Scripted::from_value(&script).unwrap();
+        let first = s.call(&Value::Null, &mut |_| {}).unwrap();
+        assert_eq!(first.tool_calls[0].id, "call_1_1");
+        assert_eq!(first.tool_calls[0].name, "fs__read_file");
+        assert_eq!(first.tool_calls[0].arguments, r#"{"path":"a.txt"}"#);
+        assert_eq!(
+            s.call(&Value::Null, &mut |_| {})
+                .unwrap()
+                .content
+                .as_deref(),
+            Some("done")
+        );
+        assert!(s
+            .call(&Value::Null, &mut |_| {})
+            .unwrap_err()
+            .contains("no reply 3"));
+    }
+
+    #[test]
+    fn a_bad_script_names_the_entry() {
+        let err = Scripted::from_value(&serde_json::json!([{"content": "x"}, 3])).unwrap_err();
+        assert!(err.starts_with("[1]"), "{err}");
+        let err = Scripted::from_value(&serde_json::json!([{"role": "user", "content": "x"}]))
+            .unwrap_err();
+        assert!(err.contains("[0].role"), "{err}");
+    }
 }

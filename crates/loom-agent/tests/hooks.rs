@@ -1,6 +1,9 @@
 //! The loop with pre-hooks (injections at the tail, recorded in the receipt; a halt stops the
 //! run) and the summary worker between turns.
 
+// A panic is a test's failure report.
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 mod support;
 
 use loom_agent::{Approval, Limits, Quiet, RunSpec, Runner, Stop};

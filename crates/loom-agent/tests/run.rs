@@ -1,5 +1,8 @@
 //! Scripted runs end to end: the log, the receipts and every request.
 
+// A panic is a test's failure report.
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 mod support;
 
 use loom_agent::{Approval, Limits, Quiet, RunSpec, Runner, Stop};

@@ -1,6 +1,8 @@
 //! `loom approve SESSION CALL [--once|--session|--deny]`: answer a call that waits for approval.
 //! The answer is appended to the session's log; `loom run --resume` then runs (or denies) it.
 
+use std::io::Write;
+
 use loom_agent::Answer;
 use loom_core::SessionId;
 
@@ -38,6 +40,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     };
     let opened = ctx.open_existing("`loom run` makes one")?;
     loom_agent::approve(opened.store.as_ref(), &session, &args.call, answer).map_err(bad_input)?;
-    println!("call {} of session {session}: {answer:?}", args.call);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "call {} of session {session}: {answer:?}", args.call)?;
     Ok(())
 }

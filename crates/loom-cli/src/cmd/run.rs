@@ -167,22 +167,20 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     if let (Some(s), Some(w)) = (&summarizer, &worker) {
         runner = runner.with_summarizer(s.as_ref(), w);
     }
+    let session = match (&args.resume, &args.session) {
+        (Some(s), _) | (None, Some(s)) => s.clone(),
+        (None, None) => format!("run-{}", super::now_ms()),
+    };
+    let session = SessionId::new(session).map_err(bad_input)?;
+    // The id first, so that whoever started the run can find it however the run ends.
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{session}")?;
+        out.flush()?;
+    }
     let report = match (&args.resume, &args.goal) {
-        (Some(session), _) => {
-            let session = SessionId::new(session.clone()).map_err(bad_input)?;
-            println!("{session}");
-            // A script replays from where the log stands: skip the replies it already holds.
-            runner.resume(&session, actions)
-        }
-        (None, Some(goal)) => {
-            let session = args
-                .session
-                .clone()
-                .map(SessionId::new)
-                .transpose()
-                .map_err(bad_input)?;
-            runner.start(goal, session, actions)
-        }
+        (Some(_), _) => runner.resume(&session, actions),
+        (None, Some(goal)) => runner.start(goal, Some(session), actions),
         (None, None) => {
             return Err(bad_input(anyhow::anyhow!(
                 "give a GOAL, or --resume SESSION"
@@ -196,11 +194,10 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             anyhow::Error::new(e)
         }
     })?;
-    if args.resume.is_none() {
-        println!("{}", report.session);
-    }
     let t = report.totals;
-    eprintln!(
+    let mut err = std::io::stderr().lock();
+    writeln!(
+        err,
         "{} model calls · {} input tokens ({} cached) · {} output{}",
         t.turns,
         t.input,
@@ -211,10 +208,10 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         } else {
             String::new()
         }
-    );
+    )?;
     match report.stop {
         Stop::Answered(answer) => {
-            eprintln!("answer: {answer}");
+            writeln!(err, "answer: {answer}")?;
             Ok(())
         }
         Stop::Paused { session, call_id, tool, reason } => Err(stopped(
