@@ -10,6 +10,26 @@
 //! `retry-after-ms` / `retry-after`, or else an exponential back-off with jitter, as long as
 //! attempts and the whole call's timeout allow. Once a successful reply has started, nothing is
 //! retried: a reply that breaks off is [`CallError::StreamCut`], and the caller decides.
+//!
+//! ```no_run
+//! use loom_provider::client::{Client, Delta, ProviderConfig};
+//! use loom_provider::Api;
+//!
+//! let client = Client::new(ProviderConfig::from_env(Api::Messages, "claude-sonnet-4-5")?)?;
+//! let body = serde_json::json!({
+//!     "max_tokens": 1024,
+//!     "messages": [{"role": "user", "content": "List the files."}],
+//! });
+//! let mut shown = 0;
+//! let done = client.complete(&body, true, &mut |d| {
+//!     if let Delta::Text(t) = d {
+//!         shown += t.len();
+//!     }
+//! })?;
+//! let usage = done.reply.usage.unwrap_or_default();
+//! assert!(usage.cached_input_tokens.unwrap_or(0) <= usage.input_tokens);
+//! # Ok::<(), loom_provider::client::CallError>(())
+//! ```
 
 mod call;
 mod config;

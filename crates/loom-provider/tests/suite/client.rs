@@ -497,3 +497,53 @@ fn a_body_that_is_not_an_object_or_lacks_a_model_is_refused_before_sending() {
     assert_eq!(err.attempts(), 0);
     assert!(up.handle.requests().is_empty());
 }
+
+#[test]
+fn a_retry_after_beyond_the_calls_time_is_not_waited_for() {
+    let up = upstream();
+    let mut cfg = config(Api::ChatCompletions, &up.handle.base_url());
+    cfg.timeout = Duration::from_secs(2);
+    let c = Client::new(cfg).unwrap();
+    up.handle.push_fault(Fault {
+        retry_after: Some("30".into()),
+        ..Fault::status(429)
+    });
+    let started = Instant::now();
+    let err = call(&c, &body(Api::ChatCompletions, "hello", false), false)
+        .0
+        .unwrap_err();
+    assert!(
+        matches!(&err, CallError::RateLimited { attempts: 1, retry_after: Some(d), .. } if *d == Duration::from_secs(30)),
+        "{err}"
+    );
+    assert!(err.retryable());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(up.handle.requests().len(), 1);
+}
+
+#[test]
+fn responses_reasoning_items_are_the_same_streamed_or_whole() {
+    let up = upstream();
+    let c = client(Api::Responses, &up);
+    let mut b = body(Api::Responses, "think about the weather", false);
+    b["reasoning"] = json!({"effort": "low", "summary": "auto"});
+    let mut natives = Vec::new();
+    for stream in [false, true] {
+        up.handle.push_fault(Fault {
+            chunk_bytes: Some(9),
+            ..Fault::default()
+        });
+        let (r, deltas) = call(&c, &b, stream);
+        let reply = r.unwrap().reply;
+        assert_eq!(reply.native.len(), 1, "stream={stream}: {:?}", reply.native);
+        assert_eq!(reply.native[0]["type"], "reasoning");
+        let reasoning = reply.reasoning.clone().unwrap();
+        assert_eq!(text_of(&deltas, true), reasoning, "stream={stream}");
+        natives.push(reply.native[0].clone());
+    }
+    // Ids differ between the two replies; everything else is kept as sent.
+    for n in &mut natives {
+        n.as_object_mut().unwrap().remove("id");
+    }
+    assert_eq!(natives[0], natives[1]);
+}

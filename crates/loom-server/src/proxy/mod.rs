@@ -31,6 +31,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use loom_core::render::ToolSpec;
 use loom_core::{AgentId, SessionId};
+use loom_provider::client::{credential_headers, endpoint};
 use loom_provider::{check_request, error_body, Api};
 use loom_store::{NewModelCall, ProxyMode, StoreError};
 use serde_json::{json, Value};
@@ -152,7 +153,10 @@ async fn proxy(state: Arc<AppState>, api: Api, headers: HeaderMap, raw: Bytes) -
         Err(e) => return provider_error(api, &e),
     };
     state.metrics.overhead(route(api), started.elapsed());
-    let request = upstream_request(&state, api, &principal, &headers, prepared.body);
+    let request = match upstream_request(&state, api, &principal, &headers, prepared.body) {
+        Ok(r) => r,
+        Err(e) => return provider_error(api, &e),
+    };
     let sent = tokio::time::timeout_at(deadline.into(), request.send()).await;
     let upstream = match sent {
         Ok(Ok(r)) => r,
@@ -462,22 +466,27 @@ async fn derived_session(
     Ok(format!("auto-{}", &hex::encode(h.finalize())[..16]))
 }
 
-/// The upstream request: URL, credentials and the client's provider headers.
+/// The upstream request: URL, credentials and the client's provider headers. The URL and the
+/// credential headers follow the provider client's rules (`loom_provider::client`), so the proxy
+/// and the agent runtime call a provider the same way.
 fn upstream_request(
     state: &AppState,
     api: Api,
     principal: &Principal,
     headers: &HeaderMap,
     body: Bytes,
-) -> reqwest::RequestBuilder {
-    let (base, path) = match api {
-        Api::ChatCompletions => (&state.config.openai, "/chat/completions"),
-        Api::Responses => (&state.config.openai, "/responses"),
-        Api::Messages => (&state.config.anthropic, "/v1/messages"),
+) -> Result<reqwest::RequestBuilder, ApiError> {
+    let base = match api {
+        Api::ChatCompletions | Api::Responses => &state.config.openai,
+        Api::Messages => &state.config.anthropic,
     };
+    // The config checked the URL at start-up; this only fails if that check and the client's
+    // rules ever disagree.
+    let url = endpoint(api, &base.base_url)
+        .map_err(|e| ApiError::internal(format!("building the upstream URL: {e}")))?;
     let mut req = state
         .http
-        .post(format!("{}{path}", base.base_url))
+        .post(url)
         .header("content-type", "application/json")
         .body(body);
     for (name, value) in headers {
@@ -485,22 +494,24 @@ fn upstream_request(
             req = req.header(name.as_str(), value.as_bytes());
         }
     }
-    credentials(state, api, principal, req)
+    credentials(state, api, principal, headers, req)
 }
 
 /// Puts the right credentials on an upstream request: the client's own under `--auth none`, the
-/// tenant's or the server's under `--auth keys`.
+/// tenant's or the server's under `--auth keys` (with the API's version header when the client
+/// sent none of its own).
 fn credentials(
     state: &AppState,
     api: Api,
     principal: &Principal,
+    client_headers: &HeaderMap,
     mut req: reqwest::RequestBuilder,
-) -> reqwest::RequestBuilder {
+) -> Result<reqwest::RequestBuilder, ApiError> {
     if state.config.auth == AuthMode::None {
         for (name, value) in &principal.forwarded {
             req = req.header(name.as_str(), value.as_bytes());
         }
-        return req;
+        return Ok(req);
     }
     let tenant = principal
         .tenant
@@ -514,11 +525,16 @@ fn credentials(
             .and_then(|t| t.anthropic.clone())
             .or_else(|| state.config.anthropic.key.clone()),
     };
-    match (api, key) {
-        (_, None) => req,
-        (Api::Messages, Some(key)) => req.header("x-api-key", key),
-        (_, Some(key)) => req.bearer_auth(key),
+    let Some(key) = key else {
+        return Ok(req);
+    };
+    // The error names the field, never the key.
+    let mut creds = credential_headers(api, Some(&key))
+        .map_err(|e| ApiError::internal(format!("sending the configured key: {e}")))?;
+    if client_headers.contains_key("anthropic-version") {
+        creds.remove("anthropic-version");
     }
+    Ok(req.headers(creds))
 }
 
 /// `POST /v1/messages/count_tokens`, answered locally: Loom's calibrated estimate for Claude
@@ -646,7 +662,10 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
             req = req.header(name.as_str(), value.as_bytes());
         }
     }
-    let req = credentials(&state, api, &principal, req);
+    let req = match credentials(&state, api, &principal, &headers, req) {
+        Ok(r) => r,
+        Err(e) => return provider_error(api, &e),
+    };
     match tokio::time::timeout(state.config.limits.request_timeout, req.send()).await {
         Ok(Ok(r)) => {
             let status =

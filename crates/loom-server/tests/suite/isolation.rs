@@ -139,3 +139,54 @@ fn sha(text: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
+
+#[tokio::test]
+async fn anthropic_calls_carry_the_servers_key_and_the_clients_version_when_it_sends_one() {
+    let s = start(AuthMode::Keys, ProxyMode::Observe).await;
+    let a = s.key("tenant-a");
+    let body = json!({"model": "claude-haiku-4-5", "max_tokens": 64,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let sent = |s: &super::support::Server| {
+        let last = s.mock.requests().last().cloned().unwrap();
+        let all = |name: &str| -> Vec<String> {
+            last.headers
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
+        (
+            all("x-api-key"),
+            all("anthropic-version"),
+            all("authorization"),
+        )
+    };
+    // No version from the client: the provider client's rule adds Loom's.
+    let r = s
+        .post("/v1/messages", Some(&a), &[("x-loom-session", "v1")], &body)
+        .await;
+    assert_eq!(r.status(), 200);
+    let (key, version, auth) = sent(&s);
+    assert_eq!(key, ["sk-ant-upstream"]);
+    assert_eq!(version, ["2023-06-01"]);
+    assert!(
+        auth.is_empty(),
+        "the Loom key never goes upstream: {auth:?}"
+    );
+    // The client's own version is forwarded, alone.
+    let r = s
+        .post(
+            "/v1/messages",
+            Some(&a),
+            &[
+                ("x-loom-session", "v2"),
+                ("anthropic-version", "2099-01-01"),
+            ],
+            &body,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let (key, version, _) = sent(&s);
+    assert_eq!(key, ["sk-ant-upstream"]);
+    assert_eq!(version, ["2099-01-01"]);
+}

@@ -31,7 +31,11 @@ pub(crate) fn config(db: &str, mock: &MockHandle, auth: AuthMode) -> ServeConfig
             upstream_anthropic: Some(mock.base_url()),
             auth: Some(auth),
         },
-        &|name| (name == "LOOM_UPSTREAM_OPENAI_KEY").then(|| "sk-upstream".to_owned()),
+        &|name| match name {
+            "LOOM_UPSTREAM_OPENAI_KEY" => Some("sk-upstream".to_owned()),
+            "LOOM_UPSTREAM_ANTHROPIC_KEY" => Some("sk-ant-upstream".to_owned()),
+            _ => None,
+        },
     )
     .unwrap()
 }
