@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use loom_core::render::{Audience, CompactionState, Format, Injection};
 use loom_core::{
-    AgentId, ContentStats, Event, EventBody, MessageContent, NewEvent, ReduceConfig, SessionId,
-    ToolCall, ToolOutput,
+    AgentId, ContentStats, Event, EventBody, MessageContent, NewEvent, SessionId, ToolCall,
+    ToolOutput,
 };
 use loom_provider::Api;
 use loom_runtime::{
@@ -51,16 +51,11 @@ impl std::fmt::Debug for Env {
 impl Env {
     /// A run over an opened store.
     pub fn new(store: Arc<dyn Store>, blobs: Arc<dyn BlobStore>) -> Result<Self> {
-        let registry = loom_tokens::Registry::built_in()
-            .map_err(|e| AgentError::config("the model registry", e.to_string()))?;
         Ok(Self {
             store,
             blobs,
-            engine: Engine {
-                registry,
-                policy: loom_core::render::Policy::default(),
-                reduce: ReduceConfig::default(),
-            },
+            engine: Engine::built_in()
+                .map_err(|e| AgentError::config("the model registry", e.to_string()))?,
             live: LiveSessions::new(64),
         })
     }
@@ -481,29 +476,7 @@ impl<'a> Runner<'a> {
             None => SessionId::new(format!("run-{}", now_ms()))
                 .map_err(|e| AgentError::config("session", e.to_string()))?,
         };
-        self.env.store.create_session(
-            &NewSession {
-                id: id.clone(),
-                agent: self.spec.agent.clone(),
-                parent: None,
-                created_ms: now_ms(),
-            },
-            &[
-                NewEvent::new(
-                    now_ms(),
-                    EventBody::System {
-                        content: MessageContent::from(self.spec.system.as_str()),
-                    },
-                ),
-                NewEvent::new(
-                    now_ms(),
-                    EventBody::User {
-                        content: MessageContent::from(goal),
-                        name: None,
-                    },
-                ),
-            ],
-        )?;
+        self.open_session(&id, &self.spec.agent, None, goal)?;
         let agent = Agent {
             session: id,
             name: self.spec.agent.clone(),
@@ -517,6 +490,40 @@ impl<'a> Runner<'a> {
             stop,
             totals: self.totals,
         })
+    }
+
+    /// Creates an agent's session: the system prompt, then its task as the user's message.
+    fn open_session(
+        &self,
+        id: &SessionId,
+        agent: &AgentId,
+        parent: Option<&SessionId>,
+        task: &str,
+    ) -> Result<()> {
+        self.env.store.create_session(
+            &NewSession {
+                id: id.clone(),
+                agent: agent.clone(),
+                parent: parent.cloned(),
+                created_ms: now_ms(),
+            },
+            &[
+                NewEvent::new(
+                    now_ms(),
+                    EventBody::System {
+                        content: MessageContent::from(self.spec.system.as_str()),
+                    },
+                ),
+                NewEvent::new(
+                    now_ms(),
+                    EventBody::User {
+                        content: MessageContent::from(task),
+                        name: None,
+                    },
+                ),
+            ],
+        )?;
+        Ok(())
     }
 
     /// Continues a stopped run from its log.
@@ -869,29 +876,7 @@ impl<'a> Runner<'a> {
                 task.push_str("\n\nWhat your parent agent has done so far:\n");
                 task.push_str(x);
             }
-            self.env.store.create_session(
-                &NewSession {
-                    id: child_session.clone(),
-                    agent: child_name.clone(),
-                    parent: Some(parent.session.clone()),
-                    created_ms: now_ms(),
-                },
-                &[
-                    NewEvent::new(
-                        now_ms(),
-                        EventBody::System {
-                            content: MessageContent::from(self.spec.system.as_str()),
-                        },
-                    ),
-                    NewEvent::new(
-                        now_ms(),
-                        EventBody::User {
-                            content: MessageContent::from(task),
-                            name: None,
-                        },
-                    ),
-                ],
-            )?;
+            self.open_session(&child_session, &child_name, Some(&parent.session), &task)?;
         }
         let mut actions = (self.child_actions)(&parent.actions, &workspace);
         actions.can_spawn = parent.depth + 1 < self.spec.max_depth;

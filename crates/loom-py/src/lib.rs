@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use loom_core::render::{Format, ToolSpec};
-use loom_core::{AgentId, NewEvent, ReduceConfig, SessionId};
+use loom_core::{AgentId, NewEvent, SessionId};
 use loom_server::engine::RenderSpec;
 use loom_server::live::{Backend, LiveSessions};
 use loom_server::{ApiError, Engine};
@@ -226,16 +226,11 @@ fn open(py: Python<'_>, db: String) -> PyResult<Database> {
             let opened = loom_store::open(&db).map_err(store_error)?;
             (opened.store, opened.blobs)
         };
-        let registry = loom_tokens::Registry::built_in()
-            .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?;
         Ok(Inner {
             store,
             blobs,
-            engine: Engine {
-                registry,
-                policy: loom_core::render::Policy::default(),
-                reduce: ReduceConfig::default(),
-            },
+            engine: Engine::built_in()
+                .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?,
             live: LiveSessions::new(1_024),
         })
     })?;

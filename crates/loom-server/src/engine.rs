@@ -60,6 +60,16 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// The built-in model registry, the default policy and reduction settings: what an embedded
+    /// engine (the Python package, `loom run`) starts from.
+    pub fn built_in() -> loom_tokens::Result<Self> {
+        Ok(Self {
+            registry: Registry::built_in()?,
+            policy: Policy::default(),
+            reduce: ReduceConfig::default(),
+        })
+    }
+
     /// The token counter and window of a model. An unknown model is bad input naming `field`,
     /// unless `estimate_unknown` (the caller gave a budget): then Loom's calibrated estimate
     /// counts, and the window is the caller's to give.
