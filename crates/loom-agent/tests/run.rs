@@ -285,3 +285,68 @@ fn a_limit_stops_the_run_and_resume_goes_on() {
     assert_eq!(report.stop, Stop::Answered("looked".into()));
     assert_eq!(report.totals.turns, 2);
 }
+
+#[test]
+fn a_child_messages_its_parent_and_only_the_parent_sees_it() {
+    let (_dir, ws) = workspace();
+    let env = env();
+    let script = json!([
+        call("agent__spawn", json!({"goal": "look at calc.sh and tell your parent early"})),
+        // The child: one message to its parent, one to an agent it does not know, then its answer.
+        {"content": null, "tool_calls": [
+            {"function": {"name": "agent__send_message", "arguments": {"to": "main", "content": "EARLY-NOTE: add subtracts", "priority": 0.9}}},
+            {"function": {"name": "agent__send_message", "arguments": {"to": "stranger", "content": "hello"}}}
+        ]},
+        {"content": "calc.sh: add subtracts"},
+        {"content": "noted"}
+    ]);
+    let (mut model, requests) = Recording::new(script);
+    let mut quiet = Quiet;
+    let mut make_child = child_actions;
+    let id = SessionId::new("msg").unwrap();
+    let report = Runner::new(
+        &env,
+        &mut model,
+        &mut quiet,
+        spec(Approval::Untrusted),
+        &mut make_child,
+    )
+    .start("PARENT: review calc.sh", Some(id.clone()), actions(&ws))
+    .unwrap();
+    assert_eq!(report.stop, Stop::Answered("noted".into()));
+    // The message is an event of the parent's log, from the child, with its priority.
+    let events = env.store.read(&id, 1..=100).unwrap();
+    let message = events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::DirectMessage {
+                source,
+                target,
+                content,
+                priority,
+                ..
+            } => Some((source.clone(), target.clone(), content.clone(), *priority)),
+            _ => None,
+        })
+        .expect("a direct message in the parent's log");
+    assert_eq!(
+        message,
+        (
+            "main.1".into(),
+            "main".into(),
+            "EARLY-NOTE: add subtracts".into(),
+            0.9
+        )
+    );
+    let requests = requests.lock().unwrap();
+    // The parent's next request (the 4th) carries it; the child's own requests do not.
+    assert!(text_of(&requests[3]).contains("EARLY-NOTE"));
+    assert!(!text_of(&requests[1]).contains("PARENT: review"));
+    // The message to an unknown agent was refused as the call's result.
+    let child_events = env
+        .store
+        .read(&SessionId::new("msg.1").unwrap(), 1..=100)
+        .unwrap();
+    assert!(child_events.iter().any(|e| matches!(&e.body,
+        EventBody::ToolResult { is_error: true, content, .. } if format!("{content:?}").contains("no agent `stranger`"))));
+}
