@@ -476,6 +476,14 @@ impl<'a> Runner<'a> {
             None => SessionId::new(format!("run-{}", now_ms()))
                 .map_err(|e| AgentError::config("session", e.to_string()))?,
         };
+        // Approval requests and answers travel between these two names, outside every agent's
+        // view; an agent that took one of them would see them.
+        if [approval::RUNTIME, approval::USER].contains(&self.spec.agent.as_str()) {
+            return Err(AgentError::config(
+                "agent",
+                format!("`{}` is reserved for approvals; name the agent otherwise", self.spec.agent),
+            ));
+        }
         self.open_session(&id, &self.spec.agent, None, goal)?;
         let agent = Agent {
             session: id,
