@@ -1,0 +1,3 @@
+//! The memory crate's one integration-test binary.
+
+mod suite;

@@ -1,0 +1,155 @@
+//! Ranking, filters and the token budget.
+
+use loom_memory::{ItemKind, Memory, MemoryError, NewItem, Search, Tier};
+
+use super::support::{agent, memory, session, turn};
+
+#[test]
+fn best_first_with_stemming_and_stop_words_ignored() {
+    let m = memory();
+    m.write(&[
+        turn("a", "s", 1, "We went hiking in the mountains last weekend"),
+        turn("a", "s", 2, "The weather was nice and the food was good"),
+        turn(
+            "a",
+            "s",
+            3,
+            "Mountain hikes are my favourite thing, I hike every month",
+        ),
+    ])
+    .unwrap();
+    let hits = m
+        .search(&Search::new("Where did they hike?", 1000))
+        .unwrap();
+    let seqs: Vec<u64> = hits.iter().map(|h| h.sources[0].seq).collect();
+    assert_eq!(
+        seqs,
+        [3, 1],
+        "stemmed `hike` matches hikes/hiking; {hits:?}"
+    );
+    assert!(hits[0].score >= hits[1].score && hits[1].score > 0.0);
+}
+
+#[test]
+fn hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut() {
+    let m = memory();
+    let long = format!("deadline {}", "word ".repeat(300));
+    m.write(&[
+        turn("a", "s", 1, &long),
+        turn("a", "s", 2, "the deadline is friday"),
+        turn(
+            "a",
+            "s",
+            3,
+            "deadline moved, ask the team about the deadline",
+        ),
+    ])
+    .unwrap();
+    for budget in [1, 5, 8, 20, 50, 400, 10_000] {
+        let hits = m.search(&Search::new("deadline", budget)).unwrap();
+        let sum: u64 = hits.iter().map(|h| h.tokens).sum();
+        assert!(sum <= budget, "budget {budget}: {sum}");
+        for h in &hits {
+            assert!(h.text == long || h.tokens < 50, "never cut: {h:?}");
+        }
+        if budget >= 20 {
+            assert!(
+                hits.iter().any(|h| h.sources[0].seq == 2),
+                "budget {budget}: {hits:?}"
+            );
+        }
+        if budget == 10_000 {
+            assert_eq!(hits.len(), 3);
+        }
+    }
+    let mut s = Search::new("deadline", 10_000);
+    s.limit = 1;
+    assert_eq!(m.search(&s).unwrap().len(), 1);
+}
+
+#[test]
+fn filters_by_agent_session_tier_and_time() {
+    let m = memory();
+    let summary = NewItem {
+        tier: Tier::L3,
+        kind: ItemKind::Summary,
+        ..turn("a", "s2", 4, "summary: the release checklist was reviewed")
+    };
+    m.write(&[
+        turn("a", "s1", 1, "release checklist drafted"),
+        turn("b", "s9", 2, "release checklist of agent b"),
+        turn("a", "s2", 3, "release checklist signed off"),
+        summary,
+    ])
+    .unwrap();
+    let texts = |s: Search| -> Vec<String> {
+        let mut t: Vec<String> = m.search(&s).unwrap().into_iter().map(|h| h.text).collect();
+        t.sort();
+        t
+    };
+    let mut s = Search::new("release checklist", 1000);
+    s.filters.agent = Some(agent("b"));
+    assert_eq!(texts(s.clone()), ["release checklist of agent b"]);
+    s.filters.agent = Some(agent("a"));
+    assert_eq!(texts(s.clone()).len(), 3);
+    s.filters.session = Some(session("s2"));
+    assert_eq!(
+        texts(s.clone()),
+        [
+            "release checklist signed off",
+            "summary: the release checklist was reviewed"
+        ]
+    );
+    s.filters.tier = Some(Tier::L3);
+    assert_eq!(
+        texts(s.clone()),
+        ["summary: the release checklist was reviewed"]
+    );
+    s.filters.tier = Some(Tier::L4);
+    s.filters.session = None;
+    s.filters.from_ms = Some(2000);
+    s.filters.to_ms = Some(3000);
+    assert_eq!(texts(s.clone()), ["release checklist signed off"]);
+    s.filters.from_ms = Some(3001);
+    let err = m.search(&s).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MemoryError::InvalidInput {
+                field: "from/to",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn queries_without_words_or_with_syntax_find_nothing_or_match_literally() {
+    let m = memory();
+    m.write(&[turn("a", "s", 1, "NEAR the \"quoted\" OR thing AND stuff")])
+        .unwrap();
+    assert!(m.search(&Search::new("?!", 1000)).unwrap().is_empty());
+    assert!(m.search(&Search::new("", 1000)).unwrap().is_empty());
+    for q in [
+        "\"quoted\"",
+        "NEAR(",
+        "thing*",
+        "OR AND NOT",
+        "col:thing",
+        "^stuff",
+    ] {
+        m.search(&Search::new(q, 1000)).unwrap();
+    }
+    assert_eq!(
+        m.search(&Search::new("\"quoted\" )(", 1000)).unwrap().len(),
+        1
+    );
+    assert!(m.search(&Search::new("quoted", 0)).unwrap().is_empty());
+}
+
+#[test]
+fn tiers_parse_in_either_case_and_refuse_others() {
+    assert_eq!("l3".parse::<Tier>().unwrap(), Tier::L3);
+    assert!("L5".parse::<Tier>().unwrap_err().is_bad_input());
+}
