@@ -190,6 +190,8 @@ fn main() -> anyhow::Result<()> {
     // (budget, category) → (recall sum, questions)
     let mut sums: BTreeMap<(u64, u64), (f64, usize)> = BTreeMap::new();
     let mut searches = 0;
+    // budget → (tokens returned, hits returned)
+    let mut spent: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
     let started = Instant::now();
     for c in &loaded {
         for (cat, evidence, question) in &c.questions {
@@ -204,6 +206,13 @@ fn main() -> anyhow::Result<()> {
                 };
                 let hits = memory.search(&search)?;
                 searches += 1;
+                let used: u64 = hits.iter().map(|h| h.tokens).sum();
+                if used > budget {
+                    bail!("hits hold {used} tokens, over the budget of {budget}");
+                }
+                let spent = spent.entry(budget).or_insert((0u64, 0usize));
+                spent.0 += used;
+                spent.1 += hits.len();
                 let found = evidence
                     .iter()
                     .filter(|e| {
@@ -248,6 +257,15 @@ fn main() -> anyhow::Result<()> {
         out.push_str(&format!(
             "| {budget} | {:.3} ({n}) |{cells}\n",
             s / n.max(1) as f64
+        ));
+    }
+    out.push('\n');
+    for (budget, (tokens, hits)) in &spent {
+        let n = (searches / budgets.len()).max(1) as f64;
+        out.push_str(&format!(
+            "budget {budget}: {:.1} hits, {:.0} tokens per search\n",
+            *hits as f64 / n,
+            *tokens as f64 / n
         ));
     }
     std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes())?;

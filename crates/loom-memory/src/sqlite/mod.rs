@@ -7,6 +7,7 @@
 
 mod read;
 mod schema;
+mod search;
 mod write;
 
 use std::path::Path;
@@ -123,7 +124,7 @@ impl Memory for SqliteMemory {
     }
 
     fn search(&self, search: &Search) -> Result<Vec<Hit>> {
-        self.read_tx(|tx| read::search(tx, search))
+        self.read_tx(|tx| search::search(tx, search))
     }
 
     fn item(&self, id: ItemId) -> Result<Item> {

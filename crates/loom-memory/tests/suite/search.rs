@@ -8,12 +8,12 @@ use super::support::{agent, memory, session, turn};
 fn best_first_with_stemming_and_stop_words_ignored() {
     let m = memory();
     m.write(&[
-        turn("a", "s", 1, "We went hiking in the mountains last weekend"),
-        turn("a", "s", 2, "The weather was nice and the food was good"),
+        turn("a", "s1", 1, "We went hiking in the mountains last weekend"),
+        turn("a", "s2", 1, "The weather was nice and the food was good"),
         turn(
             "a",
-            "s",
-            3,
+            "s3",
+            1,
             "Mountain hikes are my favourite thing, I hike every month",
         ),
     ])
@@ -21,12 +21,9 @@ fn best_first_with_stemming_and_stop_words_ignored() {
     let hits = m
         .search(&Search::new("Where did they hike?", 1000))
         .unwrap();
-    let seqs: Vec<u64> = hits.iter().map(|h| h.sources[0].seq).collect();
-    assert_eq!(
-        seqs,
-        [3, 1],
-        "stemmed `hike` matches hikes/hiking; {hits:?}"
-    );
+    let at: Vec<&str> = hits.iter().map(|h| h.sources[0].session.as_str()).collect();
+    // Stemmed `hike` matches hikes/hiking; stop words match nothing.
+    assert_eq!(at, ["s3", "s1"], "{hits:?}");
     assert!(hits[0].score >= hits[1].score && hits[1].score > 0.0);
 }
 
@@ -152,4 +149,36 @@ fn queries_without_words_or_with_syntax_find_nothing_or_match_literally() {
 fn tiers_parse_in_either_case_and_refuse_others() {
     assert_eq!("l3".parse::<Tier>().unwrap(), Tier::L3);
     assert!("L5".parse::<Tier>().unwrap_err().is_bad_input());
+}
+
+#[test]
+fn the_turn_after_a_matching_question_is_found_by_its_neighbour() {
+    let m = memory();
+    m.write(&[
+        turn("a", "s", 1, "Ann: what did you do on Sunday?"),
+        turn(
+            "a",
+            "s",
+            2,
+            "Bob: went up the ridge with the kids, lovely view",
+        ),
+        turn("a", "s", 3, "Ann: the cat knocked over a plant"),
+        turn("a", "s", 4, "Ann: the cat is fine though"),
+        turn("a", "s2", 1, "Bob: quiet day"),
+    ])
+    .unwrap();
+    let hits = m
+        .search(&Search::new("What did they do on Sunday?", 1000))
+        .unwrap();
+    let at: Vec<(&str, u64)> = hits
+        .iter()
+        .map(|h| (h.sources[0].session.as_str(), h.sources[0].seq))
+        .collect();
+    assert!(at.contains(&("s", 2)), "{at:?}");
+    // Only the items beside a match are lent a score.
+    assert_eq!(at, [("s", 1), ("s", 2)]);
+    let pos = |k| at.iter().position(|x| *x == k);
+    assert!(pos(("s", 1)) < pos(("s", 2)), "{at:?}");
+    // Nothing matched, nothing lent: an unrelated query finds nothing.
+    assert!(m.search(&Search::new("zebra", 1000)).unwrap().is_empty());
 }
