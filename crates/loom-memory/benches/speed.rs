@@ -48,13 +48,25 @@ fn main() -> anyhow::Result<()> {
     let syllables = [
         "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "fi",
     ];
-    let vocab: Vec<String> = (0..20_000)
-        .map(|_| {
-            let n = 2 + rng.next() % 3;
-            (0..n)
-                .map(|_| syllables[(rng.next() % 12) as usize])
-                .collect()
-        })
+    // The head of a natural vocabulary is function words, as in real text (where a search
+    // drops them); the rest is made-up words with a long tail.
+    let function_words = [
+        "the", "of", "and", "a", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on",
+        "are", "as", "with", "his", "they", "i", "at", "be", "this", "have", "from", "or", "had",
+        "by", "but", "what", "some", "we", "can", "out", "other", "were", "all", "there", "when",
+        "up", "your", "how", "said", "an", "each", "she", "which", "do", "their", "if",
+    ];
+    let made_up = (0..20_000).map(|_| {
+        let n = 2 + rng.next() % 3;
+        (0..n)
+            .map(|_| syllables[(rng.next() % 12) as usize])
+            .collect::<String>()
+    });
+    let made_up: Vec<String> = made_up.collect();
+    let vocab: Vec<String> = function_words
+        .iter()
+        .map(|w| (*w).to_owned())
+        .chain(made_up)
         .collect();
     let agent = AgentId::new("bench")?;
     let items: Vec<NewItem> = (0..n_items)
@@ -109,7 +121,10 @@ fn main() -> anyhow::Result<()> {
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    let pct = |p: f64| {
+        let i = ((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1));
+        lat.get(i).copied().unwrap_or(0.0)
+    };
     let report = format!(
         "{n_items} items ({}): indexed in {secs:.2} s = {rate:.0} items/s\n\
          {n_queries} searches (budget 1000, {:.1} hits avg): p50 {:.2} ms, p90 {:.2} ms, \

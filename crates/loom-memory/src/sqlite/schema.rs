@@ -55,8 +55,8 @@ const MIGRATIONS: &[Migration] = &[Migration {
     ) WITHOUT ROWID;
     CREATE INDEX memory_sources_at ON memory_sources (session, from_seq, to_seq);
 
-    -- Prefix filter for near duplicates: the first words of each item's word set (in one
-    -- fixed order), enough that two sets above the similarity threshold share one of them.
+    -- Candidates for near duplicates: each item's sketch keys (MinHash bands of its word
+    -- set, see `write::sketch`); similar items share a key. `word` holds the key.
     CREATE TABLE memory_prefix (
         agent  TEXT    NOT NULL,
         word   TEXT    NOT NULL,

@@ -131,8 +131,9 @@ pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
     // FTS5's bm25() is lower for better matches; scores here are higher-better.
     let own: BTreeMap<ItemId, f64> = matched.iter().map(|&(id, rank)| (id, -rank)).collect();
 
-    // Each matched item lends a share of its score to the nearest item on either side of it in
-    // each session it came from (items that pass the same filters).
+    // Each of the best matches (as many as the search may return) lends a share of its score
+    // to the nearest item on either side of it in each session it came from (items that pass
+    // the same filters); weaker matches would lend too little to change the hits.
     let before = format!(
         "SELECT s.item, s.from_seq FROM memory_sources s JOIN memory_items i ON i.id = s.item
          WHERE s.session = :s AND s.from_seq < :at AND s.from_seq = s.to_seq{filters}
@@ -144,7 +145,7 @@ pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
          ORDER BY s.from_seq LIMIT 1"
     );
     let mut score = own.clone();
-    for &(id, _) in &matched {
+    for &(id, _) in matched.iter().take(search.limit) {
         let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
         let mut near = BTreeSet::new();
         for p in sources(conn, id)? {

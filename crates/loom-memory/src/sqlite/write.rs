@@ -18,14 +18,39 @@ pub(crate) const NEAR_DUPLICATE: f64 = 0.9;
 /// is the whole meaning ("deploy to staging" vs "deploy to prod").
 pub(crate) const NEAR_MIN_WORDS: usize = 8;
 
-/// How many of a word set's first words (in the set's own sorted order) two sets at the
-/// threshold must share at least one of: the prefix filter of set-similarity joins. For
-/// Jaccard ≥ t, sets share at least ⌈t·|x|⌉ words, so among the first |x| − ⌈t·|x|⌉ + 1
-/// words of x one is in y.
-fn prefix_len(size: usize) -> usize {
-    let must_share = (NEAR_DUPLICATE * size as f64).ceil() as usize;
-    size.saturating_sub(must_share) + 1
+/// Locality-sensitive keys of a word set (MinHash in bands): each band is the words that
+/// minimise a few seeded hashes. Two sets share a band's key with a probability of about their
+/// Jaccard similarity to the power of the band's width, so sets at the threshold almost always
+/// share one of the bands, while unrelated sets almost never do — and, unlike single words, a
+/// tuple of words is rare even when each is common, so candidate lists stay short. The hash is FNV-1a, fixed
+/// here because the keys are stored.
+fn sketch(words: &BTreeSet<String>) -> Vec<String> {
+    fn fnv(seed: u64, word: &str) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for b in word.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    }
+    let min_word = |seed: u64| words.iter().min_by_key(|w| (fnv(seed, w), w.as_str()));
+    (0..SKETCH_BANDS)
+        .map(|band| {
+            let mut key = format!("{band}");
+            for seed in band * BAND_WIDTH..(band + 1) * BAND_WIDTH {
+                key.push('\u{1f}');
+                key.push_str(min_word(seed).map_or("", String::as_str));
+            }
+            key
+        })
+        .collect()
 }
+
+/// Bands in a sketch: more find more near duplicates and cost more lookups.
+const SKETCH_BANDS: u64 = 5;
+
+/// Words per band: wider bands make fewer chance candidates and miss more true ones.
+const BAND_WIDTH: u64 = 3;
 
 /// Writes one derived item inside `tx`, with its token count already made.
 pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result<Written> {
@@ -107,8 +132,8 @@ pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result
         let mut st = tx
             .prepare_cached("INSERT INTO memory_prefix (agent, word, item) VALUES (?1, ?2, ?3)")
             .map_err(backend("indexing a memory item's words"))?;
-        for word in words.iter().take(prefix_len(words.len())) {
-            st.execute(params![agent, word, id])
+        for key in sketch(&words) {
+            st.execute(params![agent, key, id])
                 .map_err(backend("indexing a memory item's words"))?;
         }
     }
@@ -140,7 +165,7 @@ fn add_source(tx: &Connection, id: ItemId, item: &NewItem) -> Result<()> {
 }
 
 /// A current item of `agent` whose word set is a near duplicate of `words`, if any: candidates
-/// share a prefix word and have a size that the threshold allows, then the exact Jaccard
+/// share a sketch key and have a size that the threshold allows, then the exact Jaccard
 /// decides. The lowest id wins, so the answer does not depend on the order rows come back in.
 fn near_duplicate(
     tx: &Connection,
@@ -163,9 +188,9 @@ fn near_duplicate(
                AND i.words BETWEEN ?3 AND ?4",
         )
         .map_err(backend("looking up near duplicates"))?;
-    for word in words.iter().take(prefix_len(words.len())) {
+    for key in sketch(words) {
         let rows = st
-            .query_map(params![agent, word, lo, hi], |r| r.get::<_, ItemId>(0))
+            .query_map(params![agent, key, lo, hi], |r| r.get::<_, ItemId>(0))
             .map_err(backend("looking up near duplicates"))?;
         for id in rows {
             candidates.insert(id.map_err(backend("reading a near duplicate"))?);
