@@ -91,7 +91,11 @@ fn open_memory(ctx: &Context) -> anyhow::Result<SqliteMemory> {
     }
 }
 
-fn id<T>(what: &str, make: impl FnOnce(String) -> loom_core::Result<T>, s: String) -> anyhow::Result<T> {
+fn id<T>(
+    what: &str,
+    make: impl FnOnce(String) -> loom_core::Result<T>,
+    s: String,
+) -> anyhow::Result<T> {
     make(s).map_err(|e| bad_input(anyhow::Error::new(e).context(what.to_owned())))
 }
 
@@ -103,7 +107,11 @@ struct Hits<'a> {
 
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     match args.command {
-        Cmd::Index { sessions, agent, json } => {
+        Cmd::Index {
+            sessions,
+            agent,
+            json,
+        } => {
             let ws = ctx.open_existing("run `loom import` first")?;
             let agent = agent.map(|a| id("--agent", AgentId::new, a)).transpose()?;
             let mut chosen = Vec::new();
@@ -136,11 +144,25 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             }
             closed_pipe_is_fine(print_index(&reports, json))
         }
-        Cmd::Search { query, agent, budget, limit, session, tier, history, json } => {
+        Cmd::Search {
+            query,
+            agent,
+            budget,
+            limit,
+            session,
+            tier,
+            history,
+            json,
+        } => {
             let filters = Filters {
                 agent: Some(id("--agent", AgentId::new, agent)?),
-                session: session.map(|s| id("--session", SessionId::new, s)).transpose()?,
-                tier: tier.map(|t| t.parse::<Tier>()).transpose().map_err(mapped)?,
+                session: session
+                    .map(|s| id("--session", SessionId::new, s))
+                    .transpose()?,
+                tier: tier
+                    .map(|t| t.parse::<Tier>())
+                    .transpose()
+                    .map_err(mapped)?,
                 from_ms: None,
                 to_ms: None,
             };
@@ -151,7 +173,13 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 )));
             }
             let memory = open_memory(ctx)?;
-            let search = Search { query, filters, budget, limit, history };
+            let search = Search {
+                query,
+                filters,
+                budget,
+                limit,
+                history,
+            };
             let hits = memory.search(&search).map_err(mapped)?;
             closed_pipe_is_fine(print_hits(&hits, json))
         }
@@ -209,6 +237,15 @@ fn print_index(reports: &[loom_memory::IndexReport], json: bool) -> anyhow::Resu
     Ok(())
 }
 
+/// A score readable at any scale: BM25 is tiny over a handful of items and large over many.
+fn score(s: f64) -> String {
+    if s != 0.0 && s.abs() < 0.01 {
+        format!("{s:.3e}")
+    } else {
+        format!("{s:.3}")
+    }
+}
+
 fn print_hits(hits: &[loom_memory::Hit], json: bool) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json {
@@ -218,14 +255,17 @@ fn print_hits(hits: &[loom_memory::Hit], json: bool) -> anyhow::Result<()> {
         writeln!(out, "no hits")?;
     } else {
         for h in hits {
-            let sources: Vec<String> =
-                h.sources.iter().map(|s| format!("{}#{}", s.session, s.seq)).collect();
+            let sources: Vec<String> = h
+                .sources
+                .iter()
+                .map(|s| format!("{}#{}", s.session, s.seq))
+                .collect();
             writeln!(
                 out,
-                "#{} {} score {:.3}, {} tokens, from {}\n  {}",
+                "#{} {} score {}, {} tokens, from {}\n  {}",
                 h.id,
                 h.tier,
-                h.score,
+                score(h.score),
                 h.tokens,
                 sources.join(", "),
                 h.text.replace('\n', "\n  ")

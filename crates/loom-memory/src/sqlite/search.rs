@@ -39,6 +39,36 @@ fn match_expression(terms: &[String]) -> String {
         .join(" OR ")
 }
 
+/// Items a term may match and still be ranked on when the query has rarer terms.
+const COMMON_MATCHES: usize = 5_000;
+
+/// The terms worth ranking on: a term that matches very many items adds little to any score
+/// (its inverse document frequency is low) but costs the ranking a score for every one of
+/// them, so when rarer terms exist it is left out (a cutoff frequency, as Lucene has). A query
+/// of common terms only keeps them all.
+fn selective_terms(conn: &Connection, terms: Vec<String>) -> Result<Vec<String>> {
+    if terms.len() < 2 {
+        return Ok(terms);
+    }
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT {})",
+        COMMON_MATCHES + 1
+    );
+    let mut st = conn
+        .prepare_cached(&sql)
+        .map_err(backend("counting a term's matches"))?;
+    let mut rare = Vec::new();
+    for term in &terms {
+        let n: i64 = st
+            .query_row([match_expression(std::slice::from_ref(term))], |r| r.get(0))
+            .map_err(backend("counting a term's matches"))?;
+        if usize::try_from(n).unwrap_or(usize::MAX) <= COMMON_MATCHES {
+            rare.push(term.clone());
+        }
+    }
+    Ok(if rare.is_empty() { terms } else { rare })
+}
+
 /// The filters as SQL over `i` (memory_items), with named parameters.
 fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
     let f = &search.filters;
@@ -126,6 +156,7 @@ pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
          WHERE memory_fts MATCH :query{filters}
          ORDER BY rank, i.id LIMIT {candidates}"
     );
+    let terms = selective_terms(conn, terms)?;
     let query = [(":query", Value::Text(match_expression(&terms)))];
     let matched: Vec<(ItemId, f64)> = query_ids(conn, &sql, &args, &query, "searching memory")?;
     // FTS5's bm25() is lower for better matches; scores here are higher-better.
