@@ -15,9 +15,9 @@ pub enum MemoryError {
     Log {
         /// The session being read.
         session: SessionId,
-        /// What the store said.
+        /// What the store said (boxed: it is large, and errors are the cold path).
         #[source]
-        source: StoreError,
+        source: Box<StoreError>,
     },
     /// The session to index does not exist.
     #[error("session `{0}` not found: there is no log to index")]
@@ -46,9 +46,9 @@ pub enum MemoryError {
     Backend {
         /// What was being done (`searching memory`, `writing item provenance`).
         action: &'static str,
-        /// The backend's error.
+        /// The backend's error (boxed: it is large, and errors are the cold path).
         #[source]
-        source: rusqlite::Error,
+        source: Box<rusqlite::Error>,
     },
 }
 
@@ -64,5 +64,8 @@ impl MemoryError {
 
 /// Wraps a backend error with what was being done.
 pub(crate) fn backend(action: &'static str) -> impl FnOnce(rusqlite::Error) -> MemoryError {
-    move |source| MemoryError::Backend { action, source }
+    move |source| MemoryError::Backend {
+        action,
+        source: Box::new(source),
+    }
 }

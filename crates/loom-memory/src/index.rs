@@ -34,7 +34,7 @@ pub struct IndexReport {
 pub fn index(store: &dyn Store, memory: &dyn Memory, session: &SessionId) -> Result<IndexReport> {
     let log = |source| MemoryError::Log {
         session: session.clone(),
-        source,
+        source: Box::new(source),
     };
     let info = store
         .session(session)
