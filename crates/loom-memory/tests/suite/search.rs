@@ -182,3 +182,26 @@ fn the_turn_after_a_matching_question_is_found_by_its_neighbour() {
     // Nothing matched, nothing lent: an unrelated query finds nothing.
     assert!(m.search(&Search::new("zebra", 1000)).unwrap().is_empty());
 }
+
+#[test]
+fn a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist() {
+    let m = memory();
+    // Each in its own session, so that no item is another's neighbour.
+    let items: Vec<_> = (0..5_002)
+        .map(|i| {
+            turn(
+                "a",
+                &format!("s{i}"),
+                1,
+                &format!("weekly status report number {i}"),
+            )
+        })
+        .chain([turn("a", "x", 1, "the zeppelin report")])
+        .collect();
+    m.write(&items).unwrap();
+    let hits = m.search(&Search::new("zeppelin report", 10_000)).unwrap();
+    let texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
+    assert_eq!(texts, ["the zeppelin report"]);
+    // Alone, a common term is still searched on.
+    assert_eq!(m.search(&Search::new("report", 10_000)).unwrap().len(), 50);
+}
