@@ -66,6 +66,8 @@ enum Command {
     Approve(cmd::approve::Args),
     /// Manage the database itself: `loom db migrate` brings its schema up to date.
     Db(cmd::db::Args),
+    /// Long-term memory derived from the log: `index`, `search` within a token budget, `forget`.
+    Memory(cmd::memory::Args),
 }
 
 fn main() -> ExitCode {
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Command::Keys(args) => cmd::keys::run(&ctx, args),
         Command::Serve(args) => cmd::serve::run(&ctx, args),
         Command::Db(args) => cmd::db::run(&ctx, args),
+        Command::Memory(args) => cmd::memory::run(&ctx, args),
         Command::Run(args) => cmd::run::run(&ctx, args),
         Command::Approve(args) => cmd::approve::run(&ctx, args),
     };

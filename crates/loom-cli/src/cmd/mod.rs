@@ -9,6 +9,7 @@ pub(crate) mod export_steps;
 pub(crate) mod import;
 pub(crate) mod keys;
 pub(crate) mod log;
+pub(crate) mod memory;
 pub(crate) mod recall;
 pub(crate) mod render;
 pub(crate) mod replay;

@@ -1,0 +1,277 @@
+//! `loom memory`: long-term memory derived from the log (issue 18).
+//!
+//! `index` derives memory items from sessions' logs (idempotent: it rebuilds what is missing and
+//! leaves the rest), `search` finds the best items for a query within a token budget, `forget`
+//! removes one item and says what it removed. Memory lives in the log's SQLite file.
+
+use std::io::Write;
+
+use loom_core::{AgentId, SessionId};
+use loom_memory::{Filters, Memory, MemoryError, Search, SqliteMemory, Tier, DEFAULT_LIMIT};
+use loom_store::Database;
+use serde::Serialize;
+
+use super::sessions::closed_pipe_is_fine;
+use super::Context;
+use crate::exit::bad_input;
+
+/// Arguments of `loom memory`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Derive memory items from sessions' logs (all sessions of --agent, or those named);
+    /// running it again adds only what is missing.
+    Index {
+        /// Sessions to index (default: every session of --agent, or every session).
+        #[arg(value_name = "SESSION")]
+        sessions: Vec<String>,
+        /// Only this agent's sessions.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
+        /// Print the reports as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find the memory items that best match QUERY, within a token budget, best first.
+    Search {
+        /// Free text.
+        query: String,
+        /// Whose memory to search.
+        #[arg(long, value_name = "NAME")]
+        agent: String,
+        /// The most tokens the hits may hold together (exact o200k_base counts).
+        #[arg(long, value_name = "TOKENS", default_value_t = 1000)]
+        budget: u64,
+        /// The most hits.
+        #[arg(long, value_name = "K", default_value_t = DEFAULT_LIMIT)]
+        limit: usize,
+        /// Only items with a source in this session.
+        #[arg(long, value_name = "S")]
+        session: Option<String>,
+        /// Only this tier: L1, L2, L3 or L4.
+        #[arg(long, value_name = "TIER")]
+        tier: Option<String>,
+        /// Include superseded items.
+        #[arg(long)]
+        history: bool,
+        /// Print `{"hits": [{"text", "tokens", "score", "tier", "sources": [{"session", "seq"}]}]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove one memory item (the only delete) and print what was removed.
+    Forget {
+        /// The item's id, as `loom memory search` shows it.
+        id: i64,
+        /// Print the removed item as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Memory errors the user can fix leave with the bad-input exit code.
+fn mapped(e: MemoryError) -> anyhow::Error {
+    if e.is_bad_input() {
+        bad_input(e)
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+fn open_memory(ctx: &Context) -> anyhow::Result<SqliteMemory> {
+    match ctx.database()? {
+        Database::Sqlite(path) => SqliteMemory::open(path).map_err(mapped),
+        other => Err(bad_input(anyhow::anyhow!(
+            "memory is kept in an SQLite database for now; {other} is not one"
+        ))),
+    }
+}
+
+fn id<T>(
+    what: &str,
+    make: impl FnOnce(String) -> loom_core::Result<T>,
+    s: String,
+) -> anyhow::Result<T> {
+    make(s).map_err(|e| bad_input(anyhow::Error::new(e).context(what.to_owned())))
+}
+
+/// The search contract's JSON: exactly these fields.
+#[derive(Serialize)]
+struct Hits<'a> {
+    hits: &'a [loom_memory::Hit],
+}
+
+pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Cmd::Index {
+            sessions,
+            agent,
+            json,
+        } => {
+            let ws = ctx.open_existing("run `loom import` first")?;
+            let agent = agent.map(|a| id("--agent", AgentId::new, a)).transpose()?;
+            let mut chosen = Vec::new();
+            for s in sessions {
+                chosen.push(id("SESSION", SessionId::new, s)?);
+            }
+            let all = ws.store.sessions()?;
+            if chosen.is_empty() {
+                chosen = all
+                    .iter()
+                    .filter(|s| agent.as_ref().is_none_or(|a| *a == s.agent))
+                    .map(|s| s.id.clone())
+                    .collect();
+            } else if let Some(a) = &agent {
+                for s in &chosen {
+                    if let Some(info) = all.iter().find(|i| i.id == *s) {
+                        if info.agent != *a {
+                            return Err(bad_input(anyhow::anyhow!(
+                                "session `{s}` belongs to agent `{}`, not `{a}`",
+                                info.agent
+                            )));
+                        }
+                    }
+                }
+            }
+            let memory = open_memory(ctx)?;
+            let mut reports = Vec::new();
+            for s in &chosen {
+                reports.push(loom_memory::index(ws.store.as_ref(), &memory, s).map_err(mapped)?);
+            }
+            closed_pipe_is_fine(print_index(&reports, json))
+        }
+        Cmd::Search {
+            query,
+            agent,
+            budget,
+            limit,
+            session,
+            tier,
+            history,
+            json,
+        } => {
+            let filters = Filters {
+                agent: Some(id("--agent", AgentId::new, agent)?),
+                session: session
+                    .map(|s| id("--session", SessionId::new, s))
+                    .transpose()?,
+                tier: tier
+                    .map(|t| t.parse::<Tier>())
+                    .transpose()
+                    .map_err(mapped)?,
+                from_ms: None,
+                to_ms: None,
+            };
+            if ctx.database()?.is_missing_file() {
+                return Err(bad_input(anyhow::anyhow!(
+                    "no database at {}; run `loom import` and `loom memory index` first, or pass --db",
+                    ctx.db
+                )));
+            }
+            let memory = open_memory(ctx)?;
+            let search = Search {
+                query,
+                filters,
+                budget,
+                limit,
+                history,
+            };
+            let hits = memory.search(&search).map_err(mapped)?;
+            closed_pipe_is_fine(print_hits(&hits, json))
+        }
+        Cmd::Forget { id, json } => {
+            let memory = open_memory(ctx)?;
+            let gone = memory.forget(id).map_err(mapped)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            if json {
+                serde_json::to_writer_pretty(&mut out, &gone)?;
+                writeln!(out)?;
+            } else {
+                let sources: Vec<String> = gone
+                    .item
+                    .sources
+                    .iter()
+                    .map(|p| format!("{}#{}", p.session, p.from_seq))
+                    .collect();
+                writeln!(
+                    out,
+                    "forgot item {} ({}, {} tokens, from {}): {}",
+                    gone.item.id,
+                    gone.item.tier,
+                    gone.item.tokens,
+                    sources.join(", "),
+                    gone.item.text
+                )?;
+                for r in &gone.restored {
+                    writeln!(out, "item {r} is current again (it had superseded it)")?;
+                }
+            }
+            out.flush()?;
+            Ok(())
+        }
+    }
+}
+
+fn print_index(reports: &[loom_memory::IndexReport], json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if json {
+        serde_json::to_writer_pretty(&mut out, reports)?;
+        writeln!(out)?;
+    } else if reports.is_empty() {
+        writeln!(out, "no sessions to index")?;
+    } else {
+        for r in reports {
+            let name = r.session.as_ref().map_or("", SessionId::as_str);
+            writeln!(
+                out,
+                "{name}: {} items derived, {} new, {} duplicates, {} near duplicates, {} already indexed",
+                r.derived, r.created, r.duplicates, r.near_duplicates, r.known
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// A score readable at any scale: BM25 is tiny over a handful of items and large over many.
+fn score(s: f64) -> String {
+    if s != 0.0 && s.abs() < 0.01 {
+        format!("{s:.3e}")
+    } else {
+        format!("{s:.3}")
+    }
+}
+
+fn print_hits(hits: &[loom_memory::Hit], json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if json {
+        serde_json::to_writer_pretty(&mut out, &Hits { hits })?;
+        writeln!(out)?;
+    } else if hits.is_empty() {
+        writeln!(out, "no hits")?;
+    } else {
+        for h in hits {
+            let sources: Vec<String> = h
+                .sources
+                .iter()
+                .map(|s| format!("{}#{}", s.session, s.seq))
+                .collect();
+            writeln!(
+                out,
+                "#{} {} score {}, {} tokens, from {}\n  {}",
+                h.id,
+                h.tier,
+                score(h.score),
+                h.tokens,
+                sources.join(", "),
+                h.text.replace('\n', "\n  ")
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Evidence recall on LoCoMo within a token budget, with no embedder (issue 18, "Measure on a
+//! real benchmark").
+//!
+//! Each conversation of `../shared/memory/locomo-dev.json` (beside the repository) is imported
+//! as one agent: one Loom session per LoCoMo session, its turns in order as user events
+//! `"Speaker: text"` (a shared photo's caption appended, as the published anchor does), each
+//! at the session's date. The sessions are indexed into L4 memory with [`loom_memory::index`]
+//! and every question of categories 1–4 is searched under the agent's memory; a question's
+//! evidence recall is the share of its evidence turns that some hit names as a source.
+//!
+//! `cargo run --release -p loom-memory --example locomo -- [--budget N]... [--data FILE]`
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use loom_core::{AgentId, EventBody, MessageContent, NewEvent, Seq, SessionId};
+use loom_memory::{index, Filters, Memory, Search, SqliteMemory};
+use loom_store::{MemoryStore, NewSession, Store};
+use serde_json::Value;
+
+const DATA: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/memory/locomo-dev.json"
+);
+const BUDGETS: [u64; 3] = [500, 1000, 2000];
+const CATEGORIES: [(u64, &str); 4] = [
+    (1, "multi-hop"),
+    (2, "temporal"),
+    (3, "open-domain"),
+    (4, "single-hop"),
+];
+
+/// "1:56 pm on 8 May, 2023" as UTC milliseconds.
+fn parse_date(s: &str) -> anyhow::Result<i64> {
+    let (time, date) = s.split_once(" on ").context("no ` on ` in the date")?;
+    let (hm, ampm) = time.trim().split_once(' ').context("no am/pm")?;
+    let (h, m) = hm.split_once(':').context("no h:m")?;
+    let (mut h, m): (i64, i64) = (h.parse()?, m.parse()?);
+    if ampm.eq_ignore_ascii_case("pm") && h != 12 {
+        h += 12;
+    } else if ampm.eq_ignore_ascii_case("am") && h == 12 {
+        h = 0;
+    }
+    let parts: Vec<&str> = date.split([' ', ',']).filter(|p| !p.is_empty()).collect();
+    let [day, month, year] = parts[..] else {
+        bail!("date `{date}`")
+    };
+    const MONTHS: [&str; 12] = [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ];
+    let month = MONTHS
+        .iter()
+        .position(|x| x.eq_ignore_ascii_case(month))
+        .context("month")? as i64
+        + 1;
+    let (y, d): (i64, i64) = (year.parse()?, day.parse()?);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Ok(((days * 24 + h) * 60 + m) * 60_000)
+}
+
+struct Conversation {
+    agent: AgentId,
+    /// dia_id → (session, seq).
+    turns: HashMap<String, (SessionId, Seq)>,
+    /// (category, evidence dia_ids, question).
+    questions: Vec<(u64, Vec<String>, String)>,
+}
+
+fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
+    let id = conv["sample_id"].as_str().context("sample_id")?;
+    let agent = AgentId::new(id)?;
+    let c = &conv["conversation"];
+    let mut turns = HashMap::new();
+    let mut n = 1;
+    while let Some(list) = c.get(format!("session_{n}")).and_then(Value::as_array) {
+        let date = c[format!("session_{n}_date_time")]
+            .as_str()
+            .context("date")?;
+        let ts = parse_date(date).with_context(|| format!("{id} session {n}: {date}"))?;
+        let session = SessionId::new(format!("{id}/session_{n}"))?;
+        let mut events = Vec::new();
+        for (i, t) in list.iter().enumerate() {
+            let mut text = format!(
+                "{}: {}",
+                t["speaker"].as_str().unwrap_or("?"),
+                t["text"].as_str().unwrap_or("")
+            );
+            if let Some(caption) = t.get("blip_caption").and_then(Value::as_str) {
+                text.push_str(&format!(" [shares a photo: {caption}]"));
+            }
+            events.push(NewEvent::new(
+                ts,
+                EventBody::User {
+                    content: MessageContent::Text(text),
+                    name: None,
+                },
+            ));
+            let dia = t["dia_id"].as_str().context("dia_id")?.to_owned();
+            turns.insert(dia, (session.clone(), i as Seq + 1));
+        }
+        let new = NewSession {
+            id: session,
+            agent: agent.clone(),
+            parent: None,
+            created_ms: ts,
+        };
+        store.create_session(&new, &events)?;
+        n += 1;
+    }
+    let mut questions = Vec::new();
+    for q in conv["qa"].as_array().context("qa")? {
+        let cat = q["category"].as_u64().unwrap_or(0);
+        if !(1..=4).contains(&cat) {
+            continue;
+        }
+        let evidence: Vec<String> = q["evidence"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .flat_map(|e| e.split(';').map(|p| p.trim().to_owned()))
+            .filter(|e| !e.is_empty())
+            .collect();
+        if evidence.is_empty() {
+            continue;
+        }
+        let question = q["question"].as_str().context("question")?.to_owned();
+        questions.push((cat, evidence, question));
+    }
+    Ok(Conversation {
+        agent,
+        turns,
+        questions,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut budgets = Vec::new();
+    let mut data = PathBuf::from(DATA);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--budget" => budgets.push(args.next().context("--budget N")?.parse()?),
+            "--data" => data = args.next().context("--data FILE")?.into(),
+            other => bail!("unknown argument `{other}`"),
+        }
+    }
+    if budgets.is_empty() {
+        budgets = BUDGETS.to_vec();
+    }
+    let raw = std::fs::read_to_string(&data).with_context(|| format!("{}", data.display()))?;
+    let convs: Vec<Value> = serde_json::from_str(&raw)?;
+
+    let store = MemoryStore::new();
+    let memory = SqliteMemory::open_in_memory()?;
+    let started = Instant::now();
+    let mut loaded = Vec::new();
+    let mut items = 0;
+    for conv in &convs {
+        let c = load(&store, conv)?;
+        for s in store.sessions()? {
+            if s.agent == c.agent {
+                items += index(&store, &memory, &s.id)?.derived;
+            }
+        }
+        loaded.push(c);
+    }
+    let index_s = started.elapsed().as_secs_f64();
+
+    // (budget, category) → (recall sum, questions)
+    let mut sums: BTreeMap<(u64, u64), (f64, usize)> = BTreeMap::new();
+    let mut searches = 0;
+    // budget → (tokens returned, hits returned)
+    let mut spent: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    let started = Instant::now();
+    for c in &loaded {
+        for (cat, evidence, question) in &c.questions {
+            for &budget in &budgets {
+                let search = Search {
+                    filters: Filters {
+                        agent: Some(c.agent.clone()),
+                        ..Filters::default()
+                    },
+                    limit: 1000,
+                    ..Search::new(question.clone(), budget)
+                };
+                let hits = memory.search(&search)?;
+                searches += 1;
+                let used: u64 = hits.iter().map(|h| h.tokens).sum();
+                if used > budget {
+                    bail!("hits hold {used} tokens, over the budget of {budget}");
+                }
+                let spent = spent.entry(budget).or_insert((0u64, 0usize));
+                spent.0 += used;
+                spent.1 += hits.len();
+                let found = evidence
+                    .iter()
+                    .filter(|e| {
+                        c.turns.get(*e).is_some_and(|(s, seq)| {
+                            hits.iter().any(|h| {
+                                h.sources.iter().any(|src| {
+                                    src.session == *s
+                                        && src.seq <= *seq
+                                        && src.to_seq.unwrap_or(src.seq) >= *seq
+                                })
+                            })
+                        })
+                    })
+                    .count();
+                let e = sums.entry((budget, *cat)).or_default();
+                e.0 += found as f64 / evidence.len() as f64;
+                e.1 += 1;
+            }
+        }
+    }
+    let search_s = started.elapsed().as_secs_f64();
+
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{} conversations, {items} items indexed in {index_s:.2} s; {searches} searches in \
+         {search_s:.2} s\n\n| budget | all |",
+        loaded.len()
+    ));
+    for (_, name) in CATEGORIES {
+        out.push_str(&format!(" {name} |"));
+    }
+    out.push_str("\n|---|---|---|---|---|---|\n");
+    for &budget in &budgets {
+        let (mut s, mut n) = (0.0, 0);
+        let mut cells = String::new();
+        for (cat, _) in CATEGORIES {
+            let (cs, cn) = sums.get(&(budget, cat)).copied().unwrap_or_default();
+            s += cs;
+            n += cn;
+            cells.push_str(&format!(" {:.3} ({cn}) |", cs / cn.max(1) as f64));
+        }
+        out.push_str(&format!(
+            "| {budget} | {:.3} ({n}) |{cells}\n",
+            s / n.max(1) as f64
+        ));
+    }
+    out.push('\n');
+    for (budget, (tokens, hits)) in &spent {
+        let n = (searches / budgets.len()).max(1) as f64;
+        out.push_str(&format!(
+            "budget {budget}: {:.1} hits, {:.0} tokens per search\n",
+            *hits as f64 / n,
+            *tokens as f64 / n
+        ));
+    }
+    std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes())?;
+    Ok(())
+}

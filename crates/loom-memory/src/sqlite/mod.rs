@@ -1,0 +1,137 @@
+//! The SQLite memory backend: its tables beside the log in the same file (or in memory, for
+//! tests and embedding), one connection behind a mutex.
+//!
+//! Memory is derived from the log and can be rebuilt from it (`loom memory index`), so its
+//! writes are committed with `synchronous=NORMAL`: a crash may lose the last writes, never
+//! corrupt them, and re-indexing restores them.
+
+mod read;
+mod schema;
+mod search;
+mod write;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use loom_tokens::{CountTokens, Encoding, Tokenizer};
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::{backend, Result};
+use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
+use crate::Memory;
+
+/// How long a write waits for another process's write to the file to finish.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Long-term memory in an SQLite database.
+pub struct SqliteMemory {
+    conn: Mutex<Connection>,
+    tokenizer: Tokenizer,
+}
+
+impl std::fmt::Debug for SqliteMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteMemory")
+            .field("tokenizer", &self.tokenizer.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteMemory {
+    /// Opens the memory tables of the database at `path` (the log's file), creating them on
+    /// first use. Token counts are exact `o200k_base` counts; see [`Self::with_tokenizer`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let conn = Connection::open(path).map_err(backend("opening the memory database"))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(backend("setting the busy timeout"))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend("switching to WAL mode"))?;
+        Self::init(conn)
+    }
+
+    /// Memory held in RAM only: for tests, benchmarks and embedding without a file.
+    pub fn open_in_memory() -> Result<Self> {
+        let conn = Connection::open_in_memory().map_err(backend("opening memory in RAM"))?;
+        Self::init(conn)
+    }
+
+    fn init(mut conn: Connection) -> Result<Self> {
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(backend("setting synchronous=NORMAL"))?;
+        schema::migrate(&mut conn)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            tokenizer: Tokenizer::Bpe(Encoding::O200kBase),
+        })
+    }
+
+    /// Counts item tokens with `tokenizer` instead (the model's own, so that budgets are in the
+    /// tokens the model will be billed). Counts are made when an item is written: set it before
+    /// the first write.
+    pub fn with_tokenizer(mut self, tokenizer: Tokenizer) -> Self {
+        self.tokenizer = tokenizer;
+        self
+    }
+
+    /// The memory schema version this build writes.
+    pub fn schema_version() -> i64 {
+        schema::latest_version()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while the lock was held dropped its transaction, which rolls it back.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` in a write transaction: all of it or nothing.
+    fn write_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend("starting a memory write"))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(backend("committing a memory write"))?;
+        Ok(out)
+    }
+
+    /// Runs `f` in a read transaction, so that it sees one snapshot.
+    fn read_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(backend("starting a memory read"))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(backend("ending a memory read"))?;
+        Ok(out)
+    }
+}
+
+impl Memory for SqliteMemory {
+    fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
+        // Counted before the transaction, so that the write lock is held for SQL only.
+        let tokens: Vec<u64> = items
+            .iter()
+            .map(|i| self.tokenizer.count(&i.text))
+            .collect();
+        self.write_tx(|tx| {
+            items
+                .iter()
+                .zip(tokens)
+                .map(|(item, n)| write::write_item(tx, item, n))
+                .collect()
+        })
+    }
+
+    fn search(&self, search: &Search) -> Result<Vec<Hit>> {
+        self.read_tx(|tx| search::search(tx, search))
+    }
+
+    fn item(&self, id: ItemId) -> Result<Item> {
+        self.read_tx(|tx| read::load_item(tx, id))
+    }
+
+    fn forget(&self, id: ItemId) -> Result<Forgotten> {
+        self.write_tx(|tx| write::forget(tx, id))
+    }
+}

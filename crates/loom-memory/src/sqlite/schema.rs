@@ -1,0 +1,119 @@
+//! The memory tables and their migrations, in the log's own SQLite file.
+//!
+//! They are a separate table set with their own version (in `memory_schema`), so that the log's
+//! migrations (SQLite's `user_version`) are never touched: memory is created on first use, and a
+//! database without it is still a valid log.
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use crate::error::{backend, MemoryError, Result};
+
+/// One step from memory schema version `version - 1` to `version`. Append only.
+struct Migration {
+    version: i64,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: r#"
+    -- One row per memory item. `hash` is the SHA-256 of the normalized text (exact
+    -- duplicates); `words` the size of its content-word set (near duplicates are only
+    -- compared with items of a similar size); `subject`/`value` the statement's key and value
+    -- when it is a short "X is Y" (supersession).
+    CREATE TABLE memory_items (
+        id             INTEGER PRIMARY KEY,
+        agent          TEXT    NOT NULL,
+        tier           TEXT    NOT NULL CHECK (tier IN ('L1', 'L2', 'L3', 'L4')),
+        kind           TEXT    NOT NULL,
+        text           TEXT    NOT NULL,
+        tokens         INTEGER NOT NULL CHECK (tokens >= 0),
+        hash           TEXT    NOT NULL,
+        words          INTEGER NOT NULL,
+        subject        TEXT,
+        value          TEXT,
+        valid_from     INTEGER NOT NULL,
+        valid_to       INTEGER,
+        superseded_by  INTEGER REFERENCES memory_items (id),
+        CHECK ((valid_to IS NULL) = (superseded_by IS NULL))
+    );
+    CREATE INDEX memory_items_hash ON memory_items (agent, hash);
+    CREATE INDEX memory_items_subject ON memory_items (agent, subject)
+        WHERE subject IS NOT NULL;
+    CREATE INDEX memory_items_superseded ON memory_items (superseded_by)
+        WHERE superseded_by IS NOT NULL;
+
+    -- Provenance: the log events an item was derived from; an item written twice has two.
+    CREATE TABLE memory_sources (
+        item      INTEGER NOT NULL REFERENCES memory_items (id),
+        session   TEXT    NOT NULL,
+        from_seq  INTEGER NOT NULL CHECK (from_seq >= 1),
+        to_seq    INTEGER NOT NULL,
+        ts_ms     INTEGER NOT NULL,
+        PRIMARY KEY (item, session, from_seq, to_seq),
+        CHECK (from_seq <= to_seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_sources_at ON memory_sources (session, from_seq, to_seq);
+
+    -- Candidates for near duplicates: each item's sketch keys (MinHash bands of its word
+    -- set, see `write::sketch`); similar items share a key. `word` holds the key.
+    CREATE TABLE memory_prefix (
+        agent  TEXT    NOT NULL,
+        word   TEXT    NOT NULL,
+        item   INTEGER NOT NULL REFERENCES memory_items (id),
+        PRIMARY KEY (agent, word, item)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_prefix_item ON memory_prefix (item);
+
+    -- Full text, rowid = the item's id. Porter stemming over Unicode words, so that "hiking"
+    -- finds "hike".
+    CREATE VIRTUAL TABLE memory_fts USING fts5 (
+        text,
+        tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    "#,
+}];
+
+/// The memory schema version this build writes.
+pub(crate) fn latest_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Creates the memory tables or brings them up to date, in one transaction; refuses a database
+/// whose memory was written by a newer build.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend("starting the memory migration"))?;
+    tx.execute_batch("CREATE TABLE IF NOT EXISTS memory_schema (version INTEGER NOT NULL);")
+        .map_err(backend("creating the memory schema table"))?;
+    let current: i64 = tx
+        .query_row("SELECT max(version) FROM memory_schema", [], |r| {
+            r.get::<_, Option<i64>>(0)
+        })
+        .optional()
+        .map_err(backend("reading the memory schema version"))?
+        .flatten()
+        .unwrap_or(0);
+    if current > latest_version() {
+        return Err(MemoryError::Corrupt {
+            record: "schema".into(),
+            reason: format!(
+                "memory schema version {current} was written by a newer build (this one knows \
+                 up to {})",
+                latest_version()
+            ),
+        });
+    }
+    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+        tx.execute_batch(m.sql)
+            .map_err(backend("creating the memory tables"))?;
+        tx.execute(
+            "INSERT INTO memory_schema (version) VALUES (?1)",
+            [m.version],
+        )
+        .map_err(backend("recording the memory schema version"))?;
+    }
+    tx.commit()
+        .map_err(backend("committing the memory migration"))
+}

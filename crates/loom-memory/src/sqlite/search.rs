@@ -1,0 +1,249 @@
+//! Full-text search under a token budget: BM25 over the items, smoothed by neighbouring turns,
+//! then packed greedily.
+//!
+//! Why neighbours: in a conversation the turn that holds an answer is often not the one that
+//! shares the question's words ("What did you do on Sunday?" — "Went hiking with the kids!").
+//! So an item's score is its own BM25 plus a fraction of the BM25 of the items just before and
+//! after it in the same session; an item that matches nothing can still be returned for the
+//! match beside it. The scores stay one ranked list, which a vector retriever can later be
+//! fused with by reciprocal rank.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, ToSql};
+
+use crate::error::{backend, MemoryError, Result};
+use crate::item::{Hit, ItemId, Search, Source, Tier};
+use crate::text;
+
+use super::read::{corrupt, sources};
+
+/// Candidates read per requested hit: some of the best may not fit the budget and are skipped,
+/// so the search reads further than the limit before it packs.
+const CANDIDATES_PER_HIT: usize = 4;
+
+/// The fewest candidates read, for small limits.
+const MIN_CANDIDATES: usize = 64;
+
+/// The share of a neighbour's own score an item gains for standing next to it.
+const NEIGHBOUR_WEIGHT: f64 = 0.5;
+
+/// The FTS5 expression for `terms`: any of them, each a quoted string (so that no user text is
+/// read as query syntax).
+fn match_expression(terms: &[String]) -> String {
+    terms
+        .iter()
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+/// Items a term may match and still be ranked on when the query has rarer terms.
+const COMMON_MATCHES: usize = 5_000;
+
+/// The terms worth ranking on: a term that matches very many items adds little to any score
+/// (its inverse document frequency is low) but costs the ranking a score for every one of
+/// them, so when rarer terms exist it is left out (a cutoff frequency, as Lucene has). A query
+/// of common terms only keeps them all.
+fn selective_terms(conn: &Connection, terms: Vec<String>) -> Result<Vec<String>> {
+    if terms.len() < 2 {
+        return Ok(terms);
+    }
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT {})",
+        COMMON_MATCHES + 1
+    );
+    let mut st = conn
+        .prepare_cached(&sql)
+        .map_err(backend("counting a term's matches"))?;
+    let mut rare = Vec::new();
+    for term in &terms {
+        let n: i64 = st
+            .query_row([match_expression(std::slice::from_ref(term))], |r| r.get(0))
+            .map_err(backend("counting a term's matches"))?;
+        if usize::try_from(n).unwrap_or(usize::MAX) <= COMMON_MATCHES {
+            rare.push(term.clone());
+        }
+    }
+    Ok(if rare.is_empty() { terms } else { rare })
+}
+
+/// The filters as SQL over `i` (memory_items), with named parameters.
+fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
+    let f = &search.filters;
+    let mut sql = String::new();
+    let mut args = Vec::new();
+    if let Some(agent) = &f.agent {
+        sql.push_str(" AND i.agent = :agent");
+        args.push((":agent", Value::Text(agent.as_str().to_owned())));
+    }
+    if let Some(tier) = f.tier {
+        sql.push_str(" AND i.tier = :tier");
+        args.push((":tier", Value::Text(tier.as_str().to_owned())));
+    }
+    if let Some(from) = f.from_ms {
+        sql.push_str(" AND i.valid_from >= :from_ms");
+        args.push((":from_ms", Value::Integer(from)));
+    }
+    if let Some(to) = f.to_ms {
+        sql.push_str(" AND i.valid_from <= :to_ms");
+        args.push((":to_ms", Value::Integer(to)));
+    }
+    if let Some(session) = &f.session {
+        sql.push_str(
+            " AND EXISTS (SELECT 1 FROM memory_sources fs WHERE fs.item = i.id \
+             AND fs.session = :session)",
+        );
+        args.push((":session", Value::Text(session.as_str().to_owned())));
+    }
+    if !search.history {
+        sql.push_str(" AND i.superseded_by IS NULL");
+    }
+    let budget = i64::try_from(search.budget).unwrap_or(i64::MAX);
+    sql.push_str(" AND i.tokens <= :budget");
+    args.push((":budget", Value::Integer(budget)));
+    (sql, args)
+}
+
+/// Runs `sql` with the filter arguments plus `extra`, collecting one value per row.
+fn query_ids<T: rusqlite::types::FromSql>(
+    conn: &Connection,
+    sql: &str,
+    args: &[(&'static str, Value)],
+    extra: &[(&'static str, Value)],
+    action: &'static str,
+) -> Result<Vec<(ItemId, T)>> {
+    let all: Vec<(&str, &dyn ToSql)> = args
+        .iter()
+        .chain(extra)
+        .map(|(n, v)| (*n, v as &dyn ToSql))
+        .collect();
+    conn.prepare_cached(sql)
+        .and_then(|mut st| {
+            st.query_map(all.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(backend(action))
+}
+
+/// Items matching `search`, best first, as many as fit its budget and limit.
+///
+/// Packing is greedy by score: an item that does not fit in what is left of the budget is
+/// skipped, never cut, and a smaller one after it may still fit. The invariant the caller
+/// relies on: the hits' `tokens` sum to at most `search.budget`.
+pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
+    if let (Some(from), Some(to)) = (search.filters.from_ms, search.filters.to_ms) {
+        if from > to {
+            return Err(MemoryError::InvalidInput {
+                field: "from/to",
+                reason: format!("the time range starts ({from}) after it ends ({to})"),
+            });
+        }
+    }
+    let terms = text::query_terms(&search.query);
+    if terms.is_empty() || search.limit == 0 || search.budget == 0 {
+        return Ok(Vec::new());
+    }
+    let (filters, args) = filter_sql(search);
+    let candidates = search
+        .limit
+        .saturating_mul(CANDIDATES_PER_HIT)
+        .max(MIN_CANDIDATES);
+    let sql = format!(
+        "SELECT i.id, bm25(memory_fts) AS rank
+         FROM memory_fts JOIN memory_items i ON i.id = memory_fts.rowid
+         WHERE memory_fts MATCH :query{filters}
+         ORDER BY rank, i.id LIMIT {candidates}"
+    );
+    let terms = selective_terms(conn, terms)?;
+    let query = [(":query", Value::Text(match_expression(&terms)))];
+    let matched: Vec<(ItemId, f64)> = query_ids(conn, &sql, &args, &query, "searching memory")?;
+    // FTS5's bm25() is lower for better matches; scores here are higher-better.
+    let own: BTreeMap<ItemId, f64> = matched.iter().map(|&(id, rank)| (id, -rank)).collect();
+
+    // Each of the best matches (as many as the search may return) lends a share of its score
+    // to the nearest item on either side of it in each session it came from (items that pass
+    // the same filters); weaker matches would lend too little to change the hits.
+    let before = format!(
+        "SELECT s.item, s.from_seq FROM memory_sources s JOIN memory_items i ON i.id = s.item
+         WHERE s.session = :s AND s.from_seq < :at AND s.from_seq = s.to_seq{filters}
+         ORDER BY s.from_seq DESC LIMIT 1"
+    );
+    let after = format!(
+        "SELECT s.item, s.from_seq FROM memory_sources s JOIN memory_items i ON i.id = s.item
+         WHERE s.session = :s AND s.from_seq > :at AND s.from_seq = s.to_seq{filters}
+         ORDER BY s.from_seq LIMIT 1"
+    );
+    let mut score = own.clone();
+    for &(id, _) in matched.iter().take(search.limit) {
+        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
+        let mut near = BTreeSet::new();
+        for p in sources(conn, id)? {
+            let s = Value::Text(p.session.as_str().to_owned());
+            let edges = [(&before, p.from_seq), (&after, p.to_seq)];
+            for (sql, at) in edges {
+                let at = i64::try_from(at).unwrap_or(i64::MAX);
+                let extra = [(":s", s.clone()), (":at", Value::Integer(at))];
+                for (n, _) in query_ids::<i64>(conn, sql, &args, &extra, "reading neighbours")? {
+                    near.insert(n);
+                }
+            }
+        }
+        near.remove(&id);
+        for n in near {
+            *score.entry(n).or_insert(0.0) += lent;
+        }
+    }
+    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+
+    let mut left = search.budget;
+    let mut hits = Vec::new();
+    let mut row = conn
+        .prepare_cached("SELECT text, tokens, tier FROM memory_items WHERE id = ?1")
+        .map_err(backend("reading a hit"))?;
+    for (id, score) in ranked {
+        if hits.len() >= search.limit || left == 0 {
+            break;
+        }
+        let Some((text, tokens, tier)) = row
+            .query_row([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .optional()
+            .map_err(backend("reading a hit"))?
+        else {
+            continue;
+        };
+        let tokens = u64::try_from(tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
+        if tokens > left {
+            continue;
+        }
+        left -= tokens;
+        let tier: Tier = tier
+            .parse()
+            .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
+        let sources = sources(conn, id)?
+            .into_iter()
+            .map(|p| Source {
+                session: p.session,
+                seq: p.from_seq,
+                to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
+            })
+            .collect();
+        hits.push(Hit {
+            id,
+            text,
+            tokens,
+            score,
+            tier,
+            sources,
+        });
+    }
+    Ok(hits)
+}

@@ -1,0 +1,287 @@
+//! Writing derived items: exact and near-duplicate detection, provenance, supersession, and
+//! `forget`, the only delete.
+
+use std::collections::BTreeSet;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::error::{backend, Result};
+use crate::item::{Forgotten, ItemId, NewItem, Written};
+use crate::text;
+
+use super::read::load_item;
+
+/// Two items whose content-word sets are at least this similar (Jaccard) are one memory.
+pub(crate) const NEAR_DUPLICATE: f64 = 0.9;
+
+/// Items with fewer content words are only merged when exactly equal: in a short text one word
+/// is the whole meaning ("deploy to staging" vs "deploy to prod").
+pub(crate) const NEAR_MIN_WORDS: usize = 8;
+
+/// Locality-sensitive keys of a word set (MinHash in bands): each band is the words that
+/// minimise a few seeded hashes. Two sets share a band's key with a probability of about their
+/// Jaccard similarity to the power of the band's width, so sets at the threshold almost always
+/// share one of the bands, while unrelated sets almost never do — and, unlike single words, a
+/// tuple of words is rare even when each is common, so candidate lists stay short. The hash is FNV-1a, fixed
+/// here because the keys are stored.
+fn sketch(words: &BTreeSet<String>) -> Vec<String> {
+    fn fnv(seed: u64, word: &str) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for b in word.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    }
+    let min_word = |seed: u64| words.iter().min_by_key(|w| (fnv(seed, w), w.as_str()));
+    (0..SKETCH_BANDS)
+        .map(|band| {
+            let mut key = format!("{band}");
+            for seed in band * BAND_WIDTH..(band + 1) * BAND_WIDTH {
+                key.push('\u{1f}');
+                key.push_str(min_word(seed).map_or("", String::as_str));
+            }
+            key
+        })
+        .collect()
+}
+
+/// Bands in a sketch: more find more near duplicates and cost more lookups.
+const SKETCH_BANDS: u64 = 5;
+
+/// Words per band: wider bands make fewer chance candidates and miss more true ones.
+const BAND_WIDTH: u64 = 3;
+
+/// Writes one derived item inside `tx`, with its token count already made.
+pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result<Written> {
+    let agent = item.agent.as_str();
+    let src = &item.source;
+    // The same source seen again (re-indexing) changes nothing, whatever became of its item.
+    let known: Option<ItemId> = tx
+        .prepare_cached(
+            "SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
+             WHERE s.session = ?1 AND s.from_seq = ?2 AND s.to_seq = ?3
+               AND i.agent = ?4 AND i.kind = ?5 LIMIT 1",
+        )
+        .and_then(|mut st| {
+            st.query_row(
+                params![
+                    src.session.as_str(),
+                    src.from_seq,
+                    src.to_seq,
+                    agent,
+                    item.kind.as_str()
+                ],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+        .map_err(backend("looking up a memory source"))?;
+    if let Some(id) = known {
+        return Ok(Written::Known(id));
+    }
+
+    let normalized = text::normalize(&item.text);
+    let hash = text::hash(&normalized);
+    // Only current items absorb duplicates: a superseded fact stated again is current again,
+    // as a new item with its own validity (it then supersedes the one that replaced it).
+    let exact: Option<ItemId> = tx
+        .prepare_cached(
+            "SELECT id FROM memory_items
+             WHERE agent = ?1 AND hash = ?2 AND superseded_by IS NULL LIMIT 1",
+        )
+        .and_then(|mut st| st.query_row(params![agent, hash], |r| r.get(0)).optional())
+        .map_err(backend("looking up an exact duplicate"))?;
+    if let Some(id) = exact {
+        add_source(tx, id, item)?;
+        return Ok(Written::Duplicate(id));
+    }
+
+    let words = text::word_set(&item.text);
+    if let Some(id) = near_duplicate(tx, agent, &words)? {
+        add_source(tx, id, item)?;
+        return Ok(Written::NearDuplicate(id));
+    }
+
+    let key = text::subject_key(&item.text);
+    tx.prepare_cached(
+        "INSERT INTO memory_items
+           (agent, tier, kind, text, tokens, hash, words, subject, value, valid_from)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            agent,
+            item.tier.as_str(),
+            item.kind.as_str(),
+            item.text,
+            tokens,
+            hash,
+            words.len(),
+            key.as_ref().map(|(k, _)| k.as_str()),
+            key.as_ref().map(|(_, v)| v.as_str()),
+            src.ts_ms,
+        ])
+    })
+    .map_err(backend("writing a memory item"))?;
+    let id = tx.last_insert_rowid();
+    tx.prepare_cached("INSERT INTO memory_fts (rowid, text) VALUES (?1, ?2)")
+        .and_then(|mut st| st.execute(params![id, item.text]))
+        .map_err(backend("indexing a memory item's text"))?;
+    if words.len() >= NEAR_MIN_WORDS {
+        let mut st = tx
+            .prepare_cached("INSERT INTO memory_prefix (agent, word, item) VALUES (?1, ?2, ?3)")
+            .map_err(backend("indexing a memory item's words"))?;
+        for key in sketch(&words) {
+            st.execute(params![agent, key, id])
+                .map_err(backend("indexing a memory item's words"))?;
+        }
+    }
+    add_source(tx, id, item)?;
+    if let Some((subject, value)) = key {
+        supersede(tx, agent, id, &subject, &value, src.ts_ms)?;
+    }
+    Ok(Written::Created(id))
+}
+
+/// Records `item`'s source on stored item `id`.
+fn add_source(tx: &Connection, id: ItemId, item: &NewItem) -> Result<()> {
+    let s = &item.source;
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO memory_sources (item, session, from_seq, to_seq, ts_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            id,
+            s.session.as_str(),
+            s.from_seq,
+            s.to_seq,
+            s.ts_ms
+        ])
+    })
+    .map_err(backend("writing a memory item's provenance"))?;
+    Ok(())
+}
+
+/// A current item of `agent` whose word set is a near duplicate of `words`, if any: candidates
+/// share a sketch key and have a size that the threshold allows, then the exact Jaccard
+/// decides. The lowest id wins, so the answer does not depend on the order rows come back in.
+fn near_duplicate(
+    tx: &Connection,
+    agent: &str,
+    words: &BTreeSet<String>,
+) -> Result<Option<ItemId>> {
+    if words.len() < NEAR_MIN_WORDS {
+        return Ok(None);
+    }
+    let size = words.len() as f64;
+    let (lo, hi) = (
+        (size * NEAR_DUPLICATE).ceil() as i64,
+        (size / NEAR_DUPLICATE).floor() as i64,
+    );
+    let mut candidates = BTreeSet::new();
+    let mut st = tx
+        .prepare_cached(
+            "SELECT p.item FROM memory_prefix p JOIN memory_items i ON i.id = p.item
+             WHERE p.agent = ?1 AND p.word = ?2 AND i.superseded_by IS NULL
+               AND i.words BETWEEN ?3 AND ?4",
+        )
+        .map_err(backend("looking up near duplicates"))?;
+    for key in sketch(words) {
+        let rows = st
+            .query_map(params![agent, key, lo, hi], |r| r.get::<_, ItemId>(0))
+            .map_err(backend("looking up near duplicates"))?;
+        for id in rows {
+            candidates.insert(id.map_err(backend("reading a near duplicate"))?);
+        }
+    }
+    let mut text_of = tx
+        .prepare_cached("SELECT text FROM memory_items WHERE id = ?1")
+        .map_err(backend("reading a near duplicate"))?;
+    for id in candidates {
+        let other: String = text_of
+            .query_row([id], |r| r.get(0))
+            .map_err(backend("reading a near duplicate"))?;
+        if text::jaccard(words, &text::word_set(&other)) >= NEAR_DUPLICATE {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+/// Applies supersession for new item `id` stating `value` for `subject` at `ts`: every current
+/// item of the agent with the same subject and another value is superseded — by the new item
+/// when it is older than it, else the new item is superseded by the newest of them (an old
+/// source indexed late never overrides what was said after it).
+fn supersede(
+    tx: &Connection,
+    agent: &str,
+    id: ItemId,
+    subject: &str,
+    value: &str,
+    ts: i64,
+) -> Result<()> {
+    let others: Vec<(ItemId, String, i64)> = tx
+        .prepare_cached(
+            "SELECT id, value, valid_from FROM memory_items
+             WHERE agent = ?1 AND subject = ?2 AND superseded_by IS NULL AND id <> ?3
+             ORDER BY valid_from, id",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![agent, subject, id], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    r.get(2)?,
+                ))
+            })?
+            .collect()
+        })
+        .map_err(backend("looking up statements with the same subject"))?;
+    let mut mark = tx
+        .prepare_cached("UPDATE memory_items SET superseded_by = ?1, valid_to = ?2 WHERE id = ?3")
+        .map_err(backend("marking a superseded item"))?;
+    let newer = others
+        .iter()
+        .filter(|(_, v, _)| v != value)
+        .rfind(|(_, _, from)| *from > ts);
+    if let Some(&(newest, _, from)) = newer {
+        mark.execute(params![newest, from, id])
+            .map_err(backend("marking a superseded item"))?;
+        return Ok(());
+    }
+    for (other, other_value, _) in &others {
+        if other_value != value {
+            mark.execute(params![id, ts, other])
+                .map_err(backend("marking a superseded item"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes item `id` with its provenance and index entries; items it superseded become current
+/// again (nothing may point at a removed item).
+pub(crate) fn forget(tx: &Connection, id: ItemId) -> Result<Forgotten> {
+    let item = load_item(tx, id)?;
+    let restored: Vec<ItemId> = tx
+        .prepare_cached("SELECT id FROM memory_items WHERE superseded_by = ?1 ORDER BY id")
+        .and_then(|mut st| st.query_map([id], |r| r.get(0))?.collect())
+        .map_err(backend("finding the items a forgotten item superseded"))?;
+    let steps: [(&str, &'static str); 5] = [
+        (
+            "UPDATE memory_items SET superseded_by = NULL, valid_to = NULL WHERE superseded_by = ?1",
+            "restoring superseded items",
+        ),
+        ("DELETE FROM memory_fts WHERE rowid = ?1", "removing an item's text index"),
+        ("DELETE FROM memory_prefix WHERE item = ?1", "removing an item's word index"),
+        ("DELETE FROM memory_sources WHERE item = ?1", "removing an item's provenance"),
+        ("DELETE FROM memory_items WHERE id = ?1", "removing a memory item"),
+    ];
+    for (sql, action) in steps {
+        tx.prepare_cached(sql)
+            .and_then(|mut st| st.execute([id]))
+            .map_err(backend(action))?;
+    }
+    Ok(Forgotten { item, restored })
+}

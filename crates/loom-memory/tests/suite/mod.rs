@@ -1,0 +1,7 @@
+//! Scenarios: writing (dedup, supersession, forget), search (ranking, filters, budget) and
+//! indexing from a stored log.
+
+mod index;
+mod search;
+mod support;
+mod write;

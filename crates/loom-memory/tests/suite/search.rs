@@ -1,0 +1,207 @@
+//! Ranking, filters and the token budget.
+
+use loom_memory::{ItemKind, Memory, MemoryError, NewItem, Search, Tier};
+
+use super::support::{agent, memory, session, turn};
+
+#[test]
+fn best_first_with_stemming_and_stop_words_ignored() {
+    let m = memory();
+    m.write(&[
+        turn("a", "s1", 1, "We went hiking in the mountains last weekend"),
+        turn("a", "s2", 1, "The weather was nice and the food was good"),
+        turn(
+            "a",
+            "s3",
+            1,
+            "Mountain hikes are my favourite thing, I hike every month",
+        ),
+    ])
+    .unwrap();
+    let hits = m
+        .search(&Search::new("Where did they hike?", 1000))
+        .unwrap();
+    let at: Vec<&str> = hits.iter().map(|h| h.sources[0].session.as_str()).collect();
+    // Stemmed `hike` matches hikes/hiking; stop words match nothing.
+    assert_eq!(at, ["s3", "s1"], "{hits:?}");
+    assert!(hits[0].score >= hits[1].score && hits[1].score > 0.0);
+}
+
+#[test]
+fn hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut() {
+    let m = memory();
+    let long = format!("deadline {}", "word ".repeat(300));
+    m.write(&[
+        turn("a", "s", 1, &long),
+        turn("a", "s", 2, "the deadline is friday"),
+        turn(
+            "a",
+            "s",
+            3,
+            "deadline moved, ask the team about the deadline",
+        ),
+    ])
+    .unwrap();
+    for budget in [1, 5, 8, 20, 50, 400, 10_000] {
+        let hits = m.search(&Search::new("deadline", budget)).unwrap();
+        let sum: u64 = hits.iter().map(|h| h.tokens).sum();
+        assert!(sum <= budget, "budget {budget}: {sum}");
+        for h in &hits {
+            assert!(h.text == long || h.tokens < 50, "never cut: {h:?}");
+        }
+        if budget >= 20 {
+            assert!(
+                hits.iter().any(|h| h.sources[0].seq == 2),
+                "budget {budget}: {hits:?}"
+            );
+        }
+        if budget == 10_000 {
+            assert_eq!(hits.len(), 3);
+        }
+    }
+    let mut s = Search::new("deadline", 10_000);
+    s.limit = 1;
+    assert_eq!(m.search(&s).unwrap().len(), 1);
+}
+
+#[test]
+fn filters_by_agent_session_tier_and_time() {
+    let m = memory();
+    let summary = NewItem {
+        tier: Tier::L3,
+        kind: ItemKind::Summary,
+        ..turn("a", "s2", 4, "summary: the release checklist was reviewed")
+    };
+    m.write(&[
+        turn("a", "s1", 1, "release checklist drafted"),
+        turn("b", "s9", 2, "release checklist of agent b"),
+        turn("a", "s2", 3, "release checklist signed off"),
+        summary,
+    ])
+    .unwrap();
+    let texts = |s: Search| -> Vec<String> {
+        let mut t: Vec<String> = m.search(&s).unwrap().into_iter().map(|h| h.text).collect();
+        t.sort();
+        t
+    };
+    let mut s = Search::new("release checklist", 1000);
+    s.filters.agent = Some(agent("b"));
+    assert_eq!(texts(s.clone()), ["release checklist of agent b"]);
+    s.filters.agent = Some(agent("a"));
+    assert_eq!(texts(s.clone()).len(), 3);
+    s.filters.session = Some(session("s2"));
+    assert_eq!(
+        texts(s.clone()),
+        [
+            "release checklist signed off",
+            "summary: the release checklist was reviewed"
+        ]
+    );
+    s.filters.tier = Some(Tier::L3);
+    assert_eq!(
+        texts(s.clone()),
+        ["summary: the release checklist was reviewed"]
+    );
+    s.filters.tier = Some(Tier::L4);
+    s.filters.session = None;
+    s.filters.from_ms = Some(2000);
+    s.filters.to_ms = Some(3000);
+    assert_eq!(texts(s.clone()), ["release checklist signed off"]);
+    s.filters.from_ms = Some(3001);
+    let err = m.search(&s).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MemoryError::InvalidInput {
+                field: "from/to",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn queries_without_words_or_with_syntax_find_nothing_or_match_literally() {
+    let m = memory();
+    m.write(&[turn("a", "s", 1, "NEAR the \"quoted\" OR thing AND stuff")])
+        .unwrap();
+    assert!(m.search(&Search::new("?!", 1000)).unwrap().is_empty());
+    assert!(m.search(&Search::new("", 1000)).unwrap().is_empty());
+    for q in [
+        "\"quoted\"",
+        "NEAR(",
+        "thing*",
+        "OR AND NOT",
+        "col:thing",
+        "^stuff",
+    ] {
+        m.search(&Search::new(q, 1000)).unwrap();
+    }
+    assert_eq!(
+        m.search(&Search::new("\"quoted\" )(", 1000)).unwrap().len(),
+        1
+    );
+    assert!(m.search(&Search::new("quoted", 0)).unwrap().is_empty());
+}
+
+#[test]
+fn tiers_parse_in_either_case_and_refuse_others() {
+    assert_eq!("l3".parse::<Tier>().unwrap(), Tier::L3);
+    assert!("L5".parse::<Tier>().unwrap_err().is_bad_input());
+}
+
+#[test]
+fn the_turn_after_a_matching_question_is_found_by_its_neighbour() {
+    let m = memory();
+    m.write(&[
+        turn("a", "s", 1, "Ann: what did you do on Sunday?"),
+        turn(
+            "a",
+            "s",
+            2,
+            "Bob: went up the ridge with the kids, lovely view",
+        ),
+        turn("a", "s", 3, "Ann: the cat knocked over a plant"),
+        turn("a", "s", 4, "Ann: the cat is fine though"),
+        turn("a", "s2", 1, "Bob: quiet day"),
+    ])
+    .unwrap();
+    let hits = m
+        .search(&Search::new("What did they do on Sunday?", 1000))
+        .unwrap();
+    let at: Vec<(&str, u64)> = hits
+        .iter()
+        .map(|h| (h.sources[0].session.as_str(), h.sources[0].seq))
+        .collect();
+    assert!(at.contains(&("s", 2)), "{at:?}");
+    // Only the items beside a match are lent a score.
+    assert_eq!(at, [("s", 1), ("s", 2)]);
+    let pos = |k| at.iter().position(|x| *x == k);
+    assert!(pos(("s", 1)) < pos(("s", 2)), "{at:?}");
+    // Nothing matched, nothing lent: an unrelated query finds nothing.
+    assert!(m.search(&Search::new("zebra", 1000)).unwrap().is_empty());
+}
+
+#[test]
+fn a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist() {
+    let m = memory();
+    // Each in its own session, so that no item is another's neighbour.
+    let items: Vec<_> = (0..5_002)
+        .map(|i| {
+            turn(
+                "a",
+                &format!("s{i}"),
+                1,
+                &format!("weekly status report number {i}"),
+            )
+        })
+        .chain([turn("a", "x", 1, "the zeppelin report")])
+        .collect();
+    m.write(&items).unwrap();
+    let hits = m.search(&Search::new("zeppelin report", 10_000)).unwrap();
+    let texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
+    assert_eq!(texts, ["the zeppelin report"]);
+    // Alone, a common term is still searched on.
+    assert_eq!(m.search(&Search::new("report", 10_000)).unwrap().len(), 50);
+}
