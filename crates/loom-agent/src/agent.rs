@@ -481,7 +481,10 @@ impl<'a> Runner<'a> {
         if [approval::RUNTIME, approval::USER].contains(&self.spec.agent.as_str()) {
             return Err(AgentError::config(
                 "agent",
-                format!("`{}` is reserved for approvals; name the agent otherwise", self.spec.agent),
+                format!(
+                    "`{}` is reserved for approvals; name the agent otherwise",
+                    self.spec.agent
+                ),
             ));
         }
         self.open_session(&id, &self.spec.agent, None, goal)?;
