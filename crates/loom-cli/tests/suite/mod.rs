@@ -8,6 +8,7 @@ mod import_errors;
 mod keys;
 mod large;
 mod log;
+mod memory;
 mod render;
 mod replay;
 mod run;
