@@ -488,19 +488,8 @@ impl<'a> Runner<'a> {
             ));
         }
         self.open_session(&id, &self.spec.agent, None, goal)?;
-        let agent = Agent {
-            session: id,
-            name: self.spec.agent.clone(),
-            actions,
-            depth: 0,
-            parent: None,
-        };
-        let stop = self.drive(&agent)?;
-        Ok(Report {
-            session: agent.session,
-            stop,
-            totals: self.totals,
-        })
+        let name = self.spec.agent.clone();
+        self.run_top(id, name, actions)
     }
 
     /// Creates an agent's session: the system prompt, then its task as the user's message.
@@ -544,9 +533,14 @@ impl<'a> Runner<'a> {
             .store
             .session(session)?
             .ok_or_else(|| AgentError::session(session, "no such session"))?;
+        self.run_top(session.clone(), info.agent, actions)
+    }
+
+    /// Drives the top agent of a run until it stops.
+    fn run_top(&mut self, session: SessionId, name: AgentId, actions: Actions) -> Result<Report> {
         let agent = Agent {
-            session: session.clone(),
-            name: info.agent,
+            session,
+            name,
             actions,
             depth: 0,
             parent: None,
