@@ -5,7 +5,7 @@
 
 mod support;
 
-use loom_agent::{Approval, Limits, Quiet, RunSpec, Runner, Stop};
+use loom_agent::{Approval, Limits, RunSpec, Stop};
 use loom_core::{AgentId, EventBody, SessionId};
 use serde_json::json;
 use support::*;
@@ -42,22 +42,15 @@ fn a_task_is_read_fixed_tested_with_a_child_and_answered() {
         {"content": "Fixed add in calc.sh; the test passes."}
     ]);
     let (mut model, requests) = Recording::new(script);
-    let mut quiet = Quiet;
-    let mut make_child = child_actions;
-    let mut runner = Runner::new(
+    let parent = SessionId::new("fix").unwrap();
+    let report = start(
         &env,
         &mut model,
-        &mut quiet,
         spec(Approval::Untrusted),
-        &mut make_child,
+        "PARENT-GOAL: make the test pass",
+        &parent,
+        &ws,
     );
-    let report = runner
-        .start(
-            "PARENT-GOAL: make the test pass",
-            Some(SessionId::new("fix").unwrap()),
-            actions(&ws),
-        )
-        .unwrap();
     assert_eq!(
         report.stop,
         Stop::Answered("Fixed add in calc.sh; the test passes.".into())
@@ -69,7 +62,6 @@ fn a_task_is_read_fixed_tested_with_a_child_and_answered() {
     );
 
     // The parent's log: goal, calls each followed by its result, the spawn and the child's result.
-    let parent = SessionId::new("fix").unwrap();
     let events = env.store.read(&parent, 1..=100).unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e.body.kind().as_str()).collect();
     assert_eq!(
@@ -153,17 +145,14 @@ fn a_call_waits_for_approval_and_the_run_resumes_after_it() {
     ]);
     let id = SessionId::new("ask").unwrap();
     let (mut model, _) = Recording::new(script.clone());
-    let mut quiet = Quiet;
-    let mut make_child = child_actions;
-    let report = Runner::new(
+    let report = start(
         &env,
         &mut model,
-        &mut quiet,
         spec(Approval::OnRequest),
-        &mut make_child,
-    )
-    .start("clean up", Some(id.clone()), actions(&ws))
-    .unwrap();
+        "clean up",
+        &id,
+        &ws,
+    );
     let Stop::Paused {
         call_id, session, ..
     } = &report.stop
@@ -186,16 +175,7 @@ fn a_call_waits_for_approval_and_the_run_resumes_after_it() {
     // Resume: the script's first reply is already in the log.
     let (mut model, requests) = Recording::new(script);
     model.inner.skip(1);
-    let mut make_child = child_actions;
-    let report = Runner::new(
-        &env,
-        &mut model,
-        &mut quiet,
-        spec(Approval::OnRequest),
-        &mut make_child,
-    )
-    .resume(&id, actions(&ws))
-    .unwrap();
+    let report = resume(&env, &mut model, spec(Approval::OnRequest), &id, &ws);
     assert_eq!(report.stop, Stop::Answered("removed".into()));
     assert!(!ws.join("junk.txt").exists());
     // The approval messages are in the log, but not in the agent's request.
@@ -218,18 +198,15 @@ fn denied_forbidden_and_broken_calls_still_get_results() {
         {"content": "gave up"}
     ]);
     let (mut model, _) = Recording::new(script);
-    let mut quiet = Quiet;
-    let mut make_child = child_actions;
     let id = SessionId::new("deny").unwrap();
-    let report = Runner::new(
+    let report = start(
         &env,
         &mut model,
-        &mut quiet,
         spec(Approval::Never),
-        &mut make_child,
-    )
-    .start("try things", Some(id.clone()), actions(&ws))
-    .unwrap();
+        "try things",
+        &id,
+        &ws,
+    );
     assert_eq!(report.stop, Stop::Answered("gave up".into()));
     let events = env.store.read(&id, 1..=100).unwrap();
     let results: Vec<String> = events
@@ -264,24 +241,11 @@ fn a_limit_stops_the_run_and_resume_goes_on() {
     let mut s = spec(Approval::Untrusted);
     s.limits.max_turns = Some(1);
     let (mut model, _) = Recording::new(script.clone());
-    let mut quiet = Quiet;
-    let mut make_child = child_actions;
-    let report = Runner::new(&env, &mut model, &mut quiet, s, &mut make_child)
-        .start("look around", Some(id.clone()), actions(&ws))
-        .unwrap();
+    let report = start(&env, &mut model, s, "look around", &id, &ws);
     assert!(matches!(report.stop, Stop::Limit(_)), "{:?}", report.stop);
     let (mut model, _) = Recording::new(script);
     model.inner.skip(1);
-    let mut make_child = child_actions;
-    let report = Runner::new(
-        &env,
-        &mut model,
-        &mut quiet,
-        spec(Approval::Untrusted),
-        &mut make_child,
-    )
-    .resume(&id, actions(&ws))
-    .unwrap();
+    let report = resume(&env, &mut model, spec(Approval::Untrusted), &id, &ws);
     assert_eq!(report.stop, Stop::Answered("looked".into()));
     assert_eq!(report.totals.turns, 2);
 }
@@ -301,18 +265,15 @@ fn a_child_messages_its_parent_and_only_the_parent_sees_it() {
         {"content": "noted"}
     ]);
     let (mut model, requests) = Recording::new(script);
-    let mut quiet = Quiet;
-    let mut make_child = child_actions;
     let id = SessionId::new("msg").unwrap();
-    let report = Runner::new(
+    let report = start(
         &env,
         &mut model,
-        &mut quiet,
         spec(Approval::Untrusted),
-        &mut make_child,
-    )
-    .start("PARENT: review calc.sh", Some(id.clone()), actions(&ws))
-    .unwrap();
+        "PARENT: review calc.sh",
+        &id,
+        &ws,
+    );
     assert_eq!(report.stop, Stop::Answered("noted".into()));
     // The message is an event of the parent's log, from the child, with its priority.
     let events = env.store.read(&id, 1..=100).unwrap();

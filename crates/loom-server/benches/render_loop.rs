@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use loom_core::{AgentId, EventBody, MessageContent, NewEvent, ReduceConfig, SessionId};
+use loom_core::{AgentId, EventBody, MessageContent, NewEvent, SessionId};
 use loom_server::engine::RenderSpec;
 use loom_server::live::{Backend, LiveSessions};
 use loom_server::Engine;
@@ -43,11 +43,7 @@ fn main() -> anyhow::Result<()> {
     } else {
         (&ws.store, &ws.blobs)
     };
-    let engine = Engine {
-        registry: loom_tokens::Registry::built_in().context("the registry")?,
-        policy: loom_core::render::Policy::default(),
-        reduce: ReduceConfig::default(),
-    };
+    let engine = Engine::built_in().context("the registry")?;
     let live = LiveSessions::new(16);
     let b = Backend {
         store,

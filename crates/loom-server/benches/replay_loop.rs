@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use loom_core::{ReduceConfig, SessionId};
+use loom_core::SessionId;
 use loom_server::engine::RenderSpec;
 use loom_server::live::{Backend, LiveSessions};
 use loom_server::Engine;
@@ -38,11 +38,7 @@ fn main() -> anyhow::Result<()> {
     }
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
-    let engine = Engine {
-        registry: loom_tokens::Registry::built_in().context("the registry")?,
-        policy: loom_core::render::Policy::default(),
-        reduce: ReduceConfig::default(),
-    };
+    let engine = Engine::built_in().context("the registry")?;
     let live = LiveSessions::new(1_024);
     let b = Backend {
         store: &store,

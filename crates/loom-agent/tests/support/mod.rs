@@ -170,3 +170,34 @@ pub(crate) fn call(name: &str, args: Value) -> Value {
 pub(crate) fn text_of(body: &Value) -> String {
     body.to_string()
 }
+
+/// Starts a run of `goal` in session `id` (no hooks, no summarizer, children as [`child_actions`]).
+pub(crate) fn start(
+    env: &Env,
+    model: &mut Recording,
+    spec: loom_agent::RunSpec,
+    goal: &str,
+    id: &loom_core::SessionId,
+    workspace: &Path,
+) -> loom_agent::Report {
+    let mut quiet = loom_agent::Quiet;
+    let mut make_child = child_actions;
+    loom_agent::Runner::new(env, model, &mut quiet, spec, &mut make_child)
+        .start(goal, Some(id.clone()), actions(workspace))
+        .unwrap()
+}
+
+/// Resumes session `id`.
+pub(crate) fn resume(
+    env: &Env,
+    model: &mut Recording,
+    spec: loom_agent::RunSpec,
+    id: &loom_core::SessionId,
+    workspace: &Path,
+) -> loom_agent::Report {
+    let mut quiet = loom_agent::Quiet;
+    let mut make_child = child_actions;
+    loom_agent::Runner::new(env, model, &mut quiet, spec, &mut make_child)
+        .resume(id, actions(workspace))
+        .unwrap()
+}
