@@ -11,6 +11,10 @@ use loom_core::render::TokenMeter;
 /// Texts shorter than this are counted again each time: the BPE is cheaper than a lookup.
 const SHORTEST_KEPT: usize = 64;
 
+/// What one kept count costs in memory (its key, its value and the map's overhead), for the live
+/// sessions' memory estimate.
+pub const ENTRY_BYTES: usize = 48;
+
 /// Token counts by text, for one meter (a model's tokenizer): emptied when a render meters with
 /// another.
 #[derive(Debug, Default)]

@@ -190,7 +190,7 @@ impl Live {
 
     /// The memory this state is estimated to hold, in bytes.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes + self.counts.len() * crate::counts::ENTRY_BYTES
     }
 
     /// Who the session's renders are for, at `now_ms`.
@@ -566,7 +566,7 @@ impl LiveSessions {
             let bytes = {
                 let mut state = lock_live(&live);
                 state.refresh(b)?;
-                state.bytes
+                state.bytes()
             };
             let mut lru = self.lock();
             lru.measured(id, bytes);
@@ -576,7 +576,7 @@ impl LiveSessions {
         let Some(live) = Live::load(b, id)? else {
             return Ok(None);
         };
-        let bytes = live.bytes;
+        let bytes = live.bytes();
         let live = Arc::new(Mutex::new(live));
         let mut lru = self.lock();
         lru.tick += 1;
