@@ -1024,11 +1024,10 @@ pub fn approve(
     call_id: &str,
     answer: Answer,
 ) -> Result<()> {
-    if store.session(session)?.is_none() {
+    let Some(info) = store.session(session)? else {
         return Err(AgentError::session(session, "no such session"));
-    }
-    let info = store.session(session)?.map(|i| i.event_count).unwrap_or(0);
-    let events = store.read(session, 1..=info)?;
+    };
+    let events = store.read(session, 1..=info.event_count)?;
     let ledger = approval::Ledger::read(&events);
     let Some(grant) = ledger.requested.get(call_id) else {
         return Err(AgentError::session(
