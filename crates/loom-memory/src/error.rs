@@ -50,6 +50,23 @@ pub enum MemoryError {
         #[source]
         source: Box<rusqlite::Error>,
     },
+    /// PostgreSQL refused an operation.
+    #[error("{action}: {source}")]
+    Postgres {
+        /// What was being done.
+        action: &'static str,
+        /// The driver's error (boxed: it is large, and errors are the cold path).
+        #[source]
+        source: Box<::postgres::Error>,
+    },
+    /// The memory database cannot be opened: a malformed URL, or nothing answering at it.
+    #[error("cannot open memory at {db}: {reason}")]
+    Open {
+        /// The database, its password hidden.
+        db: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl MemoryError {
@@ -65,6 +82,14 @@ impl MemoryError {
 /// Wraps a backend error with what was being done.
 pub(crate) fn backend(action: &'static str) -> impl FnOnce(rusqlite::Error) -> MemoryError {
     move |source| MemoryError::Backend {
+        action,
+        source: Box::new(source),
+    }
+}
+
+/// Wraps a PostgreSQL error with what was being done.
+pub(crate) fn postgres(action: &'static str) -> impl FnOnce(::postgres::Error) -> MemoryError {
+    move |source| MemoryError::Postgres {
         action,
         source: Box::new(source),
     }

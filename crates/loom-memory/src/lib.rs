@@ -9,10 +9,12 @@
 //! - [`Memory::search`] ranks with BM25 and packs the best hits into the budget. Hits carry
 //!   their rank order, so a vector retriever can later be fused in by reciprocal rank.
 
+mod dedup;
 mod derive;
 mod error;
 mod index;
 mod item;
+mod postgres;
 mod sqlite;
 mod text;
 
@@ -23,6 +25,7 @@ pub use item::{
     Filters, Forgotten, Hit, Item, ItemId, ItemKind, NewItem, Provenance, Search, Source, Tier,
     Written, DEFAULT_LIMIT,
 };
+pub use postgres::PgMemory;
 pub use sqlite::SqliteMemory;
 
 /// A memory backend: where items live and how they are found.

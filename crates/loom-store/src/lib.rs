@@ -21,7 +21,7 @@ mod turn;
 mod validate;
 mod workspace;
 
-pub use self::postgres::{PgBlobStore, PgStore};
+pub use self::postgres::{postgres_config, PgBlobStore, PgStore};
 pub use blob::{parse_blob_ref, BlobAlias, BlobInfo, BlobStore, FsBlobStore, MemoryBlobStore};
 pub use calls::touched_calls;
 pub use error::{Result, StoreError};

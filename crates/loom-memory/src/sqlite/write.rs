@@ -5,52 +5,12 @@ use std::collections::BTreeSet;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::dedup::{self, sketch, NEAR_DUPLICATE, NEAR_MIN_WORDS};
 use crate::error::{backend, Result};
 use crate::item::{Forgotten, ItemId, NewItem, Written};
 use crate::text;
 
 use super::read::load_item;
-
-/// Two items whose content-word sets are at least this similar (Jaccard) are one memory.
-pub(crate) const NEAR_DUPLICATE: f64 = 0.9;
-
-/// Items with fewer content words are only merged when exactly equal: in a short text one word
-/// is the whole meaning ("deploy to staging" vs "deploy to prod").
-pub(crate) const NEAR_MIN_WORDS: usize = 8;
-
-/// Locality-sensitive keys of a word set (MinHash in bands): each band is the words that
-/// minimise a few seeded hashes. Two sets share a band's key with a probability of about their
-/// Jaccard similarity to the power of the band's width, so sets at the threshold almost always
-/// share one of the bands, while unrelated sets almost never do — and, unlike single words, a
-/// tuple of words is rare even when each is common, so candidate lists stay short. The hash is FNV-1a, fixed
-/// here because the keys are stored.
-fn sketch(words: &BTreeSet<String>) -> Vec<String> {
-    fn fnv(seed: u64, word: &str) -> u64 {
-        let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        for b in word.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h
-    }
-    let min_word = |seed: u64| words.iter().min_by_key(|w| (fnv(seed, w), w.as_str()));
-    (0..SKETCH_BANDS)
-        .map(|band| {
-            let mut key = format!("{band}");
-            for seed in band * BAND_WIDTH..(band + 1) * BAND_WIDTH {
-                key.push('\u{1f}');
-                key.push_str(min_word(seed).map_or("", String::as_str));
-            }
-            key
-        })
-        .collect()
-}
-
-/// Bands in a sketch: more find more near duplicates and cost more lookups.
-const SKETCH_BANDS: u64 = 5;
-
-/// Words per band: wider bands make fewer chance candidates and miss more true ones.
-const BAND_WIDTH: u64 = 3;
 
 /// Writes one derived item inside `tx`, with its token count already made.
 pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result<Written> {
@@ -210,10 +170,8 @@ fn near_duplicate(
     Ok(None)
 }
 
-/// Applies supersession for new item `id` stating `value` for `subject` at `ts`: every current
-/// item of the agent with the same subject and another value is superseded — by the new item
-/// when it is older than it, else the new item is superseded by the newest of them (an old
-/// source indexed late never overrides what was said after it).
+/// Applies supersession for new item `id` stating `value` for `subject` at `ts`, by the rule
+/// of [`dedup::supersession`].
 fn supersede(
     tx: &Connection,
     agent: &str,
@@ -222,7 +180,7 @@ fn supersede(
     value: &str,
     ts: i64,
 ) -> Result<()> {
-    let others: Vec<(ItemId, String, i64)> = tx
+    let others: Vec<dedup::Stated> = tx
         .prepare_cached(
             "SELECT id, value, valid_from FROM memory_items
              WHERE agent = ?1 AND subject = ?2 AND superseded_by IS NULL AND id <> ?3
@@ -230,11 +188,11 @@ fn supersede(
         )
         .and_then(|mut st| {
             st.query_map(params![agent, subject, id], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                    r.get(2)?,
-                ))
+                Ok(dedup::Stated {
+                    id: r.get(0)?,
+                    value: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    valid_from: r.get(2)?,
+                })
             })?
             .collect()
         })
@@ -242,20 +200,9 @@ fn supersede(
     let mut mark = tx
         .prepare_cached("UPDATE memory_items SET superseded_by = ?1, valid_to = ?2 WHERE id = ?3")
         .map_err(backend("marking a superseded item"))?;
-    let newer = others
-        .iter()
-        .filter(|(_, v, _)| v != value)
-        .rfind(|(_, _, from)| *from > ts);
-    if let Some(&(newest, _, from)) = newer {
-        mark.execute(params![newest, from, id])
+    for m in dedup::supersession(&others, id, value, ts) {
+        mark.execute(params![m.by, m.at, m.item])
             .map_err(backend("marking a superseded item"))?;
-        return Ok(());
-    }
-    for (other, other_value, _) in &others {
-        if other_value != value {
-            mark.execute(params![id, ts, other])
-                .map_err(backend("marking a superseded item"))?;
-        }
     }
     Ok(())
 }

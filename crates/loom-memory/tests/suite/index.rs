@@ -4,7 +4,7 @@ use loom_core::{AgentId, ContentStats, EventBody, MessageContent, NewEvent, Tool
 use loom_memory::{index, ItemKind, Memory, MemoryError, Search, Tier};
 use loom_store::{MemoryStore, NewSession, NewSummary, StepRecord, Store};
 
-use super::support::{memory, session};
+use super::support::{conformance, memory, session};
 
 fn user(ts: i64, text: &str) -> NewEvent {
     NewEvent::new(
@@ -100,11 +100,9 @@ fn store_with_log() -> MemoryStore {
     store
 }
 
-#[test]
-fn turns_observations_and_summaries_become_items_with_provenance_and_time() {
+fn turns_observations_and_summaries_become_items_with_provenance_and_time(m: &dyn Memory) {
     let store = store_with_log();
-    let m = memory();
-    let report = index(&store, &m, &session("s1")).unwrap();
+    let report = index(&store, m, &session("s1")).unwrap();
     assert_eq!((report.derived, report.created), (4, 4), "{report:?}");
 
     let hits = m.search(&Search::new("build host", 10_000)).unwrap();
@@ -138,12 +136,10 @@ fn turns_observations_and_summaries_become_items_with_provenance_and_time() {
         .is_empty());
 }
 
-#[test]
-fn indexing_again_is_idempotent_and_picks_up_new_events() {
+fn indexing_again_is_idempotent_and_picks_up_new_events(m: &dyn Memory) {
     let store = store_with_log();
-    let m = memory();
-    index(&store, &m, &session("s1")).unwrap();
-    let again = index(&store, &m, &session("s1")).unwrap();
+    index(&store, m, &session("s1")).unwrap();
+    let again = index(&store, m, &session("s1")).unwrap();
     assert_eq!(
         (again.created, again.known),
         (0, again.derived),
@@ -155,7 +151,7 @@ fn indexing_again_is_idempotent_and_picks_up_new_events() {
             &[user(70, "Cleaned; the disk is at 40% now")],
         )
         .unwrap();
-    let more = index(&store, &m, &session("s1")).unwrap();
+    let more = index(&store, m, &session("s1")).unwrap();
     assert_eq!(
         (more.created, more.known),
         (1, more.derived - 1),
@@ -171,3 +167,8 @@ fn a_missing_session_is_named() {
         "{err}"
     );
 }
+
+conformance!(
+    turns_observations_and_summaries_become_items_with_provenance_and_time,
+    indexing_again_is_idempotent_and_picks_up_new_events,
+);

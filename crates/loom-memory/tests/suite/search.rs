@@ -2,11 +2,9 @@
 
 use loom_memory::{ItemKind, Memory, MemoryError, NewItem, Search, Tier};
 
-use super::support::{agent, memory, session, turn};
+use super::support::{agent, conformance, session, turn};
 
-#[test]
-fn best_first_with_stemming_and_stop_words_ignored() {
-    let m = memory();
+fn best_first_with_stemming_and_stop_words_ignored(m: &dyn Memory) {
     m.write(&[
         turn("a", "s1", 1, "We went hiking in the mountains last weekend"),
         turn("a", "s2", 1, "The weather was nice and the food was good"),
@@ -27,9 +25,7 @@ fn best_first_with_stemming_and_stop_words_ignored() {
     assert!(hits[0].score >= hits[1].score && hits[1].score > 0.0);
 }
 
-#[test]
-fn hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut() {
-    let m = memory();
+fn hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut(m: &dyn Memory) {
     let long = format!("deadline {}", "word ".repeat(300));
     m.write(&[
         turn("a", "s", 1, &long),
@@ -64,9 +60,7 @@ fn hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut() {
     assert_eq!(m.search(&s).unwrap().len(), 1);
 }
 
-#[test]
-fn filters_by_agent_session_tier_and_time() {
-    let m = memory();
+fn filters_by_agent_session_tier_and_time(m: &dyn Memory) {
     let summary = NewItem {
         tier: Tier::L3,
         kind: ItemKind::Summary,
@@ -121,9 +115,7 @@ fn filters_by_agent_session_tier_and_time() {
     );
 }
 
-#[test]
-fn queries_without_words_or_with_syntax_find_nothing_or_match_literally() {
-    let m = memory();
+fn queries_without_words_or_with_syntax_find_nothing_or_match_literally(m: &dyn Memory) {
     m.write(&[turn("a", "s", 1, "NEAR the \"quoted\" OR thing AND stuff")])
         .unwrap();
     assert!(m.search(&Search::new("?!", 1000)).unwrap().is_empty());
@@ -151,9 +143,7 @@ fn tiers_parse_in_either_case_and_refuse_others() {
     assert!("L5".parse::<Tier>().unwrap_err().is_bad_input());
 }
 
-#[test]
-fn the_turn_after_a_matching_question_is_found_by_its_neighbour() {
-    let m = memory();
+fn the_turn_after_a_matching_question_is_found_by_its_neighbour(m: &dyn Memory) {
     m.write(&[
         turn("a", "s", 1, "Ann: what did you do on Sunday?"),
         turn(
@@ -183,9 +173,7 @@ fn the_turn_after_a_matching_question_is_found_by_its_neighbour() {
     assert!(m.search(&Search::new("zebra", 1000)).unwrap().is_empty());
 }
 
-#[test]
-fn a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist() {
-    let m = memory();
+fn a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist(m: &dyn Memory) {
     // Each in its own session, so that no item is another's neighbour.
     let items: Vec<_> = (0..5_002)
         .map(|i| {
@@ -205,3 +193,12 @@ fn a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist() 
     // Alone, a common term is still searched on.
     assert_eq!(m.search(&Search::new("report", 10_000)).unwrap().len(), 50);
 }
+
+conformance!(
+    best_first_with_stemming_and_stop_words_ignored,
+    hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut,
+    filters_by_agent_session_tier_and_time,
+    queries_without_words_or_with_syntax_find_nothing_or_match_literally,
+    the_turn_after_a_matching_question_is_found_by_its_neighbour,
+    a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist,
+);

@@ -2,7 +2,7 @@
 
 use loom_memory::{Memory, MemoryError, Search, Written};
 
-use super::support::{memory, session, turn};
+use super::support::{conformance, session, turn};
 
 fn search_all(m: &dyn Memory, q: &str, history: bool) -> Vec<(i64, String)> {
     let mut s = Search::new(q, 10_000);
@@ -14,9 +14,7 @@ fn search_all(m: &dyn Memory, q: &str, history: bool) -> Vec<(i64, String)> {
         .collect()
 }
 
-#[test]
-fn an_exact_duplicate_is_one_item_with_two_provenances() {
-    let m = memory();
+fn an_exact_duplicate_is_one_item_with_two_provenances(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s1", 3, "The staging server runs on port 8443"),
@@ -39,9 +37,7 @@ fn an_exact_duplicate_is_one_item_with_two_provenances() {
     assert_eq!(hits[0].sources.len(), 2);
 }
 
-#[test]
-fn duplicates_are_per_agent() {
-    let m = memory();
+fn duplicates_are_per_agent(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s1", 1, "the staging server runs on port 8443"),
@@ -52,9 +48,7 @@ fn duplicates_are_per_agent() {
     assert_ne!(w[0].item(), w[1].item());
 }
 
-#[test]
-fn a_near_duplicate_joins_the_item_and_a_different_text_does_not() {
-    let m = memory();
+fn a_near_duplicate_joins_the_item_and_a_different_text_does_not(m: &dyn Memory) {
     let base = "we moved the nightly backup job from cron to the systemd timer on the build \
                 host because cron kept missing runs after reboots";
     let near = "we moved the nightly backup job from cron to the systemd timer on the build \
@@ -72,9 +66,7 @@ fn a_near_duplicate_joins_the_item_and_a_different_text_does_not() {
     assert_eq!(m.item(w[0].item()).unwrap().sources.len(), 2);
 }
 
-#[test]
-fn short_texts_are_never_near_duplicates() {
-    let m = memory();
+fn short_texts_are_never_near_duplicates(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s", 1, "deploy to staging now"),
@@ -84,9 +76,7 @@ fn short_texts_are_never_near_duplicates() {
     assert!(matches!(w[1], Written::Created(_)), "{w:?}");
 }
 
-#[test]
-fn reindexing_the_same_source_changes_nothing() {
-    let m = memory();
+fn reindexing_the_same_source_changes_nothing(m: &dyn Memory) {
     let items = [
         turn("a", "s", 1, "my favourite editor is helix"),
         turn("a", "s", 2, "ok"),
@@ -103,9 +93,7 @@ fn reindexing_the_same_source_changes_nothing() {
     assert_eq!(m.item(first[0].item()).unwrap().sources.len(), 1);
 }
 
-#[test]
-fn a_newer_value_supersedes_the_older_which_only_history_returns() {
-    let m = memory();
+fn a_newer_value_supersedes_the_older_which_only_history_returns(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s1", 1, "My email is ann@old.example"),
@@ -119,7 +107,7 @@ fn a_newer_value_supersedes_the_older_which_only_history_returns() {
     assert_eq!(old_item.valid_to, Some(5000));
     assert_eq!(m.item(new).unwrap().superseded_by, None);
 
-    let current: Vec<_> = search_all(&m, "email", false)
+    let current: Vec<_> = search_all(m, "email", false)
         .into_iter()
         .map(|h| h.0)
         .collect();
@@ -127,7 +115,7 @@ fn a_newer_value_supersedes_the_older_which_only_history_returns() {
         current.contains(&new) && !current.contains(&old),
         "{current:?}"
     );
-    let history: Vec<_> = search_all(&m, "email", true)
+    let history: Vec<_> = search_all(m, "email", true)
         .into_iter()
         .map(|h| h.0)
         .collect();
@@ -137,9 +125,7 @@ fn a_newer_value_supersedes_the_older_which_only_history_returns() {
     );
 }
 
-#[test]
-fn an_older_value_indexed_late_does_not_override_the_newer() {
-    let m = memory();
+fn an_older_value_indexed_late_does_not_override_the_newer(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s2", 9, "the deploy target is prod-eu"),
@@ -152,9 +138,7 @@ fn an_older_value_indexed_late_does_not_override_the_newer() {
     assert_eq!(m.item(w[0].item()).unwrap().superseded_by, None);
 }
 
-#[test]
-fn speakers_and_agents_do_not_supersede_each_other() {
-    let m = memory();
+fn speakers_and_agents_do_not_supersede_each_other(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s", 1, "Ann: my email is ann@example.org"),
@@ -167,9 +151,7 @@ fn speakers_and_agents_do_not_supersede_each_other() {
     }
 }
 
-#[test]
-fn a_superseded_fact_stated_again_is_current_again() {
-    let m = memory();
+fn a_superseded_fact_stated_again_is_current_again(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s", 1, "the build cache is on disk"),
@@ -188,9 +170,7 @@ fn a_superseded_fact_stated_again_is_current_again() {
     );
 }
 
-#[test]
-fn forget_removes_the_item_says_what_and_restores_what_it_superseded() {
-    let m = memory();
+fn forget_removes_the_item_says_what_and_restores_what_it_superseded(m: &dyn Memory) {
     let w = m
         .write(&[
             turn("a", "s", 1, "the on-call engineer is dana"),
@@ -207,7 +187,7 @@ fn forget_removes_the_item_says_what_and_restores_what_it_superseded() {
     ));
     let back = m.item(w[0].item()).unwrap();
     assert_eq!((back.superseded_by, back.valid_to), (None, None));
-    let texts: Vec<_> = search_all(&m, "on-call engineer", true)
+    let texts: Vec<_> = search_all(m, "on-call engineer", true)
         .into_iter()
         .map(|h| h.1)
         .collect();
@@ -233,3 +213,16 @@ fn memory_tables_live_beside_the_log_and_survive_reopening() {
     drop(store);
     loom_store::SqliteStore::open(&db).unwrap();
 }
+
+conformance!(
+    an_exact_duplicate_is_one_item_with_two_provenances,
+    duplicates_are_per_agent,
+    a_near_duplicate_joins_the_item_and_a_different_text_does_not,
+    short_texts_are_never_near_duplicates,
+    reindexing_the_same_source_changes_nothing,
+    a_newer_value_supersedes_the_older_which_only_history_returns,
+    an_older_value_indexed_late_does_not_override_the_newer,
+    speakers_and_agents_do_not_supersede_each_other,
+    a_superseded_fact_stated_again_is_current_again,
+    forget_removes_the_item_says_what_and_restores_what_it_superseded,
+);

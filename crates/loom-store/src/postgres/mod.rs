@@ -147,6 +147,13 @@ fn parse_url(url: &str) -> Result<Settings> {
     })
 }
 
+/// The driver configuration a database URL describes, with its `schema` applied and Loom's own
+/// parameters (`pool_size`, `checkout_timeout_ms`) taken out: for components that keep their own
+/// tables in the same database as the log (long-term memory), so that one URL means one place.
+pub fn postgres_config(url: &str) -> Result<postgres::Config> {
+    Ok(parse_url(url)?.config)
+}
+
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user@host:port/dbname`) and brings its
     /// schema up to date.

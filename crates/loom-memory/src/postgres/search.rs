@@ -1,0 +1,371 @@
+//! Search in PostgreSQL: BM25 over the items' English full-text vectors, smoothed by
+//! neighbouring turns and packed under the budget, as the SQLite backend does.
+//!
+//! PostgreSQL ranks without inverse document frequency (`ts_rank`), which lets a common word
+//! outweigh a rare one; so the score here is BM25 — each term's IDF from its match count, its
+//! frequency from the positions the item's vector keeps, the item's length from its content
+//! words against the agent's average (kept in `memory_stats`) — computed in one statement per
+//! search.
+
+use std::collections::BTreeMap;
+
+use loom_core::{AgentId, SessionId};
+use postgres::types::ToSql;
+use postgres::Transaction;
+
+use crate::error::{postgres as backend, MemoryError, Result};
+use crate::item::{Hit, Item, ItemId, ItemKind, Provenance, Search, Source, Tier};
+use crate::text;
+
+/// Candidates read per requested hit (some of the best may not fit the budget).
+const CANDIDATES_PER_HIT: usize = 4;
+/// The fewest candidates read, for small limits.
+const MIN_CANDIDATES: usize = 64;
+/// The share of a neighbour's own score an item gains for standing next to it.
+const NEIGHBOUR_WEIGHT: f64 = 0.5;
+/// Items a term may match and still be ranked on when the query has rarer terms.
+const COMMON_MATCHES: i64 = 5_000;
+/// BM25's term-frequency saturation and length normalization.
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+type Param = Box<dyn ToSql + Sync>;
+
+/// The search's filters as SQL over `i` (memory_items), numbering its parameters from
+/// `params.len() + 1` on and appending them.
+fn filter_sql(search: &Search, params: &mut Vec<Param>) -> String {
+    let f = &search.filters;
+    let mut sql = String::new();
+    let mut add = |clause: &str, value: Param| {
+        params.push(value);
+        sql.push_str(&clause.replace('$', &format!("${}", params.len())));
+    };
+    if let Some(agent) = &f.agent {
+        add(" AND i.agent = $", Box::new(agent.as_str().to_owned()));
+    }
+    if let Some(tier) = f.tier {
+        add(" AND i.tier = $", Box::new(tier.as_str()));
+    }
+    if let Some(from) = f.from_ms {
+        add(" AND i.valid_from >= $", Box::new(from));
+    }
+    if let Some(to) = f.to_ms {
+        add(" AND i.valid_from <= $", Box::new(to));
+    }
+    if let Some(session) = &f.session {
+        add(
+            " AND EXISTS (SELECT 1 FROM memory_sources fs WHERE fs.item = i.id \
+             AND fs.session = $)",
+            Box::new(session.as_str().to_owned()),
+        );
+    }
+    add(
+        " AND i.tokens <= $",
+        Box::new(i64::try_from(search.budget).unwrap_or(i64::MAX)),
+    );
+    if !search.history {
+        sql.push_str(" AND i.superseded_by IS NULL");
+    }
+    sql
+}
+
+fn refs(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+/// A term as a `tsquery` text: quoted, so that nothing in it is read as query syntax (terms
+/// are runs of letters and digits, so they hold no quote).
+fn lexeme(term: &str) -> String {
+    format!("'{}'", term.replace('\'', "''"))
+}
+
+/// The weight of each term worth ranking on (BM25's IDF), in the query's order; terms that
+/// match nothing are dropped, and very common ones too when rarer ones exist.
+fn weights(
+    tx: &mut Transaction<'_>,
+    search: &Search,
+    terms: &[String],
+) -> Result<Vec<(String, f64)>> {
+    let lexemes: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
+    let counts = tx
+        .query(
+            &format!(
+                "SELECT t.n, (SELECT count(*) FROM (SELECT 1 FROM memory_items
+                                WHERE tsv @@ to_tsquery('english', t.q) LIMIT {}) x)
+                 FROM unnest($1::text[]) WITH ORDINALITY AS t(q, n) ORDER BY t.n",
+                COMMON_MATCHES + 1
+            ),
+            &[&lexemes],
+        )
+        .map_err(backend("counting a term's matches"))?;
+    let total: i64 = match &search.filters.agent {
+        Some(agent) => tx
+            .query_opt(
+                "SELECT items FROM memory_stats WHERE agent = $1",
+                &[&agent.as_str()],
+            )
+            .map_err(backend("reading an agent's memory size"))?
+            .map_or(0, |r| r.get(0)),
+        None => tx
+            .query_one(
+                "SELECT coalesce(sum(items), 0)::bigint FROM memory_stats",
+                &[],
+            )
+            .map_err(backend("reading the memory size"))?
+            .get(0),
+    };
+    let df: Vec<(String, i64)> = counts
+        .iter()
+        .filter_map(|r| {
+            let n: i64 = r.get(0);
+            let term = usize::try_from(n - 1).ok().and_then(|i| lexemes.get(i))?;
+            Some((term.clone(), r.get::<_, i64>(1)))
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    let rare: Vec<(String, i64)> = df
+        .iter()
+        .filter(|&&(_, n)| n <= COMMON_MATCHES)
+        .cloned()
+        .collect();
+    let kept = if rare.is_empty() { df } else { rare };
+    let n = total.max(1) as f64;
+    Ok(kept
+        .into_iter()
+        .map(|(t, df)| {
+            let df = df as f64;
+            (t, (1.0 + (n - df + 0.5) / (df + 0.5)).ln())
+        })
+        .collect())
+}
+
+/// Items matching `search`, best first, as many as fit its budget and limit; the same contract
+/// as the SQLite backend's.
+pub(super) fn search(tx: &mut Transaction<'_>, search: &Search) -> Result<Vec<Hit>> {
+    if let (Some(from), Some(to)) = (search.filters.from_ms, search.filters.to_ms) {
+        if from > to {
+            return Err(MemoryError::InvalidInput {
+                field: "from/to",
+                reason: format!("the time range starts ({from}) after it ends ({to})"),
+            });
+        }
+    }
+    let terms = text::query_terms(&search.query);
+    if terms.is_empty() || search.limit == 0 || search.budget == 0 {
+        return Ok(Vec::new());
+    }
+    let weights = weights(tx, search, &terms)?;
+    if weights.is_empty() {
+        return Ok(Vec::new());
+    }
+    let avg_words: f64 = match &search.filters.agent {
+        Some(agent) => tx
+            .query_opt(
+                "SELECT words::float8 / greatest(items, 1) FROM memory_stats WHERE agent = $1",
+                &[&agent.as_str()],
+            )
+            .map_err(backend("reading an agent's memory size"))?
+            .map_or(1.0_f64, |r| r.get(0)),
+        None => tx
+            .query_one(
+                "SELECT coalesce(sum(words)::float8 / greatest(sum(items), 1), 1) FROM memory_stats",
+                &[],
+            )
+            .map_err(backend("reading the memory size"))?
+            .get::<_, f64>(0),
+    }
+    .max(1.0);
+
+    let (lexemes, idf): (Vec<String>, Vec<f64>) = weights.into_iter().unzip();
+    let mut params: Vec<Param> = vec![Box::new(lexemes), Box::new(idf), Box::new(avg_words)];
+    let filters = filter_sql(search, &mut params);
+    let candidates = search
+        .limit
+        .saturating_mul(CANDIDATES_PER_HIT)
+        .max(MIN_CANDIDATES);
+    // Each item's score: BM25 over the terms it holds, each term's frequency read from the
+    // positions its vector keeps, saturated at the item's length.
+    let sql = format!(
+        "WITH t AS (SELECT v.lexeme, u.w
+                    FROM unnest($1::text[], $2::float8[]) AS u(q, w),
+                         LATERAL unnest(to_tsvector('english', u.q)) AS v),
+              a AS (SELECT to_tsquery('english', string_agg(q, ' | ')) AS q
+                    FROM unnest($1::text[]) AS q)
+         SELECT i.id,
+                (SELECT coalesce(sum(t.w * f.tf * {k1p1}
+                                     / (f.tf + {K1} * (1 - {B} + {B} * i.words / $3::float8))), 0)
+                 FROM unnest(i.tsv) AS d
+                 JOIN t ON t.lexeme = d.lexeme,
+                 LATERAL (SELECT coalesce(array_length(d.positions, 1), 1)::float8 AS tf) AS f
+                ) AS score
+         FROM memory_items i, a
+         WHERE i.tsv @@ a.q{filters}
+         ORDER BY score DESC, i.id LIMIT {candidates}",
+        k1p1 = K1 + 1.0,
+    );
+    let matched: Vec<(ItemId, f64)> = tx
+        .query(&sql, &refs(&params))
+        .map_err(backend("searching memory"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let own: BTreeMap<ItemId, f64> = matched.iter().copied().collect();
+
+    // Neighbours of the best matches, all in one statement: for each source of each, the
+    // nearest single-event item before and after it in its session that passes the filters.
+    let best: Vec<ItemId> = matched.iter().take(search.limit).map(|m| m.0).collect();
+    let mut params: Vec<Param> = vec![Box::new(best)];
+    let filters = filter_sql(search, &mut params);
+    let side = |cmp: &str, order: &str, edge: &str| {
+        format!(
+            "(SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
+              WHERE s.session = p.session AND s.from_seq {cmp} p.{edge}
+                AND s.from_seq = s.to_seq{filters}
+              ORDER BY s.from_seq {order} LIMIT 1)"
+        )
+    };
+    let sql = format!(
+        "SELECT DISTINCT m.id, nb.item FROM unnest($1::bigint[]) AS m(id)
+         JOIN memory_sources p ON p.item = m.id
+         CROSS JOIN LATERAL ({} UNION ALL {}) AS nb(item)
+         WHERE nb.item <> m.id",
+        side("<", "DESC", "from_seq"),
+        side(">", "ASC", "to_seq"),
+    );
+    let pairs: Vec<(ItemId, ItemId)> = tx
+        .query(&sql, &refs(&params))
+        .map_err(backend("reading neighbours"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut score = own.clone();
+    for (id, near) in pairs {
+        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
+        *score.entry(near).or_insert(0.0) += lent;
+    }
+    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    pack(tx, search, ranked)
+}
+
+/// Best first, greedy: an item that does not fit in what is left of the budget is skipped.
+fn pack(tx: &mut Transaction<'_>, search: &Search, ranked: Vec<(ItemId, f64)>) -> Result<Vec<Hit>> {
+    let ids: Vec<ItemId> = ranked.iter().map(|r| r.0).collect();
+    let rows: BTreeMap<ItemId, (String, i64, String)> = tx
+        .query(
+            "SELECT id, text, tokens, tier FROM memory_items WHERE id = ANY($1)",
+            &[&ids],
+        )
+        .map_err(backend("reading a hit"))?
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
+        .collect();
+    let mut left = search.budget;
+    let mut picked = Vec::new();
+    for (id, score) in ranked {
+        if picked.len() >= search.limit || left == 0 {
+            break;
+        }
+        let Some((text, tokens, tier)) = rows.get(&id) else {
+            continue;
+        };
+        let tokens = u64::try_from(*tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
+        if tokens > left {
+            continue;
+        }
+        left -= tokens;
+        let tier: Tier = tier
+            .parse()
+            .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
+        picked.push((id, text.clone(), tokens, score, tier));
+    }
+    let ids: Vec<ItemId> = picked.iter().map(|p| p.0).collect();
+    let mut sources = provenance(tx, &ids)?;
+    Ok(picked
+        .into_iter()
+        .map(|(id, text, tokens, score, tier)| Hit {
+            id,
+            text,
+            tokens,
+            score,
+            tier,
+            sources: sources
+                .remove(&id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| Source {
+                    session: p.session,
+                    seq: p.from_seq,
+                    to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
+                })
+                .collect(),
+        })
+        .collect())
+}
+
+fn corrupt(id: ItemId, reason: String) -> MemoryError {
+    MemoryError::Corrupt {
+        record: format!("item {id}"),
+        reason,
+    }
+}
+
+/// The provenance of each of `ids`, oldest first.
+fn provenance(
+    tx: &mut Transaction<'_>,
+    ids: &[ItemId],
+) -> Result<BTreeMap<ItemId, Vec<Provenance>>> {
+    let mut out: BTreeMap<ItemId, Vec<Provenance>> = BTreeMap::new();
+    let rows = tx
+        .query(
+            "SELECT item, session, from_seq, to_seq, ts_ms FROM memory_sources
+             WHERE item = ANY($1) ORDER BY item, ts_ms, session, from_seq",
+            &[&ids],
+        )
+        .map_err(backend("reading a memory item's provenance"))?;
+    for r in rows {
+        let id: ItemId = r.get(0);
+        let session: String = r.get(1);
+        let session = SessionId::new(session).map_err(|e| corrupt(id, e.to_string()))?;
+        let seq = |n: i64| u64::try_from(n).map_err(|_| corrupt(id, format!("seq {n}")));
+        out.entry(id).or_default().push(Provenance {
+            session,
+            from_seq: seq(r.get(2))?,
+            to_seq: seq(r.get(3))?,
+            ts_ms: r.get(4),
+        });
+    }
+    Ok(out)
+}
+
+/// Item `id` with its provenance; [`MemoryError::ItemNotFound`] when there is none.
+pub(super) fn load_item(tx: &mut Transaction<'_>, id: ItemId) -> Result<Item> {
+    let row = tx
+        .query_opt(
+            "SELECT agent, tier, kind, text, tokens, hash, valid_from, valid_to, superseded_by
+             FROM memory_items WHERE id = $1",
+            &[&id],
+        )
+        .map_err(backend("reading a memory item"))?
+        .ok_or(MemoryError::ItemNotFound(id))?;
+    let (agent, tier, kind): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+    let tokens: i64 = row.get(4);
+    Ok(Item {
+        id,
+        agent: AgentId::new(agent).map_err(|e| corrupt(id, e.to_string()))?,
+        tier: tier
+            .parse()
+            .map_err(|_| corrupt(id, format!("tier `{tier}`")))?,
+        kind: ItemKind::parse(&kind).ok_or_else(|| corrupt(id, format!("kind `{kind}`")))?,
+        text: row.get(3),
+        tokens: u64::try_from(tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?,
+        hash: row.get(5),
+        valid_from: row.get(6),
+        valid_to: row.get(7),
+        superseded_by: row.get(8),
+        sources: provenance(tx, &[id])?.remove(&id).unwrap_or_default(),
+    })
+}
