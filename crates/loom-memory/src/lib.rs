@@ -5,7 +5,8 @@
 //! - [`derive`] turns a session's log (user and assistant turns, step observations, summaries)
 //!   into [`NewItem`]s; [`index`] does it for a stored session and writes them, idempotently.
 //! - [`Memory`] is the backend trait; [`SqliteMemory`] keeps the items beside the log in the same
-//!   SQLite file (or in RAM), with an FTS5 index.
+//!   SQLite file (or in RAM), with an FTS5 index; [`PgMemory`] in the same PostgreSQL database,
+//!   with its full-text search; [`open`] picks the one beside a log.
 //! - [`Memory::search`] ranks with BM25 and packs the best hits into the budget. Hits carry
 //!   their rank order, so a vector retriever can later be fused in by reciprocal rank.
 
@@ -27,6 +28,22 @@ pub use item::{
 };
 pub use postgres::PgMemory;
 pub use sqlite::SqliteMemory;
+
+/// The memory that lives beside the log of `db`: in the same SQLite file, or in the same
+/// PostgreSQL database and schema. Every front end opens memory this way, so that one `--db`
+/// names one place for both.
+pub fn open(db: &loom_store::Database) -> Result<Box<dyn Memory>> {
+    Ok(match db {
+        loom_store::Database::Sqlite(path) => Box::new(SqliteMemory::open(path)?),
+        loom_store::Database::Postgres(url) => Box::new(PgMemory::open(url)?),
+        other => {
+            return Err(MemoryError::Open {
+                db: other.to_string(),
+                reason: "this build keeps memory in SQLite or PostgreSQL only".into(),
+            })
+        }
+    })
+}
 
 /// A memory backend: where items live and how they are found.
 ///

@@ -2,13 +2,13 @@
 //!
 //! `index` derives memory items from sessions' logs (idempotent: it rebuilds what is missing and
 //! leaves the rest), `search` finds the best items for a query within a token budget, `forget`
-//! removes one item and says what it removed. Memory lives in the log's SQLite file.
+//! removes one item and says what it removed. Memory lives beside the log: in its SQLite file or
+//! its PostgreSQL database.
 
 use std::io::Write;
 
 use loom_core::{AgentId, SessionId};
-use loom_memory::{Filters, Memory, MemoryError, Search, SqliteMemory, Tier, DEFAULT_LIMIT};
-use loom_store::Database;
+use loom_memory::{Filters, Memory, MemoryError, Search, Tier, DEFAULT_LIMIT};
 use serde::Serialize;
 
 use super::sessions::closed_pipe_is_fine;
@@ -82,13 +82,8 @@ fn mapped(e: MemoryError) -> anyhow::Error {
     }
 }
 
-fn open_memory(ctx: &Context) -> anyhow::Result<SqliteMemory> {
-    match ctx.database()? {
-        Database::Sqlite(path) => SqliteMemory::open(path).map_err(mapped),
-        other => Err(bad_input(anyhow::anyhow!(
-            "memory is kept in an SQLite database for now; {other} is not one"
-        ))),
-    }
+fn open_memory(ctx: &Context) -> anyhow::Result<Box<dyn Memory>> {
+    loom_memory::open(&ctx.database()?).map_err(mapped)
 }
 
 fn id<T>(
@@ -140,7 +135,9 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             let memory = open_memory(ctx)?;
             let mut reports = Vec::new();
             for s in &chosen {
-                reports.push(loom_memory::index(ws.store.as_ref(), &memory, s).map_err(mapped)?);
+                reports.push(
+                    loom_memory::index(ws.store.as_ref(), memory.as_ref(), s).map_err(mapped)?,
+                );
             }
             closed_pipe_is_fine(print_index(&reports, json))
         }

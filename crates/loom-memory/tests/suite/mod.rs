@@ -2,6 +2,7 @@
 //! indexing from a stored log.
 
 mod index;
+mod postgres;
 mod search;
 mod support;
 mod write;
