@@ -2,6 +2,8 @@
 //! indexing from a stored log.
 
 mod index;
+mod kb;
 mod search;
 mod support;
+mod tiers;
 mod write;
