@@ -157,11 +157,11 @@ fn run_command(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 for h in &hits {
                     writeln!(
                         out,
-                        "{}:{}-{} score {:.3}, {} tokens\n  {}",
+                        "{}:{}-{} score {}, {} tokens\n  {}",
                         h.path,
                         h.from_line,
                         h.to_line,
-                        h.score,
+                        super::memory::score(h.score),
                         h.tokens,
                         h.text.replace('\n', "\n  ")
                     )?;

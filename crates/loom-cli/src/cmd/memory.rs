@@ -342,7 +342,7 @@ fn print_index(reports: &[loom_memory::IndexReport], json: bool) -> anyhow::Resu
 }
 
 /// A score readable at any scale: BM25 is tiny over a handful of items and large over many.
-fn score(s: f64) -> String {
+pub(crate) fn score(s: f64) -> String {
     if s != 0.0 && s.abs() < 0.01 {
         format!("{s:.3e}")
     } else {
