@@ -40,6 +40,9 @@ pub struct Env {
     pub engine: Engine,
     /// The render state kept between turns.
     pub live: LiveSessions,
+    /// Memory (notes, long-term items, the knowledge base): when set, agents get the
+    /// `memory:search` and `memory:save` tools, each on its own memory.
+    pub memory: Option<Arc<loom_memory::SqliteMemory>>,
 }
 
 impl std::fmt::Debug for Env {
@@ -57,6 +60,7 @@ impl Env {
             engine: Engine::built_in()
                 .map_err(|e| AgentError::config("the model registry", e.to_string()))?,
             live: LiveSessions::new(64),
+            memory: None,
         })
     }
 
@@ -590,8 +594,17 @@ impl<'a> Runner<'a> {
     fn drive(&mut self, agent: &Agent) -> Result<Stop> {
         let api = self.model.api();
         // The tool list is fixed for a run: built once, not per call.
-        let tools = agent.actions.tools();
-        let specs = agent.actions.specs();
+        let mut tools = agent.actions.tools();
+        let mut specs = agent.actions.specs();
+        if self.env.memory.is_some() {
+            let memory = crate::tools::memory::defs();
+            specs.extend(memory.iter().map(|t| loom_core::render::ToolSpec {
+                name: crate::names::wire(&t.name),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            }));
+            tools.extend(memory);
+        }
         loop {
             match self.events(&agent.session, next)? {
                 Next::Done(answer) => return Ok(Stop::Answered(answer)),
@@ -769,12 +782,55 @@ impl<'a> Runner<'a> {
                         Err(stop) => return Ok(Some(stop)),
                     },
                     "agent:send_message" => self.send(agent, &args)?,
+                    crate::tools::memory::SEARCH | crate::tools::memory::SAVE => {
+                        self.memory_tool(agent, call, &tool, &args)?
+                    }
                     _ => agent.actions.execute(&tool, &args),
                 },
             };
             self.result(agent, call, &tool.name, out)?;
         }
         Ok(None)
+    }
+
+    /// `memory:search` and `memory:save`, on the calling agent's own memory; a note points back
+    /// to the turn that made the call.
+    fn memory_tool(
+        &self,
+        agent: &Agent,
+        call: &ToolCall,
+        tool: &ToolDef,
+        args: &Value,
+    ) -> Result<Outcome> {
+        let Some(memory) = &self.env.memory else {
+            return Ok(Outcome::error("this run has no memory"));
+        };
+        let seq = self.events(&agent.session, |events| {
+            events
+                .iter()
+                .rev()
+                .find(|e| match &e.body {
+                    EventBody::Assistant { tool_calls, .. } => {
+                        tool_calls.iter().any(|c| c.id == call.id)
+                    }
+                    _ => false,
+                })
+                .or(events.last())
+                .map_or(1, |e| e.seq)
+        })?;
+        let caller = crate::tools::memory::Caller {
+            agent: &agent.name,
+            session: &agent.session,
+            seq,
+            now_ms: now_ms(),
+        };
+        Ok(crate::tools::memory::run(
+            memory,
+            self.env.store.as_ref(),
+            &caller,
+            tool,
+            args,
+        ))
     }
 
     /// Appends a call's result; a cut output is kept whole in the blob store, named in the text.

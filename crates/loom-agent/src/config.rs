@@ -38,6 +38,14 @@
 //! scripts = "scripts"             # Level 3: the registry folder
 //! web_search = "my-search {query}"  # a command printing results; none: web:search says so
 //!
+//! [memory]
+//! tools = true                    # memory:search and memory:save (default: with an SQLite db)
+//!
+//! [knowledge]                     # inject the best memories and kb chunks for the task
+//! limit = 5                       # snippets per turn, within injection_reserve
+//! memory = true                   # the agent's long-term memory (L4)
+//! kb = true                       # the knowledge base (`loom kb add`)
+//!
 //! [[tools.user]]
 //! name = "deploy:preview"
 //! description = "Deploy the workspace to a preview URL."
@@ -96,9 +104,44 @@ pub struct Config {
     pub summarizer: Option<SummarizerConfig>,
     /// Tokens kept free at each request's tail for what hooks inject.
     pub injection_reserve: Option<u64>,
+    /// Memory tools.
+    #[serde(default)]
+    pub memory: MemoryConfig,
+    /// The knowledge hook (none: nothing is injected).
+    pub knowledge: Option<KnowledgeConfig>,
     /// Where the file is (relative paths are resolved against it).
     #[serde(skip)]
     pub dir: PathBuf,
+}
+
+/// `[memory]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Whether agents get `memory:search` and `memory:save` (default: yes, when the database
+    /// can hold memory).
+    pub tools: Option<bool>,
+}
+
+/// `[knowledge]`: each turn, the best long-term memories and knowledge-base chunks for the
+/// current task are injected at the request's tail, under the injection reserve.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnowledgeConfig {
+    /// The most snippets per turn.
+    pub limit: Option<usize>,
+    /// Draw on the agent's long-term memory (L4; default yes).
+    pub memory: Option<bool>,
+    /// Draw on the knowledge base (`loom kb add`; default yes).
+    pub kb: Option<bool>,
+}
+
+impl KnowledgeConfig {
+    /// Snippets per turn when the file sets no limit.
+    pub const DEFAULT_LIMIT: usize = 5;
+
+    /// The injection reserve used when the file sets none: knowledge needs room to land in.
+    pub const DEFAULT_RESERVE: u64 = 1_000;
 }
 
 /// `[limits]`.

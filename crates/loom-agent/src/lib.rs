@@ -26,7 +26,7 @@ pub use agent::{
     Report, RunSpec, Runner, Stop, Totals, DEFAULT_SYSTEM,
 };
 pub use approval::Answer;
-pub use config::Config;
+pub use config::{Config, KnowledgeConfig, MemoryConfig};
 pub use error::{AgentError, Result};
 pub use model::{Model, Scripted};
 pub use tools::{Actions, Approval, Gate, Outcome, ToolDef, UserTool};

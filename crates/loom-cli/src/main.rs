@@ -66,8 +66,11 @@ enum Command {
     Approve(cmd::approve::Args),
     /// Manage the database itself: `loom db migrate` brings its schema up to date.
     Db(cmd::db::Args),
-    /// Long-term memory derived from the log: `index`, `search` within a token budget, `forget`.
+    /// Memory derived from the log: `index`, `search` by tier within a token budget, `save` a
+    /// note, `forget`.
     Memory(cmd::memory::Args),
+    /// The knowledge base: `add` files (chunked on their structure), `search`, `list`, `remove`.
+    Kb(cmd::kb::Args),
 }
 
 fn main() -> ExitCode {
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(&ctx, args),
         Command::Db(args) => cmd::db::run(&ctx, args),
         Command::Memory(args) => cmd::memory::run(&ctx, args),
+        Command::Kb(args) => cmd::kb::run(&ctx, args),
         Command::Run(args) => cmd::run::run(&ctx, args),
         Command::Approve(args) => cmd::approve::run(&ctx, args),
     };

@@ -41,6 +41,9 @@ pub enum MemoryError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The backend does not do this (notes on a backend without them).
+    #[error("this memory backend does not support {0}")]
+    Unsupported(&'static str),
     /// The database refused an operation.
     #[error("{action}: {source}")]
     Backend {

@@ -1,6 +1,6 @@
 //! Indexing a stored session: derive its items from the log and write them to memory.
 
-use loom_core::SessionId;
+use loom_core::{AgentId, SessionId};
 use loom_store::Store;
 use serde::Serialize;
 
@@ -32,6 +32,18 @@ pub struct IndexReport {
 /// after more events were appended adds only what is new, and running it on a memory that
 /// lost items (a crash, a new database) rebuilds them from the log.
 pub fn index(store: &dyn Store, memory: &dyn Memory, session: &SessionId) -> Result<IndexReport> {
+    index_as(store, memory, session, None)
+}
+
+/// [`index`], writing the items under `agent` instead of the session's own agent when one is
+/// given: a server with tenants keys each tenant's agents apart (`TENANT/agent`), so that two
+/// tenants' agents of the same name never share memory.
+pub fn index_as(
+    store: &dyn Store,
+    memory: &dyn Memory,
+    session: &SessionId,
+    agent: Option<&AgentId>,
+) -> Result<IndexReport> {
     let log = |source| MemoryError::Log {
         session: session.clone(),
         source: Box::new(source),
@@ -43,7 +55,13 @@ pub fn index(store: &dyn Store, memory: &dyn Memory, session: &SessionId) -> Res
     let events = store.read(session, 1..=info.event_count).map_err(log)?;
     let steps = store.steps(session).map_err(log)?;
     let summaries = store.summaries(session).map_err(log)?;
-    let items = derive(&info.agent, session, &events, &steps, &summaries);
+    let items = derive(
+        agent.unwrap_or(&info.agent),
+        session,
+        &events,
+        &steps,
+        &summaries,
+    );
     let written = memory.write(&items)?;
     let mut report = IndexReport {
         session: Some(session.clone()),

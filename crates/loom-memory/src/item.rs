@@ -79,6 +79,8 @@ pub enum ItemKind {
     Observation,
     /// A session summary.
     Summary,
+    /// A note saved into L2 during a session.
+    Note,
 }
 
 impl ItemKind {
@@ -89,6 +91,7 @@ impl ItemKind {
             Self::Assistant => "assistant",
             Self::Observation => "observation",
             Self::Summary => "summary",
+            Self::Note => "note",
         }
     }
 
@@ -98,6 +101,7 @@ impl ItemKind {
             Self::Assistant,
             Self::Observation,
             Self::Summary,
+            Self::Note,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)

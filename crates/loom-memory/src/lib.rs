@@ -7,6 +7,11 @@
 //! - [`Memory`] is the backend trait; [`SqliteMemory`] keeps the items beside the log in the same
 //!   SQLite file (or in RAM), with an FTS5 index; [`PgMemory`] in the same PostgreSQL database,
 //!   with its full-text search; [`open`] picks the one beside a log.
+//! - The tiers (DESIGN.md, Memory): L1 is the session's recent log ([`recent`]), L2 the notes
+//!   saved during a session with a time to live ([`Memory::save`]), L3 session summaries and L4
+//!   long-term items from the log; [`recall`] searches one tier, or a session's L1–L3 with L4.
+//! - [`kb`] chunks files on their structure for the knowledge base
+//!   ([`SqliteMemory::kb_add`], [`SqliteMemory::kb_search`]).
 //! - [`Memory::search`] ranks with BM25 and packs the best hits into the budget. Hits carry
 //!   their rank order, so a vector retriever can later be fused in by reciprocal rank.
 
@@ -15,19 +20,26 @@ mod derive;
 mod error;
 mod index;
 mod item;
+pub mod kb;
+mod notes;
 mod postgres;
 mod sqlite;
 mod text;
+mod tiers;
 
 pub use derive::derive;
 pub use error::{MemoryError, Result};
-pub use index::{index, IndexReport};
+pub use index::{index, index_as, IndexReport};
 pub use item::{
     Filters, Forgotten, Hit, Item, ItemId, ItemKind, NewItem, Provenance, Search, Source, Tier,
     Written, DEFAULT_LIMIT,
 };
+pub use kb::FileKind;
+pub use notes::{NewNote, Saved, MAX_NOTE_BYTES};
 pub use postgres::PgMemory;
+pub use sqlite::kb::{KbAdded, KbFile, KbHit};
 pub use sqlite::SqliteMemory;
+pub use tiers::{recall, recent, Recall, L1_WINDOW};
 
 /// The memory that lives beside the log of `db`: in the same SQLite file, or in the same
 /// PostgreSQL database and schema. Every front end opens memory this way, so that one `--db`
@@ -63,4 +75,21 @@ pub trait Memory: Send + Sync + std::fmt::Debug {
     /// Removes item `id`: the only delete. Returns what was removed and which items it had
     /// superseded (they become current again).
     fn forget(&self, id: ItemId) -> Result<Forgotten>;
+
+    /// Exact token count of `text` with the memory's tokenizer (what budgets are counted in).
+    fn count_tokens(&self, text: &str) -> u64;
+
+    /// Saves a note into L2 (session working memory), with its provenance and time to live.
+    /// Backends without notes refuse it.
+    fn save(&self, note: &NewNote) -> Result<Saved> {
+        let _ = note;
+        Err(MemoryError::Unsupported("saving notes"))
+    }
+
+    /// Deletes the notes that expired at or before `now_ms` (they are never returned after
+    /// they expire; this frees their rows). Returns their ids.
+    fn purge_expired(&self, now_ms: i64) -> Result<Vec<ItemId>> {
+        let _ = now_ms;
+        Ok(Vec::new())
+    }
 }

@@ -18,8 +18,8 @@ pub mod worker;
 pub use error::{BoxError, Result, RuntimeError};
 pub use hooks::{
     render_turn, AppendHook, Decision, Draft, Flow, Halt, HookOutcome, HookStage, HookStatus,
-    Hooks, InjectionBudget, ParallelGroup, PostHook, PostRun, PostTurn, PreHook, PreRun,
-    SideRecord, TurnRender, TurnView,
+    Hooks, InjectionBudget, KnowledgeInjector, ParallelGroup, PostHook, PostRun, PostTurn, PreHook,
+    PreRun, SideRecord, TurnRender, TurnView,
 };
 pub use summary::{
     check_summary, conversation_prefix, summary_views, Api, DeterministicSummarizer,

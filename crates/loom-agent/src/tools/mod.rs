@@ -3,7 +3,8 @@
 //! - **Level 1**: the function tools listed in the request, with JSON Schemas: `fs:read_file`,
 //!   `fs:write_file`, `fs:list_dir`, `web:search`, `browser:navigate`, `system:shell`,
 //!   `python:run_script`, `agent:spawn`, `agent:send_message`, and the user's tools from the
-//!   configuration. On the wire their names are written `fs__read_file` ([`crate::names`]).
+//!   configuration; `memory:search` and `memory:save` when the run has memory ([`memory`]). On
+//!   the wire their names are written `fs__read_file` ([`crate::names`]).
 //! - **Level 2**: shell utilities, reached through `system:shell`: each command is checked
 //!   against the exec policy ([`ShellPolicy`]) and run in the sandbox ([`ShellRunner`]).
 //! - **Level 3**: scripts in a registry folder, reached through `python:run_script`
@@ -14,6 +15,7 @@
 //! Every call gets a result, whatever happens to it, so calls and results stay paired.
 
 pub(crate) mod fs;
+pub mod memory;
 pub mod schema;
 pub mod scripts;
 pub mod shell;

@@ -60,6 +60,10 @@ pub(crate) struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Do not derive memory items from the imported sessions (`loom memory index` does it
+    /// later).
+    #[arg(long)]
+    no_index: bool,
 }
 
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
@@ -89,6 +93,16 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             anyhow::Error::new(e)
         }
     })?;
+    // Memory for what was written, so that `loom memory search` finds it at once.
+    if !args.no_index {
+        let written: Vec<SessionId> = report
+            .sessions
+            .iter()
+            .filter(|s| s.outcome != loom_import::Outcome::Unchanged)
+            .map(|s| s.id.clone())
+            .collect();
+        super::memory::index_new(ctx, ws.store.as_ref(), &written)?;
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

@@ -1,14 +1,16 @@
 //! `loom memory`: long-term memory derived from the log (issue 18).
 //!
 //! `index` derives memory items from sessions' logs (idempotent: it rebuilds what is missing and
-//! leaves the rest), `search` finds the best items for a query within a token budget, `forget`
-//! removes one item and says what it removed. Memory lives beside the log: in its SQLite file or
-//! its PostgreSQL database.
+//! leaves the rest), `search` finds the best items for a query within a token budget (one tier
+//! with `--tier`: L1 the session's recent log, L2 its notes, L3 summaries, L4 long-term), `save`
+//! writes an L2 note, `forget` removes one item and says what it removed. Memory lives beside
+//! the log: in its SQLite file or its PostgreSQL database.
 
 use std::io::Write;
 
 use loom_core::{AgentId, SessionId};
-use loom_memory::{Filters, Memory, MemoryError, Search, Tier, DEFAULT_LIMIT};
+use loom_memory::{Memory, MemoryError, NewNote, Recall, Tier, DEFAULT_LIMIT};
+use loom_store::Database;
 use serde::Serialize;
 
 use super::sessions::closed_pipe_is_fine;
@@ -50,16 +52,37 @@ enum Cmd {
         /// The most hits.
         #[arg(long, value_name = "K", default_value_t = DEFAULT_LIMIT)]
         limit: usize,
-        /// Only items with a source in this session.
+        /// The session: L1 and L2 need one; L3 and L4 keep only items with a source in it;
+        /// with no --tier, its notes and summaries plus L4 across sessions.
         #[arg(long, value_name = "S")]
         session: Option<String>,
-        /// Only this tier: L1, L2, L3 or L4.
+        /// Only this tier: L1 (the session's recent log), L2 (its notes), L3 or L4.
         #[arg(long, value_name = "TIER")]
         tier: Option<String>,
         /// Include superseded items.
         #[arg(long)]
         history: bool,
         /// Print `{"hits": [{"text", "tokens", "score", "tier", "sources": [{"session", "seq"}]}]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Save a note into a session's working memory (L2), optionally with a time to live.
+    Save {
+        /// The note.
+        text: String,
+        /// Whose memory.
+        #[arg(long, value_name = "NAME")]
+        agent: String,
+        /// The session it belongs to.
+        #[arg(long, value_name = "S")]
+        session: String,
+        /// The event it points back to (default: the session's last event).
+        #[arg(long, value_name = "SEQ")]
+        seq: Option<u64>,
+        /// Seconds it lives (default: until forgotten).
+        #[arg(long, value_name = "SECONDS")]
+        ttl: Option<u64>,
+        /// Print `{"id", "created", "expires_ms"}`.
         #[arg(long)]
         json: bool,
     },
@@ -74,7 +97,7 @@ enum Cmd {
 }
 
 /// Memory errors the user can fix leave with the bad-input exit code.
-fn mapped(e: MemoryError) -> anyhow::Error {
+pub(crate) fn mapped(e: MemoryError) -> anyhow::Error {
     if e.is_bad_input() {
         bad_input(e)
     } else {
@@ -84,6 +107,27 @@ fn mapped(e: MemoryError) -> anyhow::Error {
 
 fn open_memory(ctx: &Context) -> anyhow::Result<Box<dyn Memory>> {
     loom_memory::open(&ctx.database()?).map_err(mapped)
+}
+
+/// Derives memory items for `sessions` (new or extended logs), when memory can live in the
+/// database (SQLite); idempotent, so a session indexed before only gains its new events.
+/// Returns the items created, or `None` when the database keeps no memory.
+pub(crate) fn index_new(
+    ctx: &Context,
+    store: &dyn loom_store::Store,
+    sessions: &[SessionId],
+) -> anyhow::Result<Option<usize>> {
+    if sessions.is_empty() || !matches!(ctx.database()?, Database::Sqlite(_)) {
+        return Ok(None);
+    }
+    let memory = open_memory(ctx)?;
+    let mut created = 0;
+    for s in sessions {
+        created += loom_memory::index(store, memory.as_ref(), s)
+            .map_err(mapped)?
+            .created;
+    }
+    Ok(Some(created))
 }
 
 fn id<T>(
@@ -151,18 +195,14 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             history,
             json,
         } => {
-            let filters = Filters {
-                agent: Some(id("--agent", AgentId::new, agent)?),
-                session: session
-                    .map(|s| id("--session", SessionId::new, s))
-                    .transpose()?,
-                tier: tier
-                    .map(|t| t.parse::<Tier>())
-                    .transpose()
-                    .map_err(mapped)?,
-                from_ms: None,
-                to_ms: None,
-            };
+            let agent = id("--agent", AgentId::new, agent)?;
+            let session = session
+                .map(|s| id("--session", SessionId::new, s))
+                .transpose()?;
+            let tier = tier
+                .map(|t| t.parse::<Tier>())
+                .transpose()
+                .map_err(mapped)?;
             if ctx.database()?.is_missing_file() {
                 return Err(bad_input(anyhow::anyhow!(
                     "no database at {}; run `loom import` and `loom memory index` first, or pass --db",
@@ -170,15 +210,79 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 )));
             }
             let memory = open_memory(ctx)?;
-            let search = Search {
+            // Only L1 reads the log.
+            let ws = match tier {
+                Some(Tier::L1) => Some(ctx.open_existing("run `loom import` first")?),
+                _ => None,
+            };
+            let recall = Recall {
                 query,
-                filters,
+                agent,
+                session,
+                tier,
                 budget,
                 limit,
                 history,
             };
-            let hits = memory.search(&search).map_err(mapped)?;
+            let store = ws.as_ref().map(|w| w.store.as_ref());
+            let hits = loom_memory::recall(memory.as_ref(), store, &recall).map_err(mapped)?;
             closed_pipe_is_fine(print_hits(&hits, json))
+        }
+        Cmd::Save {
+            text,
+            agent,
+            session,
+            seq,
+            ttl,
+            json,
+        } => {
+            let ws = ctx.open_existing("run `loom import` first")?;
+            let agent = id("--agent", AgentId::new, agent)?;
+            let session = id("--session", SessionId::new, session)?;
+            let info = ws.store.session(&session)?.ok_or_else(|| {
+                bad_input(anyhow::anyhow!("--session: session `{session}` not found"))
+            })?;
+            if info.agent != agent {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--session: session `{session}` belongs to agent `{}`, not `{agent}`",
+                    info.agent
+                )));
+            }
+            let seq = seq.unwrap_or(info.event_count);
+            if seq > info.event_count {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--seq {seq}: session `{session}` has {} events",
+                    info.event_count
+                )));
+            }
+            let ttl_ms = ttl.map(|t| i64::try_from(t.saturating_mul(1000)).unwrap_or(i64::MAX));
+            let memory = open_memory(ctx)?;
+            let saved = memory
+                .save(&NewNote {
+                    agent,
+                    text,
+                    session,
+                    seq,
+                    saved_ms: super::now_ms(),
+                    ttl_ms,
+                })
+                .map_err(mapped)?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer(&mut out, &saved)?;
+                writeln!(out)?;
+            } else {
+                let expiry = saved.expires_ms.map_or("never expires".to_owned(), |at| {
+                    format!("expires at {at} ms")
+                });
+                let verb = if saved.created {
+                    "saved"
+                } else {
+                    "already saved: added a source to"
+                };
+                writeln!(out, "{verb} note #{} (L2, {expiry})", saved.id)?;
+            }
+            Ok(())
         }
         Cmd::Forget { id, json } => {
             let memory = open_memory(ctx)?;
@@ -235,7 +339,7 @@ fn print_index(reports: &[loom_memory::IndexReport], json: bool) -> anyhow::Resu
 }
 
 /// A score readable at any scale: BM25 is tiny over a handful of items and large over many.
-fn score(s: f64) -> String {
+pub(crate) fn score(s: f64) -> String {
     if s != 0.0 && s.abs() < 0.01 {
         format!("{s:.3e}")
     } else {
@@ -259,8 +363,13 @@ fn print_hits(hits: &[loom_memory::Hit], json: bool) -> anyhow::Result<()> {
                 .collect();
             writeln!(
                 out,
-                "#{} {} score {}, {} tokens, from {}\n  {}",
-                h.id,
+                "{} {} score {}, {} tokens, from {}\n  {}",
+                // L1 hits are the log itself, not stored items: they have no id to forget.
+                if h.id > 0 {
+                    format!("#{}", h.id)
+                } else {
+                    "(log)".to_owned()
+                },
                 h.tier,
                 score(h.score),
                 h.tokens,

@@ -7,6 +7,7 @@ pub(crate) mod db;
 pub(crate) mod explain;
 pub(crate) mod export_steps;
 pub(crate) mod import;
+pub(crate) mod kb;
 pub(crate) mod keys;
 pub(crate) mod log;
 pub(crate) mod memory;

@@ -139,6 +139,19 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     if let Some(reserve) = config.injection_reserve {
         env.engine.policy.injection_reserve = reserve;
     }
+    // Memory lives in the log's SQLite file; another database has none (yet).
+    let memory = match ctx.database()? {
+        loom_store::Database::Sqlite(path) => Some(std::sync::Arc::new(
+            loom_memory::SqliteMemory::open(path).map_err(super::memory::mapped)?,
+        )),
+        _ => None,
+    };
+    if config.memory.tools != Some(false) {
+        env.memory = memory.clone();
+    }
+    if config.knowledge.is_some() && config.injection_reserve.is_none() {
+        env.engine.policy.injection_reserve = loom_agent::KnowledgeConfig::DEFAULT_RESERVE;
+    }
     let mut limits = config.limits();
     if args.max_turns.is_some() {
         limits.max_turns = args.max_turns;
@@ -163,9 +176,22 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         Some(_) => Some(worker_config(&env, &spec, model.api())?),
         None => None,
     };
+    let hooks = match &config.knowledge {
+        Some(k) => Some(knowledge_hooks(
+            &env,
+            &spec,
+            model.api(),
+            k,
+            memory.clone(),
+        )?),
+        None => None,
+    };
     let mut runner = Runner::new(&env, model.as_mut(), &mut terminal, spec, &mut make_child);
     if let (Some(s), Some(w)) = (&summarizer, &worker) {
         runner = runner.with_summarizer(s.as_ref(), w);
+    }
+    if let Some(h) = &hooks {
+        runner = runner.with_hooks(h);
     }
     let session = match (&args.resume, &args.session) {
         (Some(s), _) | (None, Some(s)) => s.clone(),
@@ -194,6 +220,20 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             anyhow::Error::new(e)
         }
     })?;
+    // The run's sessions (its children's too) become memory, for later runs to recall.
+    if memory.is_some() {
+        let ours: Vec<SessionId> = env
+            .store
+            .sessions()?
+            .into_iter()
+            .filter(|i| {
+                let (id, top) = (i.id.as_str(), report.session.as_str());
+                id == top || id.starts_with(&format!("{top}."))
+            })
+            .map(|i| i.id)
+            .collect();
+        super::memory::index_new(ctx, env.store.as_ref(), &ours)?;
+    }
     let t = report.totals;
     let mut err = std::io::stderr().lock();
     writeln!(
@@ -245,6 +285,47 @@ fn replies_in(store: &dyn loom_store::Store, session: &str) -> anyhow::Result<us
         }
     }
     Ok(count)
+}
+
+/// The knowledge hook `[knowledge]` asks for: the agent's long-term memory and the knowledge
+/// base, queried with the current task, injected within the injection reserve.
+fn knowledge_hooks(
+    env: &Env,
+    spec: &RunSpec,
+    api: loom_provider::Api,
+    k: &loom_agent::KnowledgeConfig,
+    memory: Option<std::sync::Arc<loom_memory::SqliteMemory>>,
+) -> anyhow::Result<loom_runtime::Hooks> {
+    let memory = memory.ok_or_else(|| {
+        bad_input(anyhow::anyhow!(
+            "[knowledge] needs memory, which is kept in an SQLite database for now"
+        ))
+    })?;
+    let render = loom_server::engine::RenderSpec {
+        model: spec.model.clone(),
+        budget: spec.budget,
+        format: loom_agent::format_of(api),
+        tools: Vec::new(),
+        always_record: false,
+        injections: Vec::new(),
+    };
+    let (meter, policy) = env
+        .engine
+        .prepare(&render)
+        .map_err(|e| bad_input(anyhow::anyhow!("{}", e.message)))?;
+    let reserve = policy.injection_reserve;
+    let kb = loom_runtime::task::MemoryKnowledge::new(memory, spec.agent.clone(), "", reserve)
+        .sources(k.memory.unwrap_or(true), k.kb.unwrap_or(true));
+    Ok(
+        loom_runtime::Hooks::new().pre(loom_runtime::KnowledgeInjector::new(
+            std::sync::Arc::new(kb),
+            k.limit
+                .unwrap_or(loom_agent::KnowledgeConfig::DEFAULT_LIMIT),
+            render.format,
+            std::sync::Arc::new(meter),
+            reserve,
+        )),
+    )
 }
 
 /// The summary worker's settings for the run's model, budget and format.

@@ -9,6 +9,7 @@ mod keys;
 mod large;
 mod log;
 mod memory;
+mod memory_surfaces;
 mod render;
 mod replay;
 mod run;

@@ -22,6 +22,7 @@ use postgres::{Client, NoTls};
 
 use crate::error::{postgres as backend, MemoryError, Result};
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
+use crate::notes::{wall_clock_ms, NewNote, Saved};
 use crate::Memory;
 
 /// Long-term memory in a PostgreSQL database.
@@ -82,6 +83,11 @@ impl PgMemory {
     pub fn with_tokenizer(mut self, tokenizer: Tokenizer) -> Self {
         self.tokenizer = tokenizer;
         self
+    }
+
+    /// When note `id` expires (`None`: it does not, or it is not a note).
+    pub fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
+        self.tx(|tx| write::expiry(tx, id))
     }
 
     /// The memory schema version this build writes.
@@ -148,5 +154,23 @@ impl Memory for PgMemory {
 
     fn forget(&self, id: ItemId) -> Result<Forgotten> {
         self.tx(|tx| write::forget(tx, id))
+    }
+
+    fn count_tokens(&self, text: &str) -> u64 {
+        self.tokenizer.count(text)
+    }
+
+    fn save(&self, note: &NewNote) -> Result<Saved> {
+        note.validate()?;
+        let tokens = self.tokenizer.count(&note.text);
+        let now = wall_clock_ms();
+        self.tx(|tx| {
+            write::purge(tx, now)?;
+            write::save(tx, note, tokens)
+        })
+    }
+
+    fn purge_expired(&self, now_ms: i64) -> Result<Vec<ItemId>> {
+        self.tx(|tx| write::purge(tx, now_ms))
     }
 }

@@ -113,6 +113,19 @@ pub(crate) fn migrate(client: &mut Client) -> Result<()> {
         )
         .map_err(backend("recording the memory schema version"))?;
     }
+    // Tables added beside the versioned set (as in SQLite): a database written before them
+    // gains them on first use.
+    tx.batch_execute(EXTRA)
+        .map_err(backend("creating the notes tables"))?;
     tx.commit()
         .map_err(backend("committing the memory migration"))
 }
+
+/// When an L2 note expires (UTC milliseconds); notes without a row never do.
+const EXTRA: &str = "
+    CREATE TABLE IF NOT EXISTS memory_expiry (
+        item        BIGINT PRIMARY KEY REFERENCES memory_items (id),
+        expires_ms  BIGINT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS memory_expiry_at ON memory_expiry (expires_ms);
+";

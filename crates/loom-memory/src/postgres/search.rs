@@ -63,6 +63,12 @@ fn filter_sql(search: &Search, params: &mut Vec<Param>) -> String {
         " AND i.tokens <= $",
         Box::new(i64::try_from(search.budget).unwrap_or(i64::MAX)),
     );
+    // Expired L2 notes are never returned (they are purged at the next save).
+    add(
+        " AND NOT EXISTS (SELECT 1 FROM memory_expiry x WHERE x.item = i.id \
+         AND x.expires_ms <= $)",
+        Box::new(crate::notes::wall_clock_ms()),
+    );
     if !search.history {
         sql.push_str(" AND i.superseded_by IS NULL");
     }

@@ -7,7 +7,8 @@ use postgres::Transaction;
 
 use crate::dedup::{self, sketch, NEAR_DUPLICATE, NEAR_MIN_WORDS};
 use crate::error::{postgres as backend, Result};
-use crate::item::{Forgotten, ItemId, NewItem, Written};
+use crate::item::{Forgotten, ItemId, ItemKind, NewItem, Tier, Written};
+use crate::notes::{NewNote, Saved};
 use crate::text;
 
 use super::search::load_item;
@@ -62,7 +63,8 @@ fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<W
     let exact = tx
         .query_opt(
             "SELECT id FROM memory_items
-             WHERE agent = $1 AND hash = $2 AND superseded_by IS NULL ORDER BY id LIMIT 1",
+             WHERE agent = $1 AND hash = $2 AND superseded_by IS NULL AND tier <> 'L2'
+             ORDER BY id LIMIT 1",
             &[&agent, &hash],
         )
         .map_err(backend("looking up an exact duplicate"))?;
@@ -237,10 +239,14 @@ pub(super) fn forget(tx: &mut Transaction<'_>, id: ItemId) -> Result<Forgotten> 
         .query_one("SELECT words FROM memory_items WHERE id = $1", &[&id])
         .map_err(backend("reading a memory item"))?
         .get(0);
-    let steps: [(&str, &'static str); 3] = [
+    let steps: [(&str, &'static str); 4] = [
         (
             "DELETE FROM memory_prefix WHERE item = $1",
             "removing an item's word index",
+        ),
+        (
+            "DELETE FROM memory_expiry WHERE item = $1",
+            "removing a note's expiry",
         ),
         (
             "DELETE FROM memory_sources WHERE item = $1",
@@ -262,4 +268,120 @@ pub(super) fn forget(tx: &mut Transaction<'_>, id: ItemId) -> Result<Forgotten> 
     )
     .map_err(backend("counting an agent's memory"))?;
     Ok(Forgotten { item, restored })
+}
+
+/// Saves `note` (validated, its tokens counted): the same text saved again in the same session
+/// is one note with one more provenance, living until the later expiry — the SQLite backend's
+/// rule.
+pub(super) fn save(tx: &mut Transaction<'_>, note: &NewNote, tokens: u64) -> Result<Saved> {
+    let agent = note.agent.as_str();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('loom memory ' || $1))",
+        &[&agent],
+    )
+    .map_err(backend("locking an agent's memory"))?;
+    let hash = text::hash(&text::normalize(&note.text));
+    let session = note.session.as_str();
+    let same = tx
+        .query_opt(
+            "SELECT i.id FROM memory_items i JOIN memory_sources s ON s.item = i.id
+             WHERE i.agent = $1 AND i.tier = 'L2' AND i.hash = $2 AND s.session = $3
+             ORDER BY i.id LIMIT 1",
+            &[&agent, &hash, &session],
+        )
+        .map_err(backend("looking up a saved note"))?;
+    let (id, created): (ItemId, bool) = match same {
+        Some(row) => (row.get(0), false),
+        None => {
+            let words = i32::try_from(text::word_set(&note.text).len()).unwrap_or(i32::MAX);
+            let id: ItemId = tx
+                .query_one(
+                    "INSERT INTO memory_items
+                       (agent, tier, kind, text, tokens, hash, words, valid_from)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+                    &[
+                        &agent,
+                        &Tier::L2.as_str(),
+                        &ItemKind::Note.as_str(),
+                        &note.text,
+                        &i64::try_from(tokens).unwrap_or(i64::MAX),
+                        &hash,
+                        &words,
+                        &note.saved_ms,
+                    ],
+                )
+                .map_err(backend("writing a note"))?
+                .get(0);
+            tx.execute(
+                "INSERT INTO memory_stats (agent, items, words) VALUES ($1, 1, $2)
+                 ON CONFLICT (agent) DO UPDATE
+                 SET items = memory_stats.items + 1, words = memory_stats.words + excluded.words",
+                &[&agent, &i64::from(words)],
+            )
+            .map_err(backend("counting an agent's memory"))?;
+            (id, true)
+        }
+    };
+    let at = seq(note.seq);
+    tx.execute(
+        "INSERT INTO memory_sources (item, session, from_seq, to_seq, ts_ms)
+         VALUES ($1, $2, $3, $3, $4) ON CONFLICT DO NOTHING",
+        &[&id, &session, &at, &note.saved_ms],
+    )
+    .map_err(backend("writing a note's provenance"))?;
+    let old: Option<i64> = tx
+        .query_opt(
+            "SELECT expires_ms FROM memory_expiry WHERE item = $1",
+            &[&id],
+        )
+        .map_err(backend("reading a note's expiry"))?
+        .map(|r| r.get(0));
+    // A note that lives forever stays so; otherwise the later expiry wins.
+    let kept = match (created, old, note.expires_ms()) {
+        (_, _, None) | (false, None, Some(_)) => None,
+        (true, _, Some(new)) => Some(new),
+        (false, Some(old), Some(new)) => Some(old.max(new)),
+    };
+    match kept {
+        Some(at) => tx.execute(
+            "INSERT INTO memory_expiry (item, expires_ms) VALUES ($1, $2)
+             ON CONFLICT (item) DO UPDATE SET expires_ms = excluded.expires_ms",
+            &[&id, &at],
+        ),
+        None => tx.execute("DELETE FROM memory_expiry WHERE item = $1", &[&id]),
+    }
+    .map_err(backend("writing a note's expiry"))?;
+    Ok(Saved {
+        id,
+        created,
+        expires_ms: kept,
+    })
+}
+
+/// Deletes every note that expired at or before `now_ms`; returns their ids.
+pub(super) fn purge(tx: &mut Transaction<'_>, now_ms: i64) -> Result<Vec<ItemId>> {
+    let ids: Vec<ItemId> = tx
+        .query(
+            "SELECT item FROM memory_expiry WHERE expires_ms <= $1 ORDER BY item",
+            &[&now_ms],
+        )
+        .map_err(backend("finding expired notes"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for &id in &ids {
+        forget(tx, id)?;
+    }
+    Ok(ids)
+}
+
+/// When note `id` expires, if it does.
+pub(super) fn expiry(tx: &mut Transaction<'_>, id: ItemId) -> Result<Option<i64>> {
+    Ok(tx
+        .query_opt(
+            "SELECT expires_ms FROM memory_expiry WHERE item = $1",
+            &[&id],
+        )
+        .map_err(backend("reading a note's expiry"))?
+        .map(|r| r.get(0)))
 }

@@ -5,6 +5,9 @@
 //! writes are committed with `synchronous=NORMAL`: a crash may lose the last writes, never
 //! corrupt them, and re-indexing restores them.
 
+mod extra;
+pub(crate) mod kb;
+mod notes;
 mod read;
 mod schema;
 mod search;
@@ -19,7 +22,10 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use crate::error::{backend, Result};
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
+use crate::kb::chunk;
+use crate::notes::{wall_clock_ms, NewNote, Saved};
 use crate::Memory;
+use kb::{KbAdded, KbFile, KbHit};
 
 /// How long a write waits for another process's write to the file to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,6 +66,7 @@ impl SqliteMemory {
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(backend("setting synchronous=NORMAL"))?;
         schema::migrate(&mut conn)?;
+        extra::ensure(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
             tokenizer: Tokenizer::Bpe(Encoding::O200kBase),
@@ -82,6 +89,50 @@ impl SqliteMemory {
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while the lock was held dropped its transaction, which rolls it back.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// When note `id` expires (`None`: it does not, or it is not a note).
+    pub fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
+        self.read_tx(|tx| notes::expiry(tx, id))
+    }
+
+    /// Adds (or re-adds) the file `path` with content `text` to the knowledge base of `scope`
+    /// (`""` for the local user, a tenant's name in the server): it is chunked on its structure
+    /// and replaces the chunks of an earlier version; the same content again changes nothing.
+    pub fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
+        let chunks = chunk(path, text)?;
+        let counted: Vec<_> = chunks
+            .into_iter()
+            .map(|c| {
+                let n = self.tokenizer.count(&c.text);
+                (c, n)
+            })
+            .collect();
+        let hash = crate::text::hash(text);
+        self.write_tx(|tx| kb::add(tx, scope, path, &hash, &counted, now_ms))
+    }
+
+    /// The chunks of `scope`'s knowledge base best matching `query`, best first, whose tokens
+    /// sum to at most `budget`.
+    pub fn kb_search(
+        &self,
+        scope: &str,
+        query: &str,
+        budget: u64,
+        limit: usize,
+    ) -> Result<Vec<KbHit>> {
+        self.read_tx(|tx| kb::search(tx, scope, query, budget, limit))
+    }
+
+    /// The files of `scope`'s knowledge base, by path.
+    pub fn kb_list(&self, scope: &str) -> Result<Vec<KbFile>> {
+        self.read_tx(|tx| kb::list(tx, scope))
+    }
+
+    /// Removes file `path` from `scope`'s knowledge base; returns how many chunks it had
+    /// ([`MemoryError::InvalidInput`](crate::MemoryError) when it is not there).
+    pub fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
+        self.write_tx(|tx| kb::remove(tx, scope, path))
     }
 
     /// Runs `f` in a write transaction: all of it or nothing.
@@ -133,5 +184,23 @@ impl Memory for SqliteMemory {
 
     fn forget(&self, id: ItemId) -> Result<Forgotten> {
         self.write_tx(|tx| write::forget(tx, id))
+    }
+
+    fn count_tokens(&self, text: &str) -> u64 {
+        self.tokenizer.count(text)
+    }
+
+    fn save(&self, note: &NewNote) -> Result<Saved> {
+        note.validate()?;
+        let tokens = self.tokenizer.count(&note.text);
+        let now = wall_clock_ms();
+        self.write_tx(|tx| {
+            notes::purge(tx, now)?;
+            notes::save(tx, note, tokens)
+        })
+    }
+
+    fn purge_expired(&self, now_ms: i64) -> Result<Vec<ItemId>> {
+        self.write_tx(|tx| notes::purge(tx, now_ms))
     }
 }

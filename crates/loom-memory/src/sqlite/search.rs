@@ -100,6 +100,12 @@ fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
     if !search.history {
         sql.push_str(" AND i.superseded_by IS NULL");
     }
+    // Expired L2 notes are never returned (they are purged at the next save).
+    sql.push_str(
+        " AND NOT EXISTS (SELECT 1 FROM memory_expiry x WHERE x.item = i.id \
+         AND x.expires_ms <= :now_ms)",
+    );
+    args.push((":now_ms", Value::Integer(crate::notes::wall_clock_ms())));
     let budget = i64::try_from(search.budget).unwrap_or(i64::MAX);
     sql.push_str(" AND i.tokens <= :budget");
     args.push((":budget", Value::Integer(budget)));

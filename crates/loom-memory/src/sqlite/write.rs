@@ -48,7 +48,7 @@ pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result
     let exact: Option<ItemId> = tx
         .prepare_cached(
             "SELECT id FROM memory_items
-             WHERE agent = ?1 AND hash = ?2 AND superseded_by IS NULL LIMIT 1",
+             WHERE agent = ?1 AND hash = ?2 AND superseded_by IS NULL AND tier <> 'L2' LIMIT 1",
         )
         .and_then(|mut st| st.query_row(params![agent, hash], |r| r.get(0)).optional())
         .map_err(backend("looking up an exact duplicate"))?;
@@ -215,13 +215,14 @@ pub(crate) fn forget(tx: &Connection, id: ItemId) -> Result<Forgotten> {
         .prepare_cached("SELECT id FROM memory_items WHERE superseded_by = ?1 ORDER BY id")
         .and_then(|mut st| st.query_map([id], |r| r.get(0))?.collect())
         .map_err(backend("finding the items a forgotten item superseded"))?;
-    let steps: [(&str, &'static str); 5] = [
+    let steps: [(&str, &'static str); 6] = [
         (
             "UPDATE memory_items SET superseded_by = NULL, valid_to = NULL WHERE superseded_by = ?1",
             "restoring superseded items",
         ),
         ("DELETE FROM memory_fts WHERE rowid = ?1", "removing an item's text index"),
         ("DELETE FROM memory_prefix WHERE item = ?1", "removing an item's word index"),
+        ("DELETE FROM memory_expiry WHERE item = ?1", "removing a note's expiry"),
         ("DELETE FROM memory_sources WHERE item = ?1", "removing an item's provenance"),
         ("DELETE FROM memory_items WHERE id = ?1", "removing a memory item"),
     ];

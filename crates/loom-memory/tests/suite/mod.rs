@@ -2,7 +2,9 @@
 //! indexing from a stored log.
 
 mod index;
+mod kb;
 mod postgres;
 mod search;
 mod support;
+mod tiers;
 mod write;

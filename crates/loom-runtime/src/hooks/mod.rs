@@ -16,6 +16,7 @@
 //! policy's injection reserve; an overflow is an error naming the hook. Compaction is never
 //! re-entered after hooks: [`render_turn`] renders once, after they ran.
 
+mod knowledge;
 mod parallel;
 mod post;
 mod turn;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{BoxError, Result, RuntimeError};
 
+pub use knowledge::KnowledgeInjector;
 pub use post::{PostHook, PostRun, PostTurn, SideRecord};
 pub use turn::{render_turn, TurnRender, TurnView};
 
@@ -66,6 +68,16 @@ impl Draft {
     pub fn push(&mut self, content: impl Into<String>) {
         self.items.push(Injection {
             hook: self.current.clone(),
+            content: content.into(),
+        });
+    }
+
+    /// Adds content under a label of the current hook's own: it is attributed to
+    /// `HOOK:label` (a knowledge hook names each snippet's source this way, so that the
+    /// receipt says what was injected from where, with its tokens).
+    pub fn push_labelled(&mut self, label: &str, content: impl Into<String>) {
+        self.items.push(Injection {
+            hook: format!("{}:{label}", self.current),
             content: content.into(),
         });
     }
@@ -234,7 +246,11 @@ impl InjectionBudget<'_> {
         for item in items {
             let t = self.tokens(&item.content);
             total += t;
-            if item.hook == hook {
+            let labelled = item
+                .hook
+                .strip_prefix(hook)
+                .is_some_and(|rest| rest.starts_with(':'));
+            if item.hook == hook || labelled {
                 own += t;
             }
         }

@@ -19,6 +19,7 @@ mod budget;
 mod convert;
 mod direct;
 mod item;
+mod memory_kb;
 mod source;
 mod time;
 
@@ -36,8 +37,10 @@ use crate::hooks::InjectionBudget;
 pub use budget::{Allocation, MinItems, Shares};
 pub use convert::{ConvertedMsg, MessageConverter, ToolResults};
 pub use item::{action, TaskItem};
+pub use memory_kb::MemoryKnowledge;
 pub use source::{
-    ContextSource, EventBus, KnowledgeBase, KnowledgeHook, MemorySource, Snippet, SourceQuery,
+    rank, ContextSource, EventBus, KnowledgeBase, KnowledgeHook, KnowledgeQuery, MemorySource,
+    Snippet, SourceQuery,
 };
 pub use time::{parse_utc_ms, utc_ms};
 

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use loom_core::render::Injection;
+use loom_core::{AgentId, SessionId};
 use serde::{Deserialize, Serialize};
 
 use super::item::{action, TaskItem};
@@ -136,16 +137,35 @@ impl Snippet {
     }
 }
 
+/// What a knowledge base is asked for one turn: the task's text, and whose turn it is, so that a
+/// knowledge base holding per-agent memory answers from that agent's only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnowledgeQuery<'a> {
+    /// The current task's text.
+    pub text: &'a str,
+    /// The agent whose turn it is, when known.
+    pub agent: Option<&'a AgentId>,
+    /// The turn's session, when known (its own events are already in the request).
+    pub session: Option<&'a SessionId>,
+    /// The most snippets wanted.
+    pub limit: usize,
+}
+
 /// A knowledge base queried with the current task's text.
 pub trait KnowledgeBase: Send + Sync {
     /// Its name, for errors.
     fn name(&self) -> &str;
     /// At most `limit` snippets relevant to `query`.
     fn query(&self, query: &str, limit: usize) -> Result<Vec<Snippet>, BoxError>;
+    /// At most `q.limit` snippets relevant to `q.text` for `q.agent`'s turn. Knowledge bases
+    /// that know nothing of agents answer as [`Self::query`] does.
+    fn query_for(&self, q: &KnowledgeQuery<'_>) -> Result<Vec<Snippet>, BoxError> {
+        self.query(q.text, q.limit)
+    }
 }
 
 /// Snippets in the order they are offered: score descending (a NaN score last), then source.
-pub(crate) fn rank(mut snippets: Vec<Snippet>) -> Vec<Snippet> {
+pub fn rank(mut snippets: Vec<Snippet>) -> Vec<Snippet> {
     snippets.sort_by(|a, b| {
         let key = |s: &Snippet| {
             if s.score.is_nan() {

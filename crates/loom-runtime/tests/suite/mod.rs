@@ -2,6 +2,7 @@
 
 mod hooks;
 mod http;
+mod knowledge;
 mod mock;
 mod summary;
 mod support;
