@@ -2,12 +2,10 @@
 //! default view of a session, and agent isolation.
 
 use loom_core::{AgentId, EventBody, MessageContent, NewEvent};
-use loom_memory::{
-    recall, Memory, MemoryError, NewNote, Recall, Search, SqliteMemory, Tier, L1_WINDOW,
-};
+use loom_memory::{recall, Memory, MemoryError, NewNote, Recall, Search, Tier, L1_WINDOW};
 use loom_store::{MemoryStore, NewSession, Store};
 
-use super::support::{agent, memory, session, turn};
+use super::support::{agent, conformance, session, turn};
 
 fn now() -> i64 {
     std::time::SystemTime::now()
@@ -39,9 +37,7 @@ fn ask(a: &str, sess: Option<&str>, tier: Option<Tier>, query: &str) -> Recall {
     }
 }
 
-#[test]
-fn a_note_is_l2_with_its_provenance_and_saving_it_again_adds_a_source() {
-    let m = memory();
+fn a_note_is_l2_with_its_provenance_and_saving_it_again_adds_a_source(m: &dyn Memory) {
     let first = m
         .save(&note(
             "ops",
@@ -82,9 +78,7 @@ fn a_note_is_l2_with_its_provenance_and_saving_it_again_adds_a_source() {
     }
 }
 
-#[test]
-fn an_expired_note_is_never_returned_and_is_purged_at_the_next_save() {
-    let m = memory();
+fn an_expired_note_is_never_returned_and_is_purged_at_the_next_save(m: &dyn Memory) {
     let mut old = note(
         "ops",
         "s1",
@@ -109,16 +103,16 @@ fn an_expired_note_is_never_returned_and_is_purged_at_the_next_save() {
         .item(old.id)
         .map_or(true, |i| i.text != "the canary deploy uses port 9443"));
     let hits = recall(
-        &m,
+        m,
         None,
         &ask("ops", Some("s1"), Some(Tier::L2), "canary deploy"),
     )
     .unwrap();
     let texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
     assert_eq!(texts, ["the canary deploy owner is Ana"]);
+}
 
-    // Expiry is judged at read time too, before any purge.
-    let m = memory();
+fn expiry_is_judged_at_read_time_too_before_any_purge(m: &dyn Memory) {
     let mut stale = note("ops", "s1", 2, "the canary deploy uses port 9443", Some(1));
     stale.saved_ms = now() - 10_000;
     // A save purges before it writes, so the stale note is stored; search already skips it.
@@ -132,9 +126,7 @@ fn an_expired_note_is_never_returned_and_is_purged_at_the_next_save() {
     ));
 }
 
-#[test]
-fn each_tier_is_searched_on_its_own_and_l2_needs_a_session() {
-    let m = memory();
+fn each_tier_is_searched_on_its_own_and_l2_needs_a_session(m: &dyn Memory) {
     m.write(&[turn("ops", "s1", 1, "the release train leaves on Tuesday")])
         .unwrap();
     m.save(&note(
@@ -154,7 +146,7 @@ fn each_tier_is_searched_on_its_own_and_l2_needs_a_session() {
     ))
     .unwrap();
     let tiers = |tier, sess| -> Vec<(Tier, String)> {
-        recall(&m, None, &ask("ops", sess, tier, "release"))
+        recall(m, None, &ask("ops", sess, tier, "release"))
             .unwrap()
             .into_iter()
             .map(|h| (h.tier, h.text))
@@ -173,7 +165,7 @@ fn each_tier_is_searched_on_its_own_and_l2_needs_a_session() {
     assert_eq!(view.len(), 2, "{view:?}");
     assert!(view.iter().all(|(_, t)| !t.contains("freeze")));
     assert!(matches!(
-        recall(&m, None, &ask("ops", None, Some(Tier::L2), "release")),
+        recall(m, None, &ask("ops", None, Some(Tier::L2), "release")),
         Err(MemoryError::InvalidInput {
             field: "session",
             ..
@@ -181,18 +173,16 @@ fn each_tier_is_searched_on_its_own_and_l2_needs_a_session() {
     ));
 }
 
-#[test]
-fn memory_of_one_agent_is_never_returned_for_another() {
-    let m = memory();
+fn memory_of_one_agent_is_never_returned_for_another(m: &dyn Memory) {
     m.write(&[turn("alice", "a1", 1, "my locker code is 4471")])
         .unwrap();
     m.save(&note("alice", "a1", 1, "locker is on floor three", None))
         .unwrap();
     for tier in [None, Some(Tier::L2), Some(Tier::L4)] {
-        let hits = recall(&m, None, &ask("bob", Some("a1"), tier, "locker code floor")).unwrap();
+        let hits = recall(m, None, &ask("bob", Some("a1"), tier, "locker code floor")).unwrap();
         assert!(hits.is_empty(), "{tier:?}: {hits:?}");
         let own = recall(
-            &m,
+            m,
             None,
             &ask("alice", Some("a1"), tier, "locker code floor"),
         )
@@ -211,8 +201,7 @@ fn user(ts: i64, text: &str) -> NewEvent {
     )
 }
 
-#[test]
-fn l1_is_the_sessions_recent_log_ranked_by_the_query_and_only_the_owners() {
+fn l1_is_the_sessions_recent_log_ranked_by_the_query_and_only_the_owners(m: &dyn Memory) {
     let store = MemoryStore::new();
     let n = L1_WINDOW + 5;
     let events: Vec<NewEvent> = (1..=n)
@@ -238,9 +227,8 @@ fn l1_is_the_sessions_recent_log_ranked_by_the_query_and_only_the_owners() {
             &events,
         )
         .unwrap();
-    let m: SqliteMemory = memory();
     let hits = recall(
-        &m,
+        m,
         Some(&store),
         &ask("ops", Some("live"), Some(Tier::L1), "kubernetes"),
     )
@@ -252,16 +240,25 @@ fn l1_is_the_sessions_recent_log_ranked_by_the_query_and_only_the_owners() {
     // An empty query gives the latest events first, within the budget.
     let mut latest = ask("ops", Some("live"), Some(Tier::L1), "");
     latest.budget = 12;
-    let hits = recall(&m, Some(&store), &latest).unwrap();
+    let hits = recall(m, Some(&store), &latest).unwrap();
     assert!(!hits.is_empty());
     assert_eq!(hits[0].sources[0].seq, n);
     assert!(hits.iter().map(|h| h.tokens).sum::<u64>() <= 12);
     // Another agent sees nothing of this session.
     let other = recall(
-        &m,
+        m,
         Some(&store),
         &ask("bob", Some("live"), Some(Tier::L1), "kubernetes"),
     )
     .unwrap();
     assert!(other.is_empty());
 }
+
+conformance!(
+    a_note_is_l2_with_its_provenance_and_saving_it_again_adds_a_source,
+    an_expired_note_is_never_returned_and_is_purged_at_the_next_save,
+    expiry_is_judged_at_read_time_too_before_any_purge,
+    each_tier_is_searched_on_its_own_and_l2_needs_a_session,
+    memory_of_one_agent_is_never_returned_for_another,
+    l1_is_the_sessions_recent_log_ranked_by_the_query_and_only_the_owners,
+);
