@@ -158,6 +158,11 @@ pub(crate) async fn search(
         .is_some_and(|(_, info)| info.agent == plain);
     let hits = state
         .blocking("searching memory", move |s| {
+            // Read your writes: what was appended before the search is indexed first (the
+            // indexer's backlog is short; searches are not on the proxy's path).
+            if let Some(indexer) = &s.indexer {
+                indexer.flush();
+            }
             match (recall.tier, &recall.session) {
                 (Some(Tier::L1), Some(sid)) if l1_owned => loom_memory::recent(
                     &memory,
