@@ -6,6 +6,8 @@
 //! released, and a [`Database`] is shared across threads safely (its state is behind the same
 //! locks `loom serve` uses).
 
+mod memory;
+
 use std::sync::Arc;
 
 use loom_core::render::{Format, ToolSpec};
@@ -192,6 +194,8 @@ struct Inner {
     blobs: Arc<dyn BlobStore>,
     engine: Engine,
     live: LiveSessions,
+    /// Memory, beside the log in an SQLite file (in RAM for `:memory:`; none on PostgreSQL).
+    memory: Option<Arc<loom_memory::SqliteMemory>>,
 }
 
 impl Inner {
@@ -226,12 +230,21 @@ fn open(py: Python<'_>, db: String) -> PyResult<Database> {
             let opened = loom_store::open(&db).map_err(store_error)?;
             (opened.store, opened.blobs)
         };
+        let memory = match loom_store::Database::parse(&db) {
+            _ if db == ":memory:" => Some(loom_memory::SqliteMemory::open_in_memory()),
+            Ok(loom_store::Database::Sqlite(path)) => Some(loom_memory::SqliteMemory::open(path)),
+            _ => None,
+        }
+        .transpose()
+        .map_err(memory::memory_error)?
+        .map(Arc::new);
         Ok(Inner {
             store,
             blobs,
             engine: Engine::built_in()
                 .map_err(|e| raise::<LoomError>(e.to_string(), None, None, None))?,
             live: LiveSessions::new(1_024),
+            memory,
         })
     })?;
     Ok(Database {
@@ -627,6 +640,49 @@ impl Database {
                 .map_err(store_error)?;
             json_text(&call)
         })
+    }
+
+    /// Searches an agent's memory (the session's agent when `agent` is None) within `budget`
+    /// tokens: one tier (`L1`..`L4`), or the session's notes and summaries with long-term
+    /// memory across sessions. Returns `{"hits": [...]}` as JSON.
+    #[pyo3(signature = (query, agent=None, session=None, tier=None, budget=1000, limit=50))]
+    #[allow(clippy::too_many_arguments)]
+    fn memory_search(
+        &self,
+        py: Python<'_>,
+        query: String,
+        agent: Option<String>,
+        session: Option<String>,
+        tier: Option<String>,
+        budget: u64,
+        limit: usize,
+    ) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        let args = memory::SearchArgs {
+            query,
+            agent,
+            session,
+            tier,
+            budget,
+            limit,
+        };
+        py.detach(move || memory::search(&inner, args))
+    }
+
+    /// Saves a note into the session's working memory (L2), pointing at event `seq` (the last
+    /// one by default), living `ttl_seconds` when given. Returns `{"id", "created",
+    /// "expires_ms"}` as JSON.
+    #[pyo3(signature = (session, text, ttl_seconds=None, seq=None))]
+    fn memory_save(
+        &self,
+        py: Python<'_>,
+        session: String,
+        text: String,
+        ttl_seconds: Option<u64>,
+        seq: Option<u64>,
+    ) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || memory::save(&inner, &session, text, ttl_seconds, seq))
     }
 
     /// Every model call of the session (receipts and usage), as JSON.

@@ -18,6 +18,7 @@ pub mod counts;
 pub mod engine;
 pub mod error;
 pub mod live;
+pub mod memory;
 pub mod metrics;
 mod openapi;
 pub mod proxy;
@@ -57,18 +58,40 @@ pub enum ServeError {
     /// The upstream HTTP client could not be built.
     #[error("building the upstream client: {0}")]
     Client(String),
+    /// The memory indexer's thread could not be started.
+    #[error("starting the memory indexer: {0}")]
+    Memory(String),
     /// Serving failed.
     #[error("serving: {0}")]
     Serve(#[source] std::io::Error),
 }
 
-/// The server's state over an opened store.
+/// The server's state over an opened store, without memory.
 pub fn state(
     config: ServeConfig,
     store: Arc<dyn Store>,
     blobs: Arc<dyn BlobStore>,
     engine: Engine,
 ) -> Result<Arc<AppState>, ServeError> {
+    state_with_memory(config, store, blobs, engine, None)
+}
+
+/// The server's state over an opened store and `memory` (agents' memory and the knowledge base,
+/// indexed as sessions are appended to).
+pub fn state_with_memory(
+    config: ServeConfig,
+    store: Arc<dyn Store>,
+    blobs: Arc<dyn BlobStore>,
+    engine: Engine,
+    memory: Option<Arc<loom_memory::SqliteMemory>>,
+) -> Result<Arc<AppState>, ServeError> {
+    let indexer = match &memory {
+        Some(m) => Some(
+            memory::Indexer::start(Arc::clone(&store), Arc::clone(m))
+                .map_err(|e| ServeError::Memory(e.to_string()))?,
+        ),
+        None => None,
+    };
     let http = reqwest::Client::builder()
         .connect_timeout(config.limits.upstream_connect_timeout)
         .pool_max_idle_per_host(256)
@@ -86,6 +109,8 @@ pub fn state(
         metrics: metrics::Metrics::default(),
         session_locks: proxy::SessionLocks::default(),
         live,
+        memory,
+        indexer,
     }))
 }
 

@@ -147,12 +147,76 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         request: None,
         responses: responses![(200, "ModelCall")],
     },
+    Operation {
+        method: "post",
+        path: "/loom/v1/memory/search",
+        summary: "Search an agent's memory by tier (L1 recent log, L2 notes, L3 summaries, L4 long-term) within a token budget",
+        query: &[],
+        request: Some("MemorySearch"),
+        responses: responses![(200, "MemoryHits"), (503, "Error")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/memory/items",
+        summary: "Save a note into a session's working memory (L2), optionally with a time to live",
+        query: &[],
+        request: Some("SaveNote"),
+        responses: responses![(200, "SavedNote"), (503, "Error")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/memory/items/{id}",
+        summary: "One memory item with its provenance",
+        query: &[],
+        request: None,
+        responses: responses![(200, "MemoryItem"), (503, "Error")],
+    },
+    Operation {
+        method: "delete",
+        path: "/loom/v1/memory/items/{id}",
+        summary: "Forget a memory item (the only delete); returns it as it was",
+        query: &[],
+        request: None,
+        responses: responses![(200, "Forgotten"), (503, "Error")],
+    },
+    Operation {
+        method: "get",
+        path: "/loom/v1/kb/files",
+        summary: "The knowledge base's files",
+        query: &[],
+        request: None,
+        responses: responses![(200, "KbFileList"), (503, "Error")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/kb/files",
+        summary: "Add (or replace) a file of the knowledge base, chunked on its structure",
+        query: &[],
+        request: Some("KbFile"),
+        responses: responses![(200, "KbAdded"), (503, "Error")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/kb/remove",
+        summary: "Remove a file of the knowledge base",
+        query: &[],
+        request: Some("KbRemove"),
+        responses: responses![(200, "KbRemoved"), (503, "Error")],
+    },
+    Operation {
+        method: "post",
+        path: "/loom/v1/kb/search",
+        summary: "Search the knowledge base within a token budget",
+        query: &[],
+        request: Some("KbSearch"),
+        responses: responses![(200, "KbHits"), (503, "Error")],
+    },
 ];
 
 fn schemas() -> Value {
     let obj = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
     let nullable = |t: &str| json!({"type": [t, "null"]});
-    json!({
+    let mut all = json!({
         "Error": obj(json!({"error": obj(json!({
             "type": {"type": "string"},
             "message": {"type": "string"},
@@ -240,6 +304,94 @@ fn schemas() -> Value {
             "usage": {"$ref": "#/components/schemas/Usage"},
         }), &["id", "session", "at_seq", "created_ms", "receipt", "usage"]),
         "ModelCallList": obj(json!({"receipts": {"type": "array", "items": {"$ref": "#/components/schemas/ModelCall"}}}), &["receipts"]),
+    });
+    if let (Some(all), Value::Object(more)) = (all.as_object_mut(), memory_schemas()) {
+        all.extend(more);
+    }
+    all
+}
+
+/// The schemas of the memory and knowledge-base endpoints.
+fn memory_schemas() -> Value {
+    let obj = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
+    let nullable = |t: &str| json!({"type": [t, "null"]});
+    json!({
+        "MemorySearch": obj(json!({
+            "query": {"type": "string"},
+            "agent": {"type": "string", "description": "default: the key's agent"},
+            "session": {"type": "string", "description": "the current session: L1 and L2 need one"},
+            "tier": {"type": "string", "enum": ["L1", "L2", "L3", "L4"]},
+            "budget": {"type": "integer", "minimum": 1},
+            "limit": {"type": "integer", "minimum": 0},
+            "history": {"type": "boolean"},
+        }), &["query"]),
+        "MemoryHit": obj(json!({
+            "id": {"type": "integer", "description": "absent for L1 hits (the log itself)"},
+            "text": {"type": "string"},
+            "tokens": {"type": "integer"},
+            "score": {"type": "number"},
+            "tier": {"type": "string", "enum": ["L1", "L2", "L3", "L4"]},
+            "sources": {"type": "array", "items": obj(json!({
+                "session": {"type": "string"}, "seq": {"type": "integer"}, "to_seq": {"type": "integer"},
+            }), &["session", "seq"])},
+        }), &["text", "tokens", "score", "tier", "sources"]),
+        "MemoryHits": obj(json!({"hits": {"type": "array", "items": {"$ref": "#/components/schemas/MemoryHit"}}}), &["hits"]),
+        "SaveNote": obj(json!({
+            "text": {"type": "string"},
+            "session": {"type": "string"},
+            "agent": {"type": "string"},
+            "seq": {"type": "integer", "minimum": 1, "description": "default: the session's last event"},
+            "ttl_seconds": {"type": "integer", "minimum": 1},
+        }), &["text", "session"]),
+        "SavedNote": obj(json!({
+            "id": {"type": "integer"},
+            "created": {"type": "boolean"},
+            "expires_ms": nullable("integer"),
+        }), &["id", "created", "expires_ms"]),
+        "MemoryItem": obj(json!({
+            "id": {"type": "integer"},
+            "agent": {"type": "string"},
+            "tier": {"type": "string"},
+            "kind": {"type": "string"},
+            "text": {"type": "string"},
+            "tokens": {"type": "integer"},
+            "valid_from": {"type": "integer"},
+            "valid_to": nullable("integer"),
+            "superseded_by": nullable("integer"),
+            "expires_ms": nullable("integer"),
+            "sources": {"type": "array", "items": obj(json!({
+                "session": {"type": "string"}, "from_seq": {"type": "integer"},
+                "to_seq": {"type": "integer"}, "ts_ms": {"type": "integer"},
+            }), &["session", "from_seq", "to_seq", "ts_ms"])},
+        }), &["id", "agent", "tier", "kind", "text", "tokens", "sources"]),
+        "Forgotten": obj(json!({
+            "forgotten": {"$ref": "#/components/schemas/MemoryItem"},
+            "restored": {"type": "array", "items": {"type": "integer"}},
+        }), &["forgotten", "restored"]),
+        "KbFile": obj(json!({"path": {"type": "string"}, "content": {"type": "string"}}), &["path", "content"]),
+        "KbAdded": obj(json!({
+            "path": {"type": "string"},
+            "kind": {"type": "string", "enum": ["markdown", "code", "json", "text"]},
+            "chunks": {"type": "integer"},
+            "replaced": {"type": "integer"},
+            "unchanged": {"type": "boolean"},
+        }), &["path", "kind", "chunks", "replaced", "unchanged"]),
+        "KbFileList": obj(json!({"files": {"type": "array", "items": obj(json!({
+            "path": {"type": "string"}, "kind": {"type": "string"}, "chunks": {"type": "integer"},
+            "tokens": {"type": "integer"}, "added_ms": {"type": "integer"},
+        }), &["path", "kind", "chunks", "tokens", "added_ms"])}}), &["files"]),
+        "KbRemove": obj(json!({"path": {"type": "string"}}), &["path"]),
+        "KbRemoved": obj(json!({"removed": {"type": "integer"}}), &["removed"]),
+        "KbSearch": obj(json!({
+            "query": {"type": "string"},
+            "budget": {"type": "integer", "minimum": 1},
+            "limit": {"type": "integer", "minimum": 0},
+        }), &["query"]),
+        "KbHits": obj(json!({"hits": {"type": "array", "items": obj(json!({
+            "path": {"type": "string"}, "from_line": {"type": "integer"}, "to_line": {"type": "integer"},
+            "heading": {"type": "string"}, "text": {"type": "string"}, "tokens": {"type": "integer"},
+            "score": {"type": "number"},
+        }), &["path", "from_line", "to_line", "text", "tokens", "score"])}}), &["hits"]),
     })
 }
 

@@ -38,6 +38,10 @@ pub struct AppState {
     pub session_locks: crate::proxy::SessionLocks,
     /// Sessions whose render state is kept in memory.
     pub live: LiveSessions,
+    /// Agents' memory and the knowledge base (an SQLite database's; none otherwise).
+    pub memory: Option<Arc<loom_memory::SqliteMemory>>,
+    /// Derives memory from appended sessions off the request path, when there is memory.
+    pub indexer: Option<crate::memory::Indexer>,
 }
 
 impl AppState {

@@ -32,6 +32,10 @@ pub(crate) struct Args {
     /// `none` (local single user; only on loopback) or `keys` (Loom keys; shared deployments).
     #[arg(long, value_name = "none|keys", value_parser = parse_auth)]
     auth: Option<AuthMode>,
+    /// Keep no memory: no memory or knowledge-base endpoints, no indexing of appended sessions
+    /// (memory is kept only in an SQLite database).
+    #[arg(long)]
+    no_memory: bool,
 }
 
 fn parse_auth(text: &str) -> Result<AuthMode, String> {
@@ -115,7 +119,13 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         }
     });
     let listen = config.listen;
-    let state = loom_server::state(config, ws.store, ws.blobs, engine)?;
+    let memory = match ctx.database()? {
+        loom_store::Database::Sqlite(path) if !args.no_memory => Some(std::sync::Arc::new(
+            loom_memory::SqliteMemory::open(path).map_err(super::memory::mapped)?,
+        )),
+        _ => None,
+    };
+    let state = loom_server::state_with_memory(config, ws.store, ws.blobs, engine, memory)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

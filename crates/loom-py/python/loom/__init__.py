@@ -237,6 +237,31 @@ class Session:
         """The original bytes of an output a render replaced by a reference."""
         return self._db.recall(reference, session=self.id)
 
+    def memory_search(
+        self,
+        query: str,
+        tier: Optional[str] = None,
+        budget: int = 1000,
+        limit: int = 50,
+        agent: Optional[str] = None,
+    ) -> List[Dict[str, Any]]:
+        """The session's agent's memories best matching ``query``, best first, whose ``tokens``
+        sum to at most ``budget``: this session's notes (L2) and summaries (L3) with long-term
+        memory (L4) across sessions, or one ``tier`` (``"L1"`` the session's recent events,
+        ``"L2"``, ``"L3"``, ``"L4"``). Each hit is ``{"text", "tokens", "score", "tier",
+        "sources": [{"session", "seq"}]}`` (and ``"id"`` for stored items)."""
+        return self._db.memory_search(
+            query, agent=agent, session=self.id, tier=tier, budget=budget, limit=limit
+        )
+
+    def memory_save(
+        self, text: str, ttl_seconds: Optional[int] = None, seq: Optional[int] = None
+    ) -> Dict[str, Any]:
+        """Saves a note into this session's working memory (L2) for its agent, pointing at
+        event ``seq`` (the last one by default), expiring after ``ttl_seconds`` when given (an
+        expired note is never returned). Returns ``{"id", "created", "expires_ms"}``."""
+        return json.loads(self._db._native.memory_save(self.id, text, ttl_seconds, seq))
+
 
 class Database:
     """An open Loom database. Safe to share across threads; the GIL is released while Loom
@@ -320,6 +345,20 @@ class Database:
             handed.items.extend(json.loads(text)[key])
             handed.events = last
         return True
+
+    def memory_search(
+        self,
+        query: str,
+        agent: Optional[str] = None,
+        session: Optional[str] = None,
+        tier: Optional[str] = None,
+        budget: int = 1000,
+        limit: int = 50,
+    ) -> List[Dict[str, Any]]:
+        """An agent's memories best matching ``query`` (see :meth:`Session.memory_search`);
+        ``agent`` defaults to ``session``'s. Returns the hits, best first."""
+        out = self._native.memory_search(query, agent, session, tier, budget, limit)
+        return json.loads(out)["hits"]
 
     def recall(self, reference: str, session: Optional[str] = None) -> bytes:
         """The original bytes a reference names: ``sha256:<hex>``, or an alias such as

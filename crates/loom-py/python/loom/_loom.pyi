@@ -53,6 +53,22 @@ class Database:
         output_tokens: Optional[int] = None,
     ) -> str: ...
     def model_calls(self, session: str) -> str: ...
+    def memory_search(
+        self,
+        query: str,
+        agent: Optional[str] = None,
+        session: Optional[str] = None,
+        tier: Optional[str] = None,
+        budget: int = 1000,
+        limit: int = 50,
+    ) -> str: ...
+    def memory_save(
+        self,
+        session: str,
+        text: str,
+        ttl_seconds: Optional[int] = None,
+        seq: Optional[int] = None,
+    ) -> str: ...
 
 def open(db: str) -> Database: ...
 def count_tokens(text: str, model: str) -> int: ...

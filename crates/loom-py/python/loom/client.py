@@ -190,6 +190,37 @@ class Remote:
     def model_calls(self, session: str) -> str:
         return json.dumps(self._json("GET", self._session(session) + "/receipts")["receipts"])
 
+    def memory_search(
+        self,
+        query: str,
+        agent: Optional[str] = None,
+        session: Optional[str] = None,
+        tier: Optional[str] = None,
+        budget: int = 1000,
+        limit: int = 50,
+    ) -> str:
+        if agent is None and session is not None and self.session_info(session) is not None:
+            agent = json.loads(self.session_info(session) or "{}").get("agent")
+        payload: Dict[str, Any] = {"query": query, "budget": budget, "limit": limit}
+        for name, value in (("agent", agent), ("session", session), ("tier", tier)):
+            if value is not None:
+                payload[name] = value
+        return json.dumps(self._json("POST", "/loom/v1/memory/search", payload=payload))
+
+    def memory_save(
+        self,
+        session: str,
+        text: str,
+        ttl_seconds: Optional[int] = None,
+        seq: Optional[int] = None,
+    ) -> str:
+        payload: Dict[str, Any] = {"session": session, "text": text}
+        if ttl_seconds is not None:
+            payload["ttl_seconds"] = ttl_seconds
+        if seq is not None:
+            payload["seq"] = seq
+        return json.dumps(self._json("POST", "/loom/v1/memory/items", payload=payload))
+
 
 def connect(url: str, key: Optional[str] = None, timeout: float = 60.0):
     """A :class:`loom.Database` over `loom serve` at ``url`` (its root, e.g.

@@ -8,6 +8,7 @@
 mod body;
 pub mod explain;
 mod extract;
+pub(crate) mod memory;
 mod results;
 
 use std::sync::Arc;
@@ -53,6 +54,18 @@ pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
         .route("/loom/v1/sessions/{id}/usage", post(usage))
         .route("/loom/v1/sessions/{id}/receipts", get(receipts))
         .route("/loom/v1/sessions/{id}/receipts/{call}", get(receipt))
+        .route("/loom/v1/memory/search", post(memory::search))
+        .route("/loom/v1/memory/items", post(memory::save))
+        .route(
+            "/loom/v1/memory/items/{id}",
+            get(memory::get_item).delete(memory::forget_item),
+        )
+        .route(
+            "/loom/v1/kb/files",
+            get(memory::kb_list).post(memory::kb_add),
+        )
+        .route("/loom/v1/kb/remove", post(memory::kb_remove))
+        .route("/loom/v1/kb/search", post(memory::kb_search))
         .layer((
             axum::error_handling::HandleErrorLayer::new(move |_: axum::BoxError| async move {
                 ApiError::unavailable(format!(
@@ -158,6 +171,9 @@ async fn create_session(
         })
         .await
         .map_err(|e| e.context(format!("session `{}`", req.id)))?;
+    if info.event_count > 0 {
+        memory::index_later(&state, &p, &info.id);
+    }
     Ok((StatusCode::CREATED, Json(session_json(&p, &info))).into_response())
 }
 
@@ -206,6 +222,7 @@ async fn append_events(
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;
     let local = p.tenant.is_none();
+    let index_id = sid.clone();
     let seqs = state
         .blocking("appending events", move |s| {
             results::check(&req.events, "events", s.blobs.as_ref(), local)?;
@@ -213,6 +230,7 @@ async fn append_events(
         })
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;
+    memory::index_later(&state, &p, &index_id);
     Ok(Json(json!({ "first_seq": seqs.start(), "last_seq": seqs.end() })).into_response())
 }
 
@@ -262,6 +280,11 @@ async fn import(
             Ok(plan.commit(s.store.as_ref(), now_ms(), &mut loom_import::NoProgress)?)
         })
         .await?;
+    for r in &report.sessions {
+        if r.outcome != loom_import::Outcome::Unchanged {
+            memory::index_later(&state, &p, &r.id);
+        }
+    }
     let sessions: Vec<Value> = report
         .sessions
         .iter()
@@ -367,6 +390,7 @@ async fn history(
     };
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;
+    let index_id = sid.clone();
     let seqs = state
         .blocking("appending a history", move |s| {
             append_history(
@@ -381,6 +405,7 @@ async fn history(
         })
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;
+    memory::index_later(&state, &p, &index_id);
     Ok(Json(json!({ "first_seq": seqs.start(), "last_seq": seqs.end() })).into_response())
 }
 

@@ -363,6 +363,8 @@ async fn prepare(
         })
         .await?;
     let (session, diverged_from) = synced;
+    // The history's new events become memory off the request path.
+    crate::api::memory::index_later(state, principal, &session);
     let body = match outcome {
         Some(out) => {
             let assembling = Instant::now();

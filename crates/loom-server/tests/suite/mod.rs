@@ -1,5 +1,6 @@
 mod api;
 mod isolation;
+mod memory;
 mod openapi;
 mod postgres;
 mod props;

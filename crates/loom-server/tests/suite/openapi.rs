@@ -282,4 +282,134 @@ async fn run(s: &Server, c: &mut Checker) {
         assert_eq!(r.status(), status, "{batch}");
         c.check("post", "/loom/v1/sessions/{id}/history", r).await;
     }
+    memory(s, c).await;
+}
+
+/// The memory and knowledge-base endpoints, each with a success and a refusal.
+async fn memory(s: &Server, c: &mut Checker) {
+    s.indexed().await;
+    let search =
+        |body: Value| async move { s.post("/loom/v1/memory/search", None, &[], &body).await };
+    let hits = c
+        .check(
+            "post",
+            "/loom/v1/memory/search",
+            search(json!({"query": "list", "agent": "agent"})).await,
+        )
+        .await;
+    assert_eq!(
+        hits["hits"][0]["text"], "List.",
+        "indexed on create: {hits}"
+    );
+    let r = search(json!({"query": "list", "agent": "agent", "tier": "L9"})).await;
+    assert_eq!(r.status(), 400);
+    c.check("post", "/loom/v1/memory/search", r).await;
+    let r = s
+        .post(
+            "/loom/v1/memory/items",
+            None,
+            &[],
+            &json!({"text": "the listing is long", "session": "s1", "ttl_seconds": 60}),
+        )
+        .await;
+    let saved = c.check("post", "/loom/v1/memory/items", r).await;
+    let id = saved["id"].as_i64().unwrap();
+    let r = s
+        .post(
+            "/loom/v1/memory/items",
+            None,
+            &[],
+            &json!({"text": "x", "session": "none"}),
+        )
+        .await;
+    assert_eq!(r.status(), 404);
+    c.check("post", "/loom/v1/memory/items", r).await;
+    let item = c
+        .check(
+            "get",
+            "/loom/v1/memory/items/{id}",
+            s.get(&format!("/loom/v1/memory/items/{id}"), None).await,
+        )
+        .await;
+    assert_eq!(item["tier"], "L2");
+    assert_eq!(item["sources"][0]["session"], "s1");
+    let r = s.get("/loom/v1/memory/items/abc", None).await;
+    assert_eq!(r.status(), 400);
+    c.check("get", "/loom/v1/memory/items/{id}", r).await;
+    c.check(
+        "delete",
+        "/loom/v1/memory/items/{id}",
+        s.delete(&format!("/loom/v1/memory/items/{id}"), None).await,
+    )
+    .await;
+    let r = s.delete(&format!("/loom/v1/memory/items/{id}"), None).await;
+    assert_eq!(r.status(), 404);
+    c.check("delete", "/loom/v1/memory/items/{id}", r).await;
+
+    let file = json!({"path": "guide.md", "content": "# Listing\n\nUse ls -la to list.\n"});
+    c.check(
+        "post",
+        "/loom/v1/kb/files",
+        s.post("/loom/v1/kb/files", None, &[], &file).await,
+    )
+    .await;
+    let r = s
+        .post(
+            "/loom/v1/kb/files",
+            None,
+            &[],
+            &json!({"path": "bad.json", "content": "{"}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    c.check("post", "/loom/v1/kb/files", r).await;
+    let files = c
+        .check(
+            "get",
+            "/loom/v1/kb/files",
+            s.get("/loom/v1/kb/files", None).await,
+        )
+        .await;
+    assert_eq!(files["files"][0]["path"], "guide.md");
+    let hits = c
+        .check(
+            "post",
+            "/loom/v1/kb/search",
+            s.post("/loom/v1/kb/search", None, &[], &json!({"query": "list"}))
+                .await,
+        )
+        .await;
+    assert_eq!(hits["hits"][0]["from_line"], 1);
+    let r = s
+        .post(
+            "/loom/v1/kb/search",
+            None,
+            &[],
+            &json!({"query": "list", "budget": 0}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    c.check("post", "/loom/v1/kb/search", r).await;
+    c.check(
+        "post",
+        "/loom/v1/kb/remove",
+        s.post(
+            "/loom/v1/kb/remove",
+            None,
+            &[],
+            &json!({"path": "guide.md"}),
+        )
+        .await,
+    )
+    .await;
+    let r = s
+        .post(
+            "/loom/v1/kb/remove",
+            None,
+            &[],
+            &json!({"path": "guide.md"}),
+        )
+        .await;
+    assert_eq!(r.status(), 404);
+    c.check("post", "/loom/v1/kb/remove", r).await;
 }

@@ -56,8 +56,16 @@ pub(crate) async fn start(auth: AuthMode, mode: ProxyMode) -> Server {
     let mut config = config(&db.to_string_lossy(), &mock, auth);
     config.default_mode = mode;
     let ws = Workspace::open(&db).unwrap();
-    let state =
-        loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine()).unwrap();
+    // Memory beside the log, as `loom serve` keeps it on SQLite.
+    let memory = Arc::new(loom_memory::SqliteMemory::open(&db).unwrap());
+    let state = loom_server::state_with_memory(
+        config,
+        Arc::new(ws.store),
+        Arc::new(ws.blobs),
+        engine(),
+        Some(memory),
+    )
+    .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
@@ -118,6 +126,26 @@ impl Server {
             req = req.header(*n, *v);
         }
         req.send().await.unwrap()
+    }
+
+    pub(crate) async fn delete(&self, path: &str, key: Option<&str>) -> reqwest::Response {
+        let mut req = self.http.delete(format!("{}{path}", self.url));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Waits until the sessions appended so far are indexed into memory.
+    pub(crate) async fn indexed(&self) {
+        let state = Arc::clone(&self.state);
+        tokio::task::spawn_blocking(move || {
+            if let Some(i) = &state.indexer {
+                i.flush();
+            }
+        })
+        .await
+        .unwrap();
     }
 
     pub(crate) async fn get(&self, path: &str, key: Option<&str>) -> reqwest::Response {

@@ -1,0 +1,459 @@
+//! Memory and knowledge-base endpoints under `/loom/v1`: search by tier, save a note, read and
+//! forget an item, and the knowledge base's files and search.
+//!
+//! Everything is the caller's tenant's only: agents are keyed by tenant
+//! ([`crate::memory::memory_agent`]), sessions are scoped like every other id, and an item of
+//! another tenant is a 404 like one that does not exist. A key made for one agent reaches that
+//! agent's memory only.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use loom_core::{AgentId, SessionId};
+use loom_memory::{Hit, Memory, MemoryError, NewNote, Recall, SqliteMemory, Tier};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::extract::Caller;
+use super::{existing, parse_json};
+use crate::auth::Principal;
+use crate::error::{ApiError, Result};
+use crate::memory::{memory_agent, tenant_agent};
+use crate::state::{now_ms, AppState};
+
+/// The budget of a search that names none, in tokens.
+const DEFAULT_BUDGET: u64 = 1_000;
+
+/// The largest budget one search may ask for.
+const MAX_BUDGET: u64 = 100_000;
+
+/// The largest knowledge-base file accepted, in bytes.
+const MAX_KB_FILE_BYTES: usize = 8 * 1024 * 1024;
+
+/// A memory error as the API reports it: the caller's mistakes are 4xx naming the field.
+fn api_error(e: MemoryError) -> ApiError {
+    match e {
+        MemoryError::InvalidInput { field, reason } => ApiError::invalid_field(field, reason),
+        MemoryError::ItemNotFound(id) => ApiError::not_found(format!("memory item {id} not found")),
+        MemoryError::SessionNotFound(s) => ApiError::not_found(format!("session `{s}` not found")),
+        other => {
+            tracing::error!("memory: {other}");
+            ApiError::internal("working on memory")
+        }
+    }
+}
+
+/// The server's memory, or a 503 saying why there is none.
+fn memory(state: &AppState) -> Result<Arc<SqliteMemory>> {
+    state.memory.clone().ok_or_else(|| {
+        ApiError::unavailable(
+            "this server keeps no memory: it needs an SQLite database (and no --no-memory)",
+        )
+    })
+}
+
+/// The agent a request names (or the key's agent) and its memory key; a key made for one agent
+/// cannot name another.
+fn agent_key(p: &Principal, named: Option<&str>) -> Result<(AgentId, AgentId)> {
+    let agent = match (named, &p.agent) {
+        (Some(a), Some(own)) if a != own.as_str() => {
+            return Err(ApiError::invalid_field(
+                "agent",
+                format!("this key is for agent `{own}`, not `{a}`"),
+            ))
+        }
+        (Some(a), _) => {
+            AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?
+        }
+        (None, Some(own)) => own.clone(),
+        (None, None) => {
+            return Err(ApiError::invalid_field(
+                "agent",
+                "name the agent whose memory this is",
+            ))
+        }
+    };
+    let key = memory_agent(p.tenant.as_ref(), &agent)
+        .ok_or_else(|| ApiError::invalid_field("agent", "cannot be keyed for this tenant"))?;
+    Ok((agent, key))
+}
+
+/// A hit with its sources' sessions as the tenant names them.
+fn hit_json(p: &Principal, h: &Hit) -> Value {
+    let sources: Vec<Value> = h
+        .sources
+        .iter()
+        .filter_map(|s| {
+            let session = p.unscope(&s.session)?;
+            let mut v = json!({"session": session, "seq": s.seq});
+            if let Some(to) = s.to_seq {
+                v["to_seq"] = json!(to);
+            }
+            Some(v)
+        })
+        .collect();
+    let mut v = json!({"text": h.text, "tokens": h.tokens, "score": h.score, "tier": h.tier,
+        "sources": sources});
+    if h.id > 0 {
+        v["id"] = json!(h.id);
+    }
+    v
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchRequest {
+    query: String,
+    agent: Option<String>,
+    session: Option<String>,
+    tier: Option<String>,
+    budget: Option<u64>,
+    limit: Option<usize>,
+    #[serde(default)]
+    history: bool,
+}
+
+/// `POST /loom/v1/memory/search`.
+pub(crate) async fn search(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    body: Bytes,
+) -> Result<Response> {
+    let req: SearchRequest = parse_json(&body)?;
+    let memory = memory(&state)?;
+    let (plain, agent) = agent_key(&p, req.agent.as_deref())?;
+    let tier = req
+        .tier
+        .as_deref()
+        .map(str::parse::<Tier>)
+        .transpose()
+        .map_err(api_error)?;
+    let budget = req.budget.unwrap_or(DEFAULT_BUDGET);
+    if budget == 0 || budget > MAX_BUDGET {
+        return Err(ApiError::invalid_field(
+            "budget",
+            format!("expected 1..={MAX_BUDGET} tokens, not {budget}"),
+        ));
+    }
+    let session = match &req.session {
+        Some(s) => Some(existing(&state, &p, s).await?),
+        None => None,
+    };
+    let recall = Recall {
+        query: req.query,
+        agent,
+        session: session.as_ref().map(|(sid, _)| sid.clone()),
+        tier,
+        budget,
+        limit: req.limit.unwrap_or(loom_memory::DEFAULT_LIMIT),
+        history: req.history,
+    };
+    // L1 is read from the session's own log: the session is the tenant's (scoped above), and
+    // it must be the agent's.
+    let l1_owned = session
+        .as_ref()
+        .is_some_and(|(_, info)| info.agent == plain);
+    let hits = state
+        .blocking("searching memory", move |s| {
+            // Read your writes: what was appended before the search is indexed first (the
+            // indexer's backlog is short; searches are not on the proxy's path).
+            if let Some(indexer) = &s.indexer {
+                indexer.flush();
+            }
+            match (recall.tier, &recall.session) {
+                (Some(Tier::L1), Some(sid)) if l1_owned => loom_memory::recent(
+                    &memory,
+                    s.store.as_ref(),
+                    &plain,
+                    sid,
+                    &recall.query,
+                    recall.budget,
+                    recall.limit,
+                )
+                .map_err(api_error),
+                (Some(Tier::L1), Some(_)) => Ok(Vec::new()),
+                _ => {
+                    loom_memory::recall(&memory, Some(s.store.as_ref()), &recall).map_err(api_error)
+                }
+            }
+        })
+        .await?;
+    let hits: Vec<Value> = hits.iter().map(|h| hit_json(&p, h)).collect();
+    Ok(Json(json!({ "hits": hits })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SaveRequest {
+    text: String,
+    session: String,
+    agent: Option<String>,
+    seq: Option<u64>,
+    ttl_seconds: Option<u64>,
+}
+
+/// `POST /loom/v1/memory/items`: saves a note into the session's L2, for the session's agent.
+pub(crate) async fn save(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    body: Bytes,
+) -> Result<Response> {
+    let req: SaveRequest = parse_json(&body)?;
+    let memory = memory(&state)?;
+    let (sid, info) = existing(&state, &p, &req.session).await?;
+    let named = req.agent.as_deref().unwrap_or(info.agent.as_str());
+    let (plain, agent) = agent_key(&p, Some(named))?;
+    if plain != info.agent {
+        return Err(ApiError::invalid_field(
+            "agent",
+            format!(
+                "session `{}` belongs to agent `{}`, not `{plain}`",
+                req.session, info.agent
+            ),
+        ));
+    }
+    let seq = req.seq.unwrap_or(info.event_count);
+    if seq > info.event_count {
+        return Err(ApiError::invalid_field(
+            "seq",
+            format!("session `{}` has {} events", req.session, info.event_count),
+        ));
+    }
+    let ttl_ms = match req.ttl_seconds {
+        Some(0) => return Err(ApiError::invalid_field("ttl_seconds", "must be at least 1")),
+        Some(t) => Some(i64::try_from(t.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        None => None,
+    };
+    let note = NewNote {
+        agent,
+        text: req.text,
+        session: sid,
+        seq,
+        saved_ms: now_ms(),
+        ttl_ms,
+    };
+    let saved = state
+        .blocking("saving a note", move |_| {
+            memory.save(&note).map_err(api_error)
+        })
+        .await?;
+    Ok(Json(json!(saved)).into_response())
+}
+
+/// Item `id` when it is the caller's (its agent keyed for the caller's tenant, and the key's
+/// agent when the key has one); a 404 otherwise.
+fn owned_item(p: &Principal, memory: &SqliteMemory, id: i64) -> Result<loom_memory::Item> {
+    let missing = || ApiError::not_found(format!("memory item {id} not found"));
+    let item = memory.item(id).map_err(|e| match e {
+        MemoryError::ItemNotFound(_) => missing(),
+        other => api_error(other),
+    })?;
+    let agent = tenant_agent(p.tenant.as_ref(), item.agent.as_str()).ok_or_else(missing)?;
+    if p.agent.as_ref().is_some_and(|own| own.as_str() != agent) {
+        return Err(missing());
+    }
+    Ok(item)
+}
+
+/// An item as the tenant sees it: its agent and sessions in the tenant's names.
+fn item_json(p: &Principal, item: &loom_memory::Item, expires_ms: Option<i64>) -> Value {
+    let sources: Vec<Value> = item
+        .sources
+        .iter()
+        .filter_map(|s| {
+            Some(
+                json!({"session": p.unscope(&s.session)?, "from_seq": s.from_seq,
+                "to_seq": s.to_seq, "ts_ms": s.ts_ms}),
+            )
+        })
+        .collect();
+    json!({
+        "id": item.id,
+        "agent": tenant_agent(p.tenant.as_ref(), item.agent.as_str()),
+        "tier": item.tier,
+        "kind": item.kind,
+        "text": item.text,
+        "tokens": item.tokens,
+        "valid_from": item.valid_from,
+        "valid_to": item.valid_to,
+        "superseded_by": item.superseded_by,
+        "expires_ms": expires_ms,
+        "sources": sources,
+    })
+}
+
+fn item_id(raw: &str) -> Result<i64> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::invalid_field("id", format!("`{raw}` is not a memory item id")))
+}
+
+/// `GET /loom/v1/memory/items/{id}`.
+pub(crate) async fn get_item(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    Path(raw): Path<String>,
+) -> Result<Response> {
+    let id = item_id(&raw)?;
+    let memory = memory(&state)?;
+    let v = state
+        .blocking("reading a memory item", move |_| {
+            let item = owned_item(&p, &memory, id)?;
+            let expires = memory.note_expiry(id).map_err(api_error)?;
+            // An expired note is as good as gone (it is purged at the next save).
+            if expires.is_some_and(|at| at <= now_ms()) {
+                return Err(ApiError::not_found(format!("memory item {id} not found")));
+            }
+            Ok(item_json(&p, &item, expires))
+        })
+        .await?;
+    Ok(Json(v).into_response())
+}
+
+/// `DELETE /loom/v1/memory/items/{id}`: forgets the item; returns it as it was, with the items
+/// it had superseded (current again).
+pub(crate) async fn forget_item(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    Path(raw): Path<String>,
+) -> Result<Response> {
+    let id = item_id(&raw)?;
+    let memory = memory(&state)?;
+    let v = state
+        .blocking("forgetting a memory item", move |_| {
+            owned_item(&p, &memory, id)?;
+            let gone = memory.forget(id).map_err(api_error)?;
+            Ok(json!({"forgotten": item_json(&p, &gone.item, None), "restored": gone.restored}))
+        })
+        .await?;
+    Ok(Json(v).into_response())
+}
+
+/// The knowledge base's scope of the caller: its tenant's, or the local user's.
+fn kb_scope(p: &Principal) -> String {
+    p.tenant
+        .as_ref()
+        .map_or_else(String::new, |t| t.as_str().to_owned())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KbFileRequest {
+    path: String,
+    content: String,
+}
+
+/// `POST /loom/v1/kb/files`: adds (or replaces) a file of the caller's knowledge base.
+pub(crate) async fn kb_add(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    body: Bytes,
+) -> Result<Response> {
+    let req: KbFileRequest = parse_json(&body)?;
+    if req.path.trim().is_empty() {
+        return Err(ApiError::invalid_field("path", "name the file"));
+    }
+    if req.content.len() > MAX_KB_FILE_BYTES {
+        return Err(ApiError::invalid_field(
+            "content",
+            format!("at most {MAX_KB_FILE_BYTES} bytes per file"),
+        ));
+    }
+    let memory = memory(&state)?;
+    let scope = kb_scope(&p);
+    let added = state
+        .blocking("adding to the knowledge base", move |_| {
+            memory
+                .kb_add(&scope, &req.path, &req.content, now_ms())
+                .map_err(api_error)
+        })
+        .await?;
+    Ok(Json(json!(added)).into_response())
+}
+
+/// `GET /loom/v1/kb/files`.
+pub(crate) async fn kb_list(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+) -> Result<Response> {
+    let memory = memory(&state)?;
+    let scope = kb_scope(&p);
+    let files = state
+        .blocking("listing the knowledge base", move |_| {
+            memory.kb_list(&scope).map_err(api_error)
+        })
+        .await?;
+    Ok(Json(json!({ "files": files })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KbRemoveRequest {
+    path: String,
+}
+
+/// `POST /loom/v1/kb/remove`: removes a file and its chunks.
+pub(crate) async fn kb_remove(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    body: Bytes,
+) -> Result<Response> {
+    let req: KbRemoveRequest = parse_json(&body)?;
+    let memory = memory(&state)?;
+    let scope = kb_scope(&p);
+    let chunks = state
+        .blocking("removing from the knowledge base", move |_| {
+            memory.kb_remove(&scope, &req.path).map_err(|e| match e {
+                MemoryError::InvalidInput { reason, .. } => ApiError::not_found(reason),
+                other => api_error(other),
+            })
+        })
+        .await?;
+    Ok(Json(json!({ "removed": chunks })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KbSearchRequest {
+    query: String,
+    budget: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// `POST /loom/v1/kb/search`.
+pub(crate) async fn kb_search(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+    body: Bytes,
+) -> Result<Response> {
+    let req: KbSearchRequest = parse_json(&body)?;
+    let budget = req.budget.unwrap_or(DEFAULT_BUDGET);
+    if budget == 0 || budget > MAX_BUDGET {
+        return Err(ApiError::invalid_field(
+            "budget",
+            format!("expected 1..={MAX_BUDGET} tokens, not {budget}"),
+        ));
+    }
+    let memory = memory(&state)?;
+    let scope = kb_scope(&p);
+    let limit = req.limit.unwrap_or(loom_memory::DEFAULT_LIMIT);
+    let hits = state
+        .blocking("searching the knowledge base", move |_| {
+            memory
+                .kb_search(&scope, &req.query, budget, limit)
+                .map_err(api_error)
+        })
+        .await?;
+    Ok(Json(json!({ "hits": hits })).into_response())
+}
+
+/// Queues `session` for indexing, when the server keeps memory.
+pub(crate) fn index_later(state: &AppState, p: &Principal, session: &SessionId) {
+    if let Some(indexer) = &state.indexer {
+        indexer.enqueue(session.clone(), p.tenant.clone());
+    }
+}
