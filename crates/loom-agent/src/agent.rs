@@ -42,7 +42,7 @@ pub struct Env {
     pub live: LiveSessions,
     /// Memory (notes, long-term items, the knowledge base): when set, agents get the
     /// `memory:search` and `memory:save` tools, each on its own memory.
-    pub memory: Option<Arc<loom_memory::SqliteMemory>>,
+    pub memory: Option<Arc<dyn loom_memory::Memory>>,
 }
 
 impl std::fmt::Debug for Env {
@@ -825,7 +825,7 @@ impl<'a> Runner<'a> {
             now_ms: now_ms(),
         };
         Ok(crate::tools::memory::run(
-            memory,
+            memory.as_ref(),
             self.env.store.as_ref(),
             &caller,
             tool,

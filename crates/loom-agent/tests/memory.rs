@@ -73,7 +73,7 @@ fn agents_save_and_search_their_own_memory_through_the_tools() {
     let (_dir, ws) = workspace();
     let mut env = env();
     let memory = memory();
-    env.memory = Some(Arc::clone(&memory));
+    env.memory = Some(Arc::clone(&memory) as Arc<dyn loom_memory::Memory>);
     let script = json!([
         call("memory__save", json!({"text": "The flaky test is test_parse_dates", "ttl_seconds": 3600})),
         call("memory__search", json!({"query": "where is the deploy key"})),

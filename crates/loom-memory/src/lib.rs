@@ -79,6 +79,37 @@ pub trait Memory: Send + Sync + std::fmt::Debug {
     /// Exact token count of `text` with the memory's tokenizer (what budgets are counted in).
     fn count_tokens(&self, text: &str) -> u64;
 
+    /// When note `id` expires (`None`: it does not, or it is not a note).
+    fn note_expiry(&self, id: ItemId) -> Result<Option<i64>>;
+
+    /// Adds (or re-adds) the file `path` with content `text` to the knowledge base of `scope`
+    /// (`""` for the local user, a tenant's name in the server): it is chunked on its structure
+    /// and replaces the chunks of an earlier version; the same content again changes nothing.
+    fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
+        let _ = (scope, path, text, now_ms);
+        Err(MemoryError::Unsupported("a knowledge base"))
+    }
+
+    /// The chunks of `scope`'s knowledge base best matching `query`, best first, whose tokens
+    /// sum to at most `budget`.
+    fn kb_search(&self, scope: &str, query: &str, budget: u64, limit: usize) -> Result<Vec<KbHit>> {
+        let _ = (scope, query, budget, limit);
+        Err(MemoryError::Unsupported("a knowledge base"))
+    }
+
+    /// The files of `scope`'s knowledge base, by path.
+    fn kb_list(&self, scope: &str) -> Result<Vec<KbFile>> {
+        let _ = scope;
+        Err(MemoryError::Unsupported("a knowledge base"))
+    }
+
+    /// Removes file `path` from `scope`'s knowledge base; returns how many chunks it had
+    /// ([`MemoryError::InvalidInput`] when it is not there).
+    fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
+        let _ = (scope, path);
+        Err(MemoryError::Unsupported("a knowledge base"))
+    }
+
     /// Saves a note into L2 (session working memory), with its provenance and time to live.
     /// Backends without notes refuse it.
     fn save(&self, note: &NewNote) -> Result<Saved> {

@@ -195,7 +195,7 @@ struct Inner {
     engine: Engine,
     live: LiveSessions,
     /// Memory, beside the log in an SQLite file (in RAM for `:memory:`; none on PostgreSQL).
-    memory: Option<Arc<loom_memory::SqliteMemory>>,
+    memory: Option<Arc<dyn loom_memory::Memory>>,
 }
 
 impl Inner {
@@ -230,14 +230,16 @@ fn open(py: Python<'_>, db: String) -> PyResult<Database> {
             let opened = loom_store::open(&db).map_err(store_error)?;
             (opened.store, opened.blobs)
         };
-        let memory = match loom_store::Database::parse(&db) {
-            _ if db == ":memory:" => Some(loom_memory::SqliteMemory::open_in_memory()),
-            Ok(loom_store::Database::Sqlite(path)) => Some(loom_memory::SqliteMemory::open(path)),
-            _ => None,
+        let memory: Option<Arc<dyn loom_memory::Memory>> = match loom_store::Database::parse(&db) {
+            _ if db == ":memory:" => Some(
+                loom_memory::SqliteMemory::open_in_memory()
+                    .map(|m| Arc::new(m) as Arc<dyn loom_memory::Memory>),
+            ),
+            Ok(parsed) => Some(loom_memory::open(&parsed).map(Arc::from)),
+            Err(_) => None,
         }
         .transpose()
-        .map_err(memory::memory_error)?
-        .map(Arc::new);
+        .map_err(memory::memory_error)?;
         Ok(Inner {
             store,
             blobs,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use loom_core::AgentId;
-use loom_memory::{Memory, MemoryError, NewNote, Recall, SqliteMemory, Tier};
+use loom_memory::{Memory, MemoryError, NewNote, Recall, Tier};
 use pyo3::PyResult;
 
 use crate::{invalid, json_text, now_ms, raise, session_id, store_error, Inner};
@@ -25,7 +25,7 @@ pub(crate) fn memory_error(e: MemoryError) -> pyo3::PyErr {
 }
 
 /// The database's memory, or the reason it has none.
-pub(crate) fn memory(inner: &Inner) -> PyResult<&Arc<SqliteMemory>> {
+pub(crate) fn memory(inner: &Inner) -> PyResult<&Arc<dyn Memory>> {
     inner.memory.as_ref().ok_or_else(|| {
         raise::<Unavailable>(
             "this database keeps no memory: memory needs an SQLite file or `:memory:`".into(),

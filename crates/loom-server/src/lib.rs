@@ -83,7 +83,7 @@ pub fn state_with_memory(
     store: Arc<dyn Store>,
     blobs: Arc<dyn BlobStore>,
     engine: Engine,
-    memory: Option<Arc<loom_memory::SqliteMemory>>,
+    memory: Option<Arc<dyn loom_memory::Memory>>,
 ) -> Result<Arc<AppState>, ServeError> {
     let indexer = match &memory {
         Some(m) => Some(

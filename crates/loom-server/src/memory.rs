@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 
 use loom_core::{AgentId, SessionId};
-use loom_memory::SqliteMemory;
+use loom_memory::Memory;
 use loom_store::{Store, TenantId};
 
 /// The memory key of `agent` for `tenant` (`None`: the local user of `--auth none`).
@@ -58,7 +58,7 @@ impl std::fmt::Debug for Msg {
 impl Indexer {
     /// Starts the indexing thread over `store` and `memory`; it ends when the indexer is
     /// dropped.
-    pub fn start(store: Arc<dyn Store>, memory: Arc<SqliteMemory>) -> std::io::Result<Self> {
+    pub fn start(store: Arc<dyn Store>, memory: Arc<dyn Memory>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("loom-memory-index".into())
@@ -82,7 +82,7 @@ impl Indexer {
     }
 }
 
-fn run(store: &dyn Store, memory: &SqliteMemory, rx: &Receiver<Msg>) {
+fn run(store: &dyn Store, memory: &dyn Memory, rx: &Receiver<Msg>) {
     while let Ok(first) = rx.recv() {
         // What queued up meanwhile is indexed once per session.
         let mut pending: BTreeMap<SessionId, Option<TenantId>> = BTreeMap::new();
@@ -108,7 +108,7 @@ fn run(store: &dyn Store, memory: &SqliteMemory, rx: &Receiver<Msg>) {
 
 fn index_one(
     store: &dyn Store,
-    memory: &SqliteMemory,
+    memory: &dyn Memory,
     session: &SessionId,
     tenant: Option<&TenantId>,
 ) -> Result<(), String> {

@@ -39,7 +39,7 @@ pub struct AppState {
     /// Sessions whose render state is kept in memory.
     pub live: LiveSessions,
     /// Agents' memory and the knowledge base (an SQLite database's; none otherwise).
-    pub memory: Option<Arc<loom_memory::SqliteMemory>>,
+    pub memory: Option<Arc<dyn loom_memory::Memory>>,
     /// Derives memory from appended sessions off the request path, when there is memory.
     pub indexer: Option<crate::memory::Indexer>,
 }

@@ -7,7 +7,7 @@
 //! caller's session, so the loop runs them (see `Runner`), not [`super::Actions::execute`].
 
 use loom_core::{AgentId, Seq, SessionId};
-use loom_memory::{recall, Memory, NewNote, Recall, SqliteMemory, Tier, MAX_NOTE_BYTES};
+use loom_memory::{recall, Memory, NewNote, Recall, Tier, MAX_NOTE_BYTES};
 use loom_store::Store;
 use serde_json::{json, Value};
 
@@ -73,7 +73,7 @@ pub struct Caller<'a> {
 
 /// Runs a memory tool for `caller` (arguments not yet checked against the schema).
 pub fn run(
-    memory: &SqliteMemory,
+    memory: &dyn Memory,
     store: &dyn Store,
     caller: &Caller<'_>,
     tool: &ToolDef,
@@ -94,7 +94,7 @@ pub fn run(
 }
 
 fn search(
-    memory: &SqliteMemory,
+    memory: &dyn Memory,
     store: &dyn Store,
     caller: &Caller<'_>,
     args: &Value,
@@ -134,7 +134,7 @@ fn search(
     serde_json::to_string(&json!({ "hits": hits })).map_err(|e| e.to_string())
 }
 
-fn save(memory: &SqliteMemory, caller: &Caller<'_>, args: &Value) -> Result<String, String> {
+fn save(memory: &dyn Memory, caller: &Caller<'_>, args: &Value) -> Result<String, String> {
     let text = arg_str(args, "text")?.to_owned();
     let ttl_ms = args
         .get("ttl_seconds")

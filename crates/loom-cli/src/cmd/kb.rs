@@ -6,8 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use loom_memory::{KbHit, SqliteMemory, DEFAULT_LIMIT};
-use loom_store::Database;
+use loom_memory::{KbHit, Memory, DEFAULT_LIMIT};
 use serde::Serialize;
 
 use super::sessions::closed_pipe_is_fine;
@@ -62,13 +61,8 @@ enum Cmd {
     },
 }
 
-fn open(ctx: &Context) -> anyhow::Result<SqliteMemory> {
-    match ctx.database()? {
-        Database::Sqlite(path) => SqliteMemory::open(path).map_err(super::memory::mapped),
-        other => Err(bad_input(anyhow::anyhow!(
-            "the knowledge base is kept in an SQLite database for now; {other} is not one"
-        ))),
-    }
+fn open(ctx: &Context) -> anyhow::Result<Box<dyn Memory>> {
+    loom_memory::open(&ctx.database()?).map_err(super::memory::mapped)
 }
 
 /// The name a file is stored under: its canonical path, so that the same file added from two

@@ -139,13 +139,12 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     if let Some(reserve) = config.injection_reserve {
         env.engine.policy.injection_reserve = reserve;
     }
-    // Memory lives in the log's SQLite file; another database has none (yet).
-    let memory = match ctx.database()? {
-        loom_store::Database::Sqlite(path) => Some(std::sync::Arc::new(
-            loom_memory::SqliteMemory::open(path).map_err(super::memory::mapped)?,
-        )),
-        _ => None,
-    };
+    // Memory lives beside the log: in its SQLite file or its PostgreSQL database.
+    let memory: Option<std::sync::Arc<dyn loom_memory::Memory>> = Some(
+        loom_memory::open(&ctx.database()?)
+            .map_err(super::memory::mapped)?
+            .into(),
+    );
     if config.memory.tools != Some(false) {
         env.memory = memory.clone();
     }
@@ -294,7 +293,7 @@ fn knowledge_hooks(
     spec: &RunSpec,
     api: loom_provider::Api,
     k: &loom_agent::KnowledgeConfig,
-    memory: Option<std::sync::Arc<loom_memory::SqliteMemory>>,
+    memory: Option<std::sync::Arc<dyn loom_memory::Memory>>,
 ) -> anyhow::Result<loom_runtime::Hooks> {
     let memory = memory.ok_or_else(|| {
         bad_input(anyhow::anyhow!(

@@ -119,11 +119,14 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         }
     });
     let listen = config.listen;
-    let memory = match ctx.database()? {
-        loom_store::Database::Sqlite(path) if !args.no_memory => Some(std::sync::Arc::new(
-            loom_memory::SqliteMemory::open(path).map_err(super::memory::mapped)?,
-        )),
-        _ => None,
+    let memory: Option<std::sync::Arc<dyn loom_memory::Memory>> = if args.no_memory {
+        None
+    } else {
+        Some(
+            loom_memory::open(&ctx.database()?)
+                .map_err(super::memory::mapped)?
+                .into(),
+        )
     };
     let state = loom_server::state_with_memory(config, ws.store, ws.blobs, engine, memory)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

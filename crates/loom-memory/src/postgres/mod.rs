@@ -85,11 +85,6 @@ impl PgMemory {
         self
     }
 
-    /// When note `id` expires (`None`: it does not, or it is not a note).
-    pub fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
-        self.tx(|tx| write::expiry(tx, id))
-    }
-
     /// The memory schema version this build writes.
     pub fn schema_version() -> i64 {
         schema::latest_version()
@@ -168,6 +163,10 @@ impl Memory for PgMemory {
             write::purge(tx, now)?;
             write::save(tx, note, tokens)
         })
+    }
+
+    fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
+        self.tx(|tx| write::expiry(tx, id))
     }
 
     fn purge_expired(&self, now_ms: i64) -> Result<Vec<ItemId>> {

@@ -91,50 +91,6 @@ impl SqliteMemory {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// When note `id` expires (`None`: it does not, or it is not a note).
-    pub fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
-        self.read_tx(|tx| notes::expiry(tx, id))
-    }
-
-    /// Adds (or re-adds) the file `path` with content `text` to the knowledge base of `scope`
-    /// (`""` for the local user, a tenant's name in the server): it is chunked on its structure
-    /// and replaces the chunks of an earlier version; the same content again changes nothing.
-    pub fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
-        let chunks = chunk(path, text)?;
-        let counted: Vec<_> = chunks
-            .into_iter()
-            .map(|c| {
-                let n = self.tokenizer.count(&c.text);
-                (c, n)
-            })
-            .collect();
-        let hash = crate::text::hash(text);
-        self.write_tx(|tx| kb::add(tx, scope, path, &hash, &counted, now_ms))
-    }
-
-    /// The chunks of `scope`'s knowledge base best matching `query`, best first, whose tokens
-    /// sum to at most `budget`.
-    pub fn kb_search(
-        &self,
-        scope: &str,
-        query: &str,
-        budget: u64,
-        limit: usize,
-    ) -> Result<Vec<KbHit>> {
-        self.read_tx(|tx| kb::search(tx, scope, query, budget, limit))
-    }
-
-    /// The files of `scope`'s knowledge base, by path.
-    pub fn kb_list(&self, scope: &str) -> Result<Vec<KbFile>> {
-        self.read_tx(|tx| kb::list(tx, scope))
-    }
-
-    /// Removes file `path` from `scope`'s knowledge base; returns how many chunks it had
-    /// ([`MemoryError::InvalidInput`](crate::MemoryError) when it is not there).
-    pub fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
-        self.write_tx(|tx| kb::remove(tx, scope, path))
-    }
-
     /// Runs `f` in a write transaction: all of it or nothing.
     fn write_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let mut conn = self.lock();
@@ -188,6 +144,35 @@ impl Memory for SqliteMemory {
 
     fn count_tokens(&self, text: &str) -> u64 {
         self.tokenizer.count(text)
+    }
+
+    fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
+        self.read_tx(|tx| notes::expiry(tx, id))
+    }
+
+    fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
+        let chunks = chunk(path, text)?;
+        let counted: Vec<_> = chunks
+            .into_iter()
+            .map(|c| {
+                let n = self.tokenizer.count(&c.text);
+                (c, n)
+            })
+            .collect();
+        let hash = crate::text::hash(text);
+        self.write_tx(|tx| kb::add(tx, scope, path, &hash, &counted, now_ms))
+    }
+
+    fn kb_search(&self, scope: &str, query: &str, budget: u64, limit: usize) -> Result<Vec<KbHit>> {
+        self.read_tx(|tx| kb::search(tx, scope, query, budget, limit))
+    }
+
+    fn kb_list(&self, scope: &str) -> Result<Vec<KbFile>> {
+        self.read_tx(|tx| kb::list(tx, scope))
+    }
+
+    fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
+        self.write_tx(|tx| kb::remove(tx, scope, path))
     }
 
     fn save(&self, note: &NewNote) -> Result<Saved> {

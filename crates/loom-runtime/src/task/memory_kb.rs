@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use loom_core::AgentId;
-use loom_memory::{Filters, Memory, Search, SqliteMemory, Tier};
+use loom_memory::{Filters, Memory, Search, Tier};
 
 use super::source::{KnowledgeBase, KnowledgeQuery, Snippet};
 use crate::error::BoxError;
@@ -17,7 +17,7 @@ use crate::error::BoxError;
 /// Long-term memory and the knowledge base as one knowledge source.
 #[derive(Debug, Clone)]
 pub struct MemoryKnowledge {
-    memory: Arc<SqliteMemory>,
+    memory: Arc<dyn Memory>,
     agent: AgentId,
     scope: String,
     budget: u64,
@@ -29,7 +29,7 @@ impl MemoryKnowledge {
     /// Knowledge from `memory`: L4 items of the agent whose turn it is (`agent` when the turn
     /// does not say), and the knowledge base of `scope` (`""` for the local user's); each
     /// search returns at most `budget` tokens.
-    pub fn new(memory: Arc<SqliteMemory>, agent: AgentId, scope: &str, budget: u64) -> Self {
+    pub fn new(memory: Arc<dyn Memory>, agent: AgentId, scope: &str, budget: u64) -> Self {
         Self {
             memory,
             agent,

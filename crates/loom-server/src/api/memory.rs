@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use loom_core::{AgentId, SessionId};
-use loom_memory::{Hit, Memory, MemoryError, NewNote, Recall, SqliteMemory, Tier};
+use loom_memory::{Hit, Memory, MemoryError, NewNote, Recall, Tier};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -47,7 +47,7 @@ fn api_error(e: MemoryError) -> ApiError {
 }
 
 /// The server's memory, or a 503 saying why there is none.
-fn memory(state: &AppState) -> Result<Arc<SqliteMemory>> {
+fn memory(state: &AppState) -> Result<Arc<dyn Memory>> {
     state.memory.clone().ok_or_else(|| {
         ApiError::unavailable(
             "this server keeps no memory: it needs an SQLite database (and no --no-memory)",
@@ -165,7 +165,7 @@ pub(crate) async fn search(
             }
             match (recall.tier, &recall.session) {
                 (Some(Tier::L1), Some(sid)) if l1_owned => loom_memory::recent(
-                    &memory,
+                    memory.as_ref(),
                     s.store.as_ref(),
                     &plain,
                     sid,
@@ -175,9 +175,8 @@ pub(crate) async fn search(
                 )
                 .map_err(api_error),
                 (Some(Tier::L1), Some(_)) => Ok(Vec::new()),
-                _ => {
-                    loom_memory::recall(&memory, Some(s.store.as_ref()), &recall).map_err(api_error)
-                }
+                _ => loom_memory::recall(memory.as_ref(), Some(s.store.as_ref()), &recall)
+                    .map_err(api_error),
             }
         })
         .await?;
@@ -245,7 +244,7 @@ pub(crate) async fn save(
 
 /// Item `id` when it is the caller's (its agent keyed for the caller's tenant, and the key's
 /// agent when the key has one); a 404 otherwise.
-fn owned_item(p: &Principal, memory: &SqliteMemory, id: i64) -> Result<loom_memory::Item> {
+fn owned_item(p: &Principal, memory: &dyn Memory, id: i64) -> Result<loom_memory::Item> {
     let missing = || ApiError::not_found(format!("memory item {id} not found"));
     let item = memory.item(id).map_err(|e| match e {
         MemoryError::ItemNotFound(_) => missing(),
@@ -302,7 +301,7 @@ pub(crate) async fn get_item(
     let memory = memory(&state)?;
     let v = state
         .blocking("reading a memory item", move |_| {
-            let item = owned_item(&p, &memory, id)?;
+            let item = owned_item(&p, memory.as_ref(), id)?;
             let expires = memory.note_expiry(id).map_err(api_error)?;
             // An expired note is as good as gone (it is purged at the next save).
             if expires.is_some_and(|at| at <= now_ms()) {
@@ -325,7 +324,7 @@ pub(crate) async fn forget_item(
     let memory = memory(&state)?;
     let v = state
         .blocking("forgetting a memory item", move |_| {
-            owned_item(&p, &memory, id)?;
+            owned_item(&p, memory.as_ref(), id)?;
             let gone = memory.forget(id).map_err(api_error)?;
             Ok(json!({"forgotten": item_json(&p, &gone.item, None), "restored": gone.restored}))
         })
