@@ -62,7 +62,7 @@ def run(loom, mock_url, calls, memory):
                 messages.append({"role": "assistant", "content": f"Noted item {i}."})
             post(f"{url}/loom/v1/sessions", {"id": "api", "agent": "a"})
             api = [post(f"{url}/loom/v1/sessions/api/events",
-                        {"events": [{"ts_ms": i + 1, "kind": "user",
+                        {"events": [{"ts_ms": int(time.time() * 1000), "kind": "user",
                                      "content": f"fact {i}: the cache of shard {i} holds {i * 3} keys"}]})
                    for i in range(calls)]
         finally:

@@ -182,8 +182,8 @@ pub fn recent(
     Ok(hits)
 }
 
-/// Whether word `w` matches query term `t`: equal, or sharing a stem-like prefix of five or
-/// more letters ("hiking" and "hikes" do not, "deployment" and "deployed" do).
+/// Whether word `w` matches query term `t`: equal, or both at least `STEM` letters long and
+/// sharing their first `STEM` letters, a crude stem ("deployment" finds "deployed").
 fn same_word(w: &str, t: &str) -> bool {
     const STEM: usize = 5;
     if w == t {
