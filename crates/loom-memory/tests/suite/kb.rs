@@ -1,7 +1,7 @@
 //! The knowledge base: chunks with their line ranges, replacement on re-add, search under a
 //! budget, removal, and scopes that never see each other.
 
-use loom_memory::{FileKind, MemoryError};
+use loom_memory::{FileKind, Memory, MemoryError};
 
 use super::support::memory;
 
