@@ -731,6 +731,67 @@ mod tests {
     }
 
     #[test]
+    fn a_render_continues_from_the_state_its_receipt_records() {
+        use crate::engine::RenderSpec;
+        use loom_core::render::Format;
+        let t = TestBackend::new(4);
+        let b = t.backend();
+        let engine = crate::Engine::built_in().unwrap();
+        let a = SessionId::new("a").unwrap();
+        t.store
+            .create_session(
+                &NewSession {
+                    id: a.clone(),
+                    agent: AgentId::new("x").unwrap(),
+                    parent: None,
+                    created_ms: 1,
+                },
+                &[user("the task")],
+            )
+            .unwrap();
+        let spec = RenderSpec {
+            model: "gpt-4o".into(),
+            budget: Some(1_500),
+            format: Format::OpenaiChat,
+            tools: Vec::new(),
+            always_record: true,
+            injections: Vec::new(),
+        };
+        let mut points = 0;
+        for i in 0..60 {
+            t.store
+                .append(&a, &[user(&format!("message {i}: {}", "words ".repeat(30)))])
+                .unwrap();
+            let out = engine.render_session(b, &a, &spec).unwrap().unwrap();
+            points = out.receipt.points;
+            let live = b.live.get(b, &a).unwrap().unwrap();
+            let state = lock_live(&live);
+            // What the next render takes is what the stored receipt records.
+            let (id, held) = state.last_state.clone().expect("the rendered state is kept");
+            let last = state.last_call.clone().unwrap();
+            assert_eq!(id, last.id);
+            let stored: CompactionState =
+                serde_json::from_value(last.call.receipt["state"].clone()).unwrap();
+            assert_eq!(held.state, stored, "render {i}");
+            assert_eq!(held.at_seq, last.call.at_seq);
+            let from_store = t.store.last_model_call(&a).unwrap().unwrap();
+            assert_eq!(from_store, last, "the store reads back what the session holds");
+        }
+        assert!(points > 0, "the session compacted, so its state is not the default");
+        // A receipt another writer recorded is read from the store, not taken from the state.
+        t.store
+            .record_model_call(&NewModelCall {
+                session: a.clone(),
+                at_seq: 1,
+                created_ms: 2,
+                receipt: serde_json::json!({"observe": {}}),
+            })
+            .unwrap();
+        let live = b.live.get(b, &a).unwrap().unwrap();
+        assert!(lock_live(&live).take_state().is_none());
+    }
+
+    #[test]
     fn the_cache_is_bounded_by_bytes_too() {
         let t = TestBackend::new(100);
         let big = "x".repeat(10_000);
