@@ -760,14 +760,20 @@ mod tests {
         let mut points = 0;
         for i in 0..60 {
             t.store
-                .append(&a, &[user(&format!("message {i}: {}", "words ".repeat(30)))])
+                .append(
+                    &a,
+                    &[user(&format!("message {i}: {}", "words ".repeat(30)))],
+                )
                 .unwrap();
             let out = engine.render_session(b, &a, &spec).unwrap().unwrap();
             points = out.receipt.points;
             let live = b.live.get(b, &a).unwrap().unwrap();
             let state = lock_live(&live);
             // What the next render takes is what the stored receipt records.
-            let (id, held) = state.last_state.clone().expect("the rendered state is kept");
+            let (id, held) = state
+                .last_state
+                .clone()
+                .expect("the rendered state is kept");
             let last = state.last_call.clone().unwrap();
             assert_eq!(id, last.id);
             let stored: CompactionState =
@@ -775,9 +781,15 @@ mod tests {
             assert_eq!(held.state, stored, "render {i}");
             assert_eq!(held.at_seq, last.call.at_seq);
             let from_store = t.store.last_model_call(&a).unwrap().unwrap();
-            assert_eq!(from_store, last, "the store reads back what the session holds");
+            assert_eq!(
+                from_store, last,
+                "the store reads back what the session holds"
+            );
         }
-        assert!(points > 0, "the session compacted, so its state is not the default");
+        assert!(
+            points > 0,
+            "the session compacted, so its state is not the default"
+        );
         // A receipt another writer recorded is read from the store, not taken from the state.
         t.store
             .record_model_call(&NewModelCall {
