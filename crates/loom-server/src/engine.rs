@@ -154,7 +154,7 @@ impl Engine {
         // The state this process rendered last is taken as it is; one from elsewhere is read
         // from the receipt.
         let prev = match live.take_state() {
-            Some(c) => same(&c).then(|| (c.state, Some(c.at_seq))),
+            Some(c) => same(&c).then_some((c.state, Some(c.at_seq))),
             None => live
                 .last_call()
                 .and_then(|last| continued_state(last, &policy_version, &spec.model, format)),
