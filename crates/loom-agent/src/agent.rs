@@ -446,10 +446,11 @@ impl<'a> Runner<'a> {
         let state = self
             .env
             .store
-            .model_calls(&agent.session)?
-            .last()
-            .and_then(|c| c.call.receipt.get("state").cloned())
-            .and_then(|s| serde_json::from_value::<CompactionState>(s).ok())
+            .last_model_call(&agent.session)?
+            .and_then(|c| {
+                use serde::Deserialize;
+                CompactionState::deserialize(c.call.receipt.get("state")?).ok()
+            })
             .unwrap_or_default();
         let job = Job {
             session: agent.session.clone(),

@@ -12,7 +12,7 @@ use loom_core::render::{
 use loom_core::{ReduceConfig, SessionId};
 use loom_store::{NewModelCall, StoreError, Summary};
 
-use crate::live::{lock_live, Backend, Live, TURN_ATTEMPTS};
+use crate::live::{lock_live, Backend, Continued, Live, TURN_ATTEMPTS};
 use loom_tokens::{Registry, Tokenizer};
 
 use crate::error::{ApiError, Result};
@@ -122,7 +122,7 @@ impl Engine {
             };
             let mut live = lock_live(&live);
             let (mut out, record) = self.render(&mut live, spec)?;
-            match live.commit(b, record.as_ref(), None) {
+            match live.commit_owned(b, record, None) {
                 Ok(call) => {
                     out.model_call = call;
                     return Ok(Some(out));
@@ -146,9 +146,19 @@ impl Engine {
         let session = live.id().clone();
         let (meter, policy) = self.prepare(spec)?;
         let summaries = summary_views(live.summaries());
-        let prev = live
-            .last_call()
-            .and_then(|last| continued_state(last, &policy, &spec.model, spec.format));
+        let policy_version = policy.version();
+        let format = spec.format.as_str();
+        let same = |c: &Continued| {
+            c.policy_version == policy_version && c.model == spec.model && c.format == format
+        };
+        // The state this process rendered last is taken as it is; one from elsewhere is read
+        // from the receipt.
+        let prev = match live.take_state() {
+            Some(c) => same(&c).then_some((c.state, Some(c.at_seq))),
+            None => live
+                .last_call()
+                .and_then(|last| continued_state(last, &policy_version, &spec.model, format)),
+        };
         let now_ms = live.now_ms();
         let audience = live.audience_at(now_ms);
         let (events, steps, projection, memo, counts) = live.parts(&audience);
@@ -178,9 +188,18 @@ impl Engine {
                 "state": rendered.state,
             }),
         });
+        let body = rendered.body();
+        live.rendered(record.as_ref().map(|r| Continued {
+            at_seq: r.at_seq,
+            created_ms: r.created_ms,
+            policy_version,
+            model: spec.model.clone(),
+            format: format.to_owned(),
+            state: rendered.state,
+        }));
         Ok((
             RenderOutcome {
-                body: rendered.body(),
+                body,
                 receipt: rendered.receipt,
                 model_call: None,
             },
@@ -206,14 +225,14 @@ pub fn summary_views(summaries: &[Summary]) -> Vec<SummaryView> {
 /// only when it was made under the same policy, model and format.
 fn continued_state(
     call: &loom_store::ModelCall,
-    policy: &Policy,
+    policy_version: &str,
     model: &str,
-    format: Format,
+    format: &str,
 ) -> Option<(CompactionState, Option<u64>)> {
-    let receipt: Receipt = serde_json::from_value(call.call.receipt["receipt"].clone()).ok()?;
-    let state: CompactionState = serde_json::from_value(call.call.receipt["state"].clone()).ok()?;
-    (receipt.policy_version == policy.version()
-        && receipt.model == model
-        && receipt.format == format.as_str())
-    .then_some((state, Some(call.call.at_seq)))
+    use serde::Deserialize;
+    // Read in place from the stored JSON, without copying it first.
+    let receipt = Receipt::deserialize(&call.call.receipt["receipt"]).ok()?;
+    let state = CompactionState::deserialize(&call.call.receipt["state"]).ok()?;
+    (receipt.policy_version == policy_version && receipt.model == model && receipt.format == format)
+        .then_some((state, Some(call.call.at_seq)))
 }

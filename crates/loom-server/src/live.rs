@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use loom_core::render::{Audience, CostMemo, Projection, StepIndex};
+use loom_core::render::{Audience, CompactionState, CostMemo, Projection, StepIndex};
 use loom_core::{
     AgentId, CallState, Event, EventBody, Ingest, Ledger, NewEvent, ReduceConfig, Seq, SessionId,
     Step,
@@ -74,12 +74,35 @@ pub struct Live {
     summaries: Vec<Summary>,
     /// The newest receipt, which a render continues from.
     last_call: Option<ModelCall>,
+    /// The compaction state of the newest receipt as this state rendered it (by the receipt's
+    /// id), so the next render continues from it without reading the receipt's JSON again.
+    last_state: Option<(u64, Continued)>,
+    /// The state of the render whose receipt is about to be written ([`Live::rendered`]).
+    rendered: Option<Continued>,
     /// Events held but not yet written, with what was derived from them: the call's turn,
     /// written by [`Live::commit`].
     pending: Option<Pending>,
     /// A write of this state's turn failed: it may hold events the log does not, and is loaded
     /// again on its next use.
     broken: bool,
+}
+
+/// A render's compaction state with what it was made under: a later render continues from it
+/// only under the same policy, model and format.
+#[derive(Debug, Clone)]
+pub struct Continued {
+    /// The receipt's `at_seq`: the log's last seq when it was rendered.
+    pub at_seq: Seq,
+    /// The receipt's `created_ms`, which tells this render's receipt from another's.
+    pub created_ms: i64,
+    /// The policy's version.
+    pub policy_version: String,
+    /// The model.
+    pub model: String,
+    /// The format's name.
+    pub format: String,
+    /// The state.
+    pub state: CompactionState,
 }
 
 /// A call's turn being prepared: events the state holds that the log does not have yet.
@@ -155,6 +178,8 @@ impl Live {
             ledger,
             summaries: all.summaries.unwrap_or_default(),
             last_call: all.last_call,
+            last_state: None,
+            rendered: None,
             pending: None,
             broken: false,
         };
@@ -181,6 +206,23 @@ impl Live {
     /// The newest receipt.
     pub fn last_call(&self) -> Option<&ModelCall> {
         self.last_call.as_ref()
+    }
+
+    /// Takes the compaction state of the newest receipt when this state rendered it; `None`
+    /// when the newest receipt came from elsewhere (another writer, an older process), which
+    /// the caller then reads from the receipt itself.
+    pub fn take_state(&mut self) -> Option<Continued> {
+        let id = self.last_call.as_ref()?.id;
+        match self.last_state.take() {
+            Some((held, state)) if held == id => Some(state),
+            _ => None,
+        }
+    }
+
+    /// Holds the state of a render whose receipt the next [`Live::commit`] writes (matched by
+    /// the receipt's `at_seq` and `created_ms`), so the render after it need not parse it back.
+    pub fn rendered(&mut self, state: Option<Continued>) {
+        self.rendered = state;
     }
 
     /// The session's id.
@@ -256,6 +298,7 @@ impl Live {
         }
         if new.last_call.is_some() {
             self.last_call = new.last_call;
+            self.last_state = None;
         }
         if !new.events.is_empty() {
             for e in &new.events {
@@ -367,8 +410,29 @@ impl Live {
         receipt: Option<&NewModelCall>,
         usage: Option<(u64, &Usage)>,
     ) -> Result<Option<u64>, StoreError> {
+        self.commit_cow(b, receipt.map(Cow::Borrowed), usage)
+    }
+
+    /// [`Live::commit`] of a receipt the caller hands over, which this state then keeps as the
+    /// newest without copying it.
+    pub fn commit_owned(
+        &mut self,
+        b: Backend<'_>,
+        receipt: Option<NewModelCall>,
+        usage: Option<(u64, &Usage)>,
+    ) -> Result<Option<u64>, StoreError> {
+        self.commit_cow(b, receipt.map(Cow::Owned), usage)
+    }
+
+    fn commit_cow(
+        &mut self,
+        b: Backend<'_>,
+        receipt: Option<Cow<'_, NewModelCall>>,
+        usage: Option<(u64, &Usage)>,
+    ) -> Result<Option<u64>, StoreError> {
         let Some(pending) = self.pending.take() else {
             if receipt.is_none() && usage.is_none() {
+                self.rendered = None;
                 return Ok(None);
             }
             return self.write(b, None, receipt, usage);
@@ -386,9 +450,10 @@ impl Live {
         &mut self,
         b: Backend<'_>,
         pending: Option<Pending>,
-        receipt: Option<&NewModelCall>,
+        receipt: Option<Cow<'_, NewModelCall>>,
         usage: Option<(u64, &Usage)>,
     ) -> Result<Option<u64>, StoreError> {
+        let rendered = self.rendered.take();
         let none = Ledger::new();
         let turn = match &pending {
             Some(p) => Turn {
@@ -398,7 +463,7 @@ impl Live {
                 events: &p.events,
                 steps: &p.writes.steps,
                 aliases: &p.writes.aliases,
-                receipt,
+                receipt: receipt.as_deref(),
                 usage,
             },
             None => Turn {
@@ -408,16 +473,21 @@ impl Live {
                 events: &[],
                 steps: &[],
                 aliases: &[],
-                receipt,
+                receipt: receipt.as_deref(),
                 usage,
             },
         };
         match b.store.write_turn(&turn) {
             Ok(written) => {
                 if let (Some(id), Some(receipt)) = (written.call, receipt) {
+                    self.last_state = rendered
+                        .filter(|r| {
+                            r.at_seq == receipt.at_seq && r.created_ms == receipt.created_ms
+                        })
+                        .map(|r| (id, r));
                     self.last_call = Some(ModelCall {
                         id,
-                        call: receipt.clone(),
+                        call: receipt.into_owned(),
                         usage: None,
                     });
                 }
@@ -658,6 +728,79 @@ mod tests {
                 name: None,
             },
         )
+    }
+
+    #[test]
+    fn a_render_continues_from_the_state_its_receipt_records() {
+        use crate::engine::RenderSpec;
+        use loom_core::render::Format;
+        let t = TestBackend::new(4);
+        let b = t.backend();
+        let engine = crate::Engine::built_in().unwrap();
+        let a = SessionId::new("a").unwrap();
+        t.store
+            .create_session(
+                &NewSession {
+                    id: a.clone(),
+                    agent: AgentId::new("x").unwrap(),
+                    parent: None,
+                    created_ms: 1,
+                },
+                &[user("the task")],
+            )
+            .unwrap();
+        let spec = RenderSpec {
+            model: "gpt-4o".into(),
+            budget: Some(1_500),
+            format: Format::OpenaiChat,
+            tools: Vec::new(),
+            always_record: true,
+            injections: Vec::new(),
+        };
+        let mut points = 0;
+        for i in 0..60 {
+            t.store
+                .append(
+                    &a,
+                    &[user(&format!("message {i}: {}", "words ".repeat(30)))],
+                )
+                .unwrap();
+            let out = engine.render_session(b, &a, &spec).unwrap().unwrap();
+            points = out.receipt.points;
+            let live = b.live.get(b, &a).unwrap().unwrap();
+            let state = lock_live(&live);
+            // What the next render takes is what the stored receipt records.
+            let (id, held) = state
+                .last_state
+                .clone()
+                .expect("the rendered state is kept");
+            let last = state.last_call.clone().unwrap();
+            assert_eq!(id, last.id);
+            let stored: CompactionState =
+                serde_json::from_value(last.call.receipt["state"].clone()).unwrap();
+            assert_eq!(held.state, stored, "render {i}");
+            assert_eq!(held.at_seq, last.call.at_seq);
+            let from_store = t.store.last_model_call(&a).unwrap().unwrap();
+            assert_eq!(
+                from_store, last,
+                "the store reads back what the session holds"
+            );
+        }
+        assert!(
+            points > 0,
+            "the session compacted, so its state is not the default"
+        );
+        // A receipt another writer recorded is read from the store, not taken from the state.
+        t.store
+            .record_model_call(&NewModelCall {
+                session: a.clone(),
+                at_seq: 1,
+                created_ms: 2,
+                receipt: serde_json::json!({"observe": {}}),
+            })
+            .unwrap();
+        let live = b.live.get(b, &a).unwrap().unwrap();
+        assert!(lock_live(&live).take_state().is_none());
     }
 
     #[test]

@@ -143,6 +143,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records a model-call receipt; returns its id (1-based, per session).
     fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall>;
 
+    /// [`Store::record_model_call`] for a caller that needs only the id (a turn's write): a
+    /// backend that would copy the stored record to return it can skip the copy.
+    fn record_model_call_id(&self, call: &NewModelCall) -> Result<u64> {
+        Ok(self.record_model_call(call)?.id)
+    }
+
     /// What changed in the session since `known`: the events after its length, the summaries
     /// when a newer one exists, the newest receipt when it is not the known one (see
     /// [`turn`](crate::Turn)). [`StoreError::SessionNotFound`] when the session does not exist.

@@ -17,9 +17,50 @@ struct SessionData {
     events: Vec<Event>,
     ledger: Ledger,
     summaries: Vec<Summary>,
-    model_calls: Vec<ModelCall>,
+    model_calls: Vec<StoredCall>,
     steps: BTreeMap<String, StepRecord>,
     aliases: BTreeMap<String, loom_core::BlobRef>,
+}
+
+/// A receipt as this store keeps it: its JSON as text (one allocation, however large the receipt
+/// and its compaction state grow), read back into a record only when one is asked for — a live
+/// session keeps the newest in hand, so a turn's write is the only use most receipts get.
+#[derive(Debug, Clone)]
+struct StoredCall {
+    id: u64,
+    session: SessionId,
+    at_seq: Seq,
+    created_ms: i64,
+    receipt: Box<str>,
+    usage: Option<Usage>,
+}
+
+impl StoredCall {
+    fn new(id: u64, call: &NewModelCall) -> Self {
+        Self {
+            id,
+            session: call.session.clone(),
+            at_seq: call.at_seq,
+            created_ms: call.created_ms,
+            receipt: call.receipt.to_string().into_boxed_str(),
+            usage: None,
+        }
+    }
+
+    /// The record. The text was written from a JSON value and parses back to it (floats
+    /// included: the crate parses them exactly).
+    fn record(&self) -> ModelCall {
+        ModelCall {
+            id: self.id,
+            call: NewModelCall {
+                session: self.session.clone(),
+                at_seq: self.at_seq,
+                created_ms: self.created_ms,
+                receipt: serde_json::from_str(&self.receipt).unwrap_or_default(),
+            },
+            usage: self.usage,
+        }
+    }
 }
 
 /// The API keys, by id, with the hash index every authenticated request goes through.
@@ -185,7 +226,7 @@ impl Store for MemoryStore {
                 .model_calls
                 .last()
                 .filter(|c| c.id != known.call)
-                .cloned(),
+                .map(StoredCall::record),
         })
     }
 
@@ -226,24 +267,31 @@ impl Store for MemoryStore {
     fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall> {
         let mut map = self.lock();
         let data = existing(&mut map, &call.session)?;
-        validate::model_call(call, data.events.len() as Seq)?;
-        let stored = ModelCall {
-            id: data.model_calls.len() as u64 + 1,
-            call: call.clone(),
-            usage: None,
-        };
-        data.model_calls.push(stored.clone());
-        Ok(stored)
+        Ok(record_in(data, call)?.record())
+    }
+
+    fn record_model_call_id(&self, call: &NewModelCall) -> Result<u64> {
+        // A turn's write needs only the id: nothing is read back.
+        let mut map = self.lock();
+        let data = existing(&mut map, &call.session)?;
+        Ok(record_in(data, call)?.id)
     }
 
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
         let mut map = self.lock();
-        Ok(existing(&mut map, session)?.model_calls.clone())
+        Ok(existing(&mut map, session)?
+            .model_calls
+            .iter()
+            .map(StoredCall::record)
+            .collect())
     }
 
     fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
         let mut map = self.lock();
-        Ok(existing(&mut map, session)?.model_calls.last().cloned())
+        Ok(existing(&mut map, session)?
+            .model_calls
+            .last()
+            .map(StoredCall::record))
     }
 
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
@@ -261,7 +309,7 @@ impl Store for MemoryStore {
         if validate::usage(session, call, stored.usage.as_ref(), usage)? {
             stored.usage = Some(*usage);
         }
-        Ok(stored.clone())
+        Ok(stored.record())
     }
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
@@ -366,4 +414,13 @@ impl Store for MemoryStore {
         key.revoked_ms.get_or_insert(now_ms);
         Ok(key.clone())
     }
+}
+
+/// Checks and keeps a receipt in `data`; the stored record.
+fn record_in<'d>(data: &'d mut SessionData, call: &NewModelCall) -> Result<&'d StoredCall> {
+    validate::model_call(call, data.events.len() as Seq)?;
+    let index = data.model_calls.len();
+    data.model_calls
+        .push(StoredCall::new(index as u64 + 1, call));
+    Ok(&data.model_calls[index])
 }

@@ -182,7 +182,7 @@ pub(crate) fn write_turn(store: &(impl Store + ?Sized), turn: &Turn<'_>) -> Resu
         store.put_steps(turn.session, turn.steps)?;
     }
     let call = match turn.receipt {
-        Some(receipt) => Some(store.record_model_call(receipt)?.id),
+        Some(receipt) => Some(store.record_model_call_id(receipt)?),
         None => None,
     };
     Ok(Written { seqs, call })
