@@ -6,10 +6,14 @@
 //!   into [`NewItem`]s; [`index`] does it for a stored session and writes them, idempotently.
 //! - [`Memory`] is the backend trait; [`SqliteMemory`] keeps the items beside the log in the same
 //!   SQLite file (or in RAM), with an FTS5 index.
-//! - [`Memory::search`] ranks with BM25 and packs the best hits into the budget. Hits carry
-//!   their rank order, so a vector retriever can later be fused in by reciprocal rank.
+//! - [`Memory::search`] ranks with BM25 and, when the memory has an [`Embedder`], with vector
+//!   similarity too, fused by reciprocal rank; then neighbouring turns are smoothed in and the
+//!   best hits packed into the budget.
+//! - [`embed`](Embedder) holds the embedders: none (the default), an OpenAI-compatible
+//!   endpoint ([`OpenAiEmbedder`]) and a local model folder ([`LocalEmbedder`]).
 
 mod derive;
+mod embed;
 mod error;
 mod index;
 mod item;
@@ -17,6 +21,7 @@ mod sqlite;
 mod text;
 
 pub use derive::derive;
+pub use embed::{embedder_from_spec, EmbedError, Embedder, LocalEmbedder, OpenAiEmbedder};
 pub use error::{MemoryError, Result};
 pub use index::{index, IndexReport};
 pub use item::{

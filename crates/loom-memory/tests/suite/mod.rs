@@ -1,7 +1,9 @@
-//! Scenarios: writing (dedup, supersession, forget), search (ranking, filters, budget) and
-//! indexing from a stored log.
+//! Scenarios: writing (dedup, supersession, forget), search (ranking, filters, budget),
+//! embedders and hybrid search, and indexing from a stored log.
 
+mod embed;
 mod index;
+mod local_model;
 mod search;
 mod support;
 mod write;
