@@ -14,10 +14,10 @@ const BATCH: usize = 128;
 
 /// Environment variable for the embeddings base URL, read before `OPENAI_BASE_URL` (an
 /// embedding server is often not the chat provider).
-pub const BASE_URL_ENV: &str = "LOOM_EMBED_BASE_URL";
+pub(crate) const BASE_URL_ENV: &str = "LOOM_EMBED_BASE_URL";
 
 /// Environment variable for the embeddings key, read before `OPENAI_API_KEY`.
-pub const API_KEY_ENV: &str = "LOOM_EMBED_API_KEY";
+pub(crate) const API_KEY_ENV: &str = "LOOM_EMBED_API_KEY";
 
 /// Embeddings from an OpenAI-compatible endpoint.
 #[derive(Debug)]

@@ -1,22 +1,23 @@
-//! BM25 ranking over the FTS5 index that scores as few items as it can.
+//! BM25 ranking over the FTS5 index that scores a bounded number of items.
 //!
 //! FTS5 computes `bm25()` for every item an OR-query matches and joins each to its row for the
 //! filters, so a query with a few frequent terms costs a score for tens of thousands of items
-//! while only the best hundred or so are read. BM25 is a sum over the query's terms, and a
-//! frequent term adds little to any item (its inverse document frequency is low), so the
-//! ranking is done in two steps, as MaxScore does: the rarest terms, whose matches add up to at
-//! most [`SCORED_MATCHES`] items, pick and rank the candidates; the frequent terms then add
-//! their part to those candidates only (one indexed look-up each), never enumerating their own
-//! matches. An item that matches only frequent terms is not a candidate: with the rare terms'
-//! weight ahead of it, it could not have ranked among the best.
+//! while only the best hundred or so are read. A frequent term adds little to any item's score
+//! (its inverse document frequency is low), so the query is ranked on its rarest terms, as many
+//! as have at most [`SCORED_MATCHES`] matches together (the rarest always, whatever its count);
+//! the more frequent ones are left out. This is Lucene's cutoff frequency made relative to the
+//! query, and when even the rarest term is frequent only its newest matches are ranked: the
+//! work is bounded whatever the terms, and a query whose terms are all rare — every
+//! query on a memory of a few thousand items — is ranked exactly as one FTS5 query over all of
+//! them would rank it.
 //!
-//! A query whose terms are all rare (every query on a memory of a few thousand items) is
-//! ranked in one step, exactly as a single FTS5 query would rank it.
-
-use std::collections::HashMap;
+//! Tried and dropped: adding the frequent terms' part to the candidates only (MaxScore's
+//! idea) with `rowid IN (…)` on FTS5. FTS5 recomputes `bm25()`'s inverse document frequencies,
+//! by walking each term's whole match list, for every rowid looked up, which made the p99 five
+//! times worse.
 
 use rusqlite::types::Value;
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::{backend, Result};
 use crate::item::ItemId;
@@ -68,53 +69,47 @@ pub(crate) fn bm25(
     }
     counted.sort();
     let mut rare = Vec::new();
-    let mut common = Vec::new();
     let mut total = 0usize;
+    let rarest = counted.first().map_or(0, |c| c.0);
     for (n, _, term) in counted {
         total = total.saturating_add(n);
         if rare.is_empty() || total <= SCORED_MATCHES {
             rare.push(term);
-        } else {
-            common.push(term);
         }
     }
+    let expression = match_expression(&rare);
+    // Even the rarest term is frequent: only its newest matches are ranked, so that the work
+    // stays bounded (for such a term recency is the better tie-break anyway).
+    let floor: i64 = if rarest > SCORED_MATCHES {
+        let offset = i64::try_from(SCORED_MATCHES).unwrap_or(i64::MAX);
+        conn.prepare_cached(
+            "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?1
+             ORDER BY rowid DESC LIMIT 1 OFFSET ?2",
+        )
+        .and_then(|mut st| {
+            st.query_row(rusqlite::params![expression, offset], |r| r.get(0))
+                .optional()
+        })
+        .map_err(backend("finding a frequent term's newest matches"))?
+        .unwrap_or(0)
+    } else {
+        0
+    };
     // FTS5's bm25() is lower for better matches; scores here are higher-better.
     let sql = format!(
         "SELECT i.id, bm25(memory_fts) AS rank
          FROM memory_fts JOIN memory_items i ON i.id = memory_fts.rowid
-         WHERE memory_fts MATCH :query{filters}
+         WHERE memory_fts MATCH :query AND memory_fts.rowid > :floor{filters}
          ORDER BY rank, i.id LIMIT {candidates}"
     );
-    let query = [(":query", Value::Text(match_expression(&rare)))];
-    let mut ranked: Vec<(ItemId, f64)> =
+    let query = [
+        (":query", Value::Text(expression)),
+        (":floor", Value::Integer(floor)),
+    ];
+    let ranked: Vec<(ItemId, f64)> =
         query_ids::<f64>(conn, &sql, args, &query, "searching memory")?
             .into_iter()
             .map(|(id, rank)| (id, -rank))
             .collect();
-    if common.is_empty() || ranked.is_empty() {
-        return Ok(ranked);
-    }
-    // The frequent terms' part of each candidate's score: bm25() of an OR of them is the sum
-    // of each term's part, with the same inverse document frequencies as in the whole query.
-    let ids = serde_json::to_string(&ranked.iter().map(|(id, _)| *id).collect::<Vec<_>>())
-        .unwrap_or_else(|_| "[]".into());
-    let extra: HashMap<ItemId, f64> = conn
-        .prepare_cached(
-            "SELECT rowid, bm25(memory_fts) FROM memory_fts
-             WHERE memory_fts MATCH ?1 AND rowid IN (SELECT value FROM json_each(?2))",
-        )
-        .and_then(|mut st| {
-            st.query_map(rusqlite::params![match_expression(&common), ids], |r| {
-                Ok((r.get::<_, ItemId>(0)?, r.get::<_, f64>(1)?))
-            })?
-            .collect()
-        })
-        .map_err(backend("scoring frequent terms"))?;
-    for (id, score) in &mut ranked {
-        if let Some(rank) = extra.get(id) {
-            *score -= rank;
-        }
-    }
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     Ok(ranked)
 }

@@ -74,7 +74,7 @@ fn local_model_static_model2vec_folder_loads_and_averages_token_rows() {
         words.data(),
     )
     .unwrap();
-    safetensors::serialize_to_file([("embeddings", view)], None, &path.join("model.safetensors"))
+    safetensors::serialize_to_file([("embeddings", view)], &None, &path.join("model.safetensors"))
         .unwrap();
     std::fs::copy(dir.join("tokenizer.json"), path.join("tokenizer.json")).unwrap();
     let e = LocalEmbedder::load(&path).unwrap();
