@@ -9,7 +9,7 @@
 //! evidence recall is the share of its evidence turns that some hit names as a source.
 //!
 //! `cargo run --release -p loom-memory --example locomo -- [--budget N]... [--data FILE]
-//! [--embedder none|openai:MODEL|local:PATH]`
+//! [--embedder none|openai:MODEL|local:PATH] [--db FILE]`
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -159,12 +159,14 @@ fn main() -> anyhow::Result<()> {
     let mut budgets = Vec::new();
     let mut data = PathBuf::from(DATA);
     let mut embedder = String::from("none");
+    let mut db: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--budget" => budgets.push(args.next().context("--budget N")?.parse()?),
             "--data" => data = args.next().context("--data FILE")?.into(),
             "--embedder" => embedder = args.next().context("--embedder SPEC")?,
+            "--db" => db = Some(args.next().context("--db FILE")?.into()),
             other => bail!("unknown argument `{other}`"),
         }
     }
@@ -175,9 +177,15 @@ fn main() -> anyhow::Result<()> {
     let convs: Vec<Value> = serde_json::from_str(&raw)?;
 
     let store = MemoryStore::new();
-    let memory = match embedder_from_spec(&embedder)? {
-        Some(e) => SqliteMemory::open_in_memory()?.with_embedder(e),
+    // With `--db`, memory is kept in that file: a second run finds the items (and their
+    // vectors) already there and only embeds the questions.
+    let memory = match &db {
+        Some(path) => SqliteMemory::open(path)?,
         None => SqliteMemory::open_in_memory()?,
+    };
+    let memory = match embedder_from_spec(&embedder)? {
+        Some(e) => memory.with_embedder(e),
+        None => memory,
     };
     let started = Instant::now();
     let mut loaded = Vec::new();

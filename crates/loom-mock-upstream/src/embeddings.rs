@@ -41,7 +41,13 @@ pub(crate) fn parse(body: &Value) -> Result<EmbeddingsRequest> {
     };
     let model = match map.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        Some(_) => return Err(MockError::field(RECORD, "model", "expected a non-empty string")),
+        Some(_) => {
+            return Err(MockError::field(
+                RECORD,
+                "model",
+                "expected a non-empty string",
+            ))
+        }
         None => return Err(MockError::field(RECORD, "model", "missing")),
     };
     let inputs = match map.get("input") {
@@ -211,7 +217,12 @@ mod tests {
     fn requests_are_checked_as_openai_does() {
         let ok = parse(&json!({"model": "m", "input": ["a", "b"], "dimensions": 8})).unwrap();
         assert_eq!((ok.inputs.len(), ok.dimensions), (2, 8));
-        assert_eq!(parse(&json!({"model": "m", "input": [1, 2]})).unwrap().inputs, ["1 2"]);
+        assert_eq!(
+            parse(&json!({"model": "m", "input": [1, 2]}))
+                .unwrap()
+                .inputs,
+            ["1 2"]
+        );
         for bad in [
             json!({"input": "a"}),
             json!({"model": "m"}),

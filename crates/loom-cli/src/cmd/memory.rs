@@ -36,7 +36,12 @@ enum Cmd {
         /// Embed new items, and back-fill those without a vector of this model: `none` (full
         /// text only), `openai:MODEL` (an OpenAI-compatible /v1/embeddings endpoint; see
         /// docs/memory.md for its variables) or `local:PATH` (a model folder).
-        #[arg(long, value_name = "SPEC", env = "LOOM_EMBEDDER", default_value = "none")]
+        #[arg(
+            long,
+            value_name = "SPEC",
+            env = "LOOM_EMBEDDER",
+            default_value = "none"
+        )]
         embedder: String,
         /// Print the reports as JSON.
         #[arg(long)]
@@ -66,7 +71,12 @@ enum Cmd {
         history: bool,
         /// Fuse full-text ranking with vector similarity from this embedder (the one the items
         /// were indexed with): `none`, `openai:MODEL` or `local:PATH`.
-        #[arg(long, value_name = "SPEC", env = "LOOM_EMBEDDER", default_value = "none")]
+        #[arg(
+            long,
+            value_name = "SPEC",
+            env = "LOOM_EMBEDDER",
+            default_value = "none"
+        )]
         embedder: String,
         /// Print `{"hits": [{"text", "tokens", "score", "tier", "sources": [{"session", "seq"}]}]}`.
         #[arg(long)]
@@ -262,7 +272,10 @@ fn print_index(
             )?;
         }
         if embedded > 0 {
-            writeln!(out, "{embedded} items without a vector of this model embedded")?;
+            writeln!(
+                out,
+                "{embedded} items without a vector of this model embedded"
+            )?;
         }
     }
     out.flush()?;

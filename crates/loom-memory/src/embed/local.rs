@@ -34,7 +34,10 @@ const MAX_THREADS: usize = 4;
 #[derive(Debug)]
 enum Model {
     /// One row per token id: `[vocab][dims]`.
-    Static { rows: Vec<f32>, dims: usize },
+    Static {
+        rows: Vec<f32>,
+        dims: usize,
+    },
     Bert(Box<Bert>),
 }
 
@@ -62,9 +65,11 @@ impl LocalEmbedder {
             .map_err(|e| fail(TOKENIZER, e.to_string()))?;
         tokenizer.with_padding(None);
         let names: Vec<String> = tensors.names().into_iter().cloned().collect();
-        let prefix = ["", "bert.", "model."]
-            .into_iter()
-            .find(|p| names.iter().any(|n| *n == format!("{p}embeddings.word_embeddings.weight")));
+        let prefix = ["", "bert.", "model."].into_iter().find(|p| {
+            names
+                .iter()
+                .any(|n| *n == format!("{p}embeddings.word_embeddings.weight"))
+        });
         let loader = Loader {
             tensors: &tensors,
             path,
@@ -231,7 +236,11 @@ impl Loader<'_> {
     }
 
     /// Tensor `name` as `f32` with its shape; its shape must be `want` where given.
-    fn matrix(&self, name: &str, want: Option<&[usize]>) -> Result<(Vec<f32>, Vec<usize>), EmbedError> {
+    fn matrix(
+        &self,
+        name: &str,
+        want: Option<&[usize]>,
+    ) -> Result<(Vec<f32>, Vec<usize>), EmbedError> {
         let t = self
             .tensors
             .tensor(name)
@@ -239,10 +248,14 @@ impl Loader<'_> {
         let shape = t.shape().to_vec();
         if let Some(want) = want {
             if shape != want {
-                return Err(self.fail(format!("tensor `{name}`: shape {shape:?}, expected {want:?}")));
+                return Err(self.fail(format!(
+                    "tensor `{name}`: shape {shape:?}, expected {want:?}"
+                )));
             }
         } else if shape.len() != 2 || shape[1] == 0 {
-            return Err(self.fail(format!("tensor `{name}`: shape {shape:?}, expected a matrix")));
+            return Err(self.fail(format!(
+                "tensor `{name}`: shape {shape:?}, expected a matrix"
+            )));
         }
         let data = t.data();
         let values = match t.dtype() {
@@ -269,7 +282,9 @@ impl Loader<'_> {
 
     fn linear(&self, name: &str, outputs: usize, inputs: usize) -> Result<Linear, EmbedError> {
         Ok(Linear {
-            w: self.matrix(&format!("{name}.weight"), Some(&[outputs, inputs]))?.0,
+            w: self
+                .matrix(&format!("{name}.weight"), Some(&[outputs, inputs]))?
+                .0,
             b: self.vector(&format!("{name}.bias"), outputs)?,
             inputs,
             outputs,

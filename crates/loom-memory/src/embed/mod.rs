@@ -172,7 +172,10 @@ mod tests {
             );
         }
         let missing = embedder_from_spec("local:/nonexistent/model").unwrap_err();
-        assert!(missing.to_string().contains("/nonexistent/model"), "{missing}");
+        assert!(
+            missing.to_string().contains("/nonexistent/model"),
+            "{missing}"
+        );
     }
 
     #[test]

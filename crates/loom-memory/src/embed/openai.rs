@@ -98,13 +98,13 @@ impl Embedder for OpenAiEmbedder {
                     }
                 })
                 .collect();
-            let reply = self
-                .client
-                .embed(&input, self.requested)
-                .map_err(|e| EmbedError::Call {
-                    model: self.id.clone(),
-                    source: Box::new(e),
-                })?;
+            let reply =
+                self.client
+                    .embed(&input, self.requested)
+                    .map_err(|e| EmbedError::Call {
+                        model: self.id.clone(),
+                        source: Box::new(e),
+                    })?;
             for mut v in reply.vectors {
                 let expected = self.dimensions.load(Ordering::Relaxed);
                 if expected == 0 {

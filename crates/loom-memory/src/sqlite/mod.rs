@@ -115,8 +115,7 @@ impl SqliteMemory {
             }
             let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
             let vs = embedder.embed(&texts)?;
-            let pairs: Vec<(ItemId, Vec<f32>)> =
-                batch.iter().map(|(id, _)| *id).zip(vs).collect();
+            let pairs: Vec<(ItemId, Vec<f32>)> = batch.iter().map(|(id, _)| *id).zip(vs).collect();
             self.write_tx(|tx| vectors::store(tx, model, &pairs))?;
             done += batch.len();
         }
@@ -216,7 +215,10 @@ impl Memory for SqliteMemory {
                     None => {
                         let v = e.embed(&[search.query.as_str()])?.pop();
                         if let Some(v) = &v {
-                            *self.last_query.lock().unwrap_or_else(PoisonError::into_inner) =
+                            *self
+                                .last_query
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner) =
                                 Some((search.query.clone(), v.clone()));
                         }
                         v

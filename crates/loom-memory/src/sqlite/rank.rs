@@ -46,9 +46,7 @@ fn matches_up_to(conn: &Connection, term: &str, cap: usize) -> Result<usize> {
     );
     let n: i64 = conn
         .prepare_cached(&sql)
-        .and_then(|mut st| {
-            st.query_row([match_expression(&[term.to_owned()])], |r| r.get(0))
-        })
+        .and_then(|mut st| st.query_row([match_expression(&[term.to_owned()])], |r| r.get(0)))
         .map_err(backend("counting a term's matches"))?;
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }

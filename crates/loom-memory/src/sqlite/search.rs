@@ -12,13 +12,13 @@
 //! smoothing: the two scores are on unrelated scales, and ranks need no calibration. The same
 //! filters apply to both lists.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
 use crate::error::{backend, MemoryError, Result};
-use crate::item::{Hit, ItemId, Search, Source, Tier};
+use crate::item::{Hit, ItemId, Provenance, Search, Source, Tier};
 use crate::text;
 
 use super::rank;
@@ -119,6 +119,62 @@ pub(super) fn query_ids<T: rusqlite::types::FromSql>(
         .map_err(backend(action))
 }
 
+/// `list` (best first) with neighbour smoothing: each of its best `limit` items lends a share
+/// of its score to the nearest item on either side of it in each session it came from (items
+/// that pass the same filters); weaker matches would lend too little to change the hits.
+/// Returned best first. The lenders' provenance is kept in `provenance` for the hits.
+fn smoothed(
+    conn: &Connection,
+    list: &[(ItemId, f64)],
+    limit: usize,
+    filters: &str,
+    args: &[(&'static str, Value)],
+    provenance: &mut HashMap<ItemId, Vec<Provenance>>,
+) -> Result<Vec<(ItemId, f64)>> {
+    // Both sides in one statement: the nearest single-event item before `:from` and after
+    // `:to` in session `:s`.
+    let sides = format!(
+        "SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
+           JOIN memory_items i ON i.id = s.item
+           WHERE s.session = :s AND s.from_seq < :from AND s.from_seq = s.to_seq{filters}
+           ORDER BY s.from_seq DESC LIMIT 1)
+         UNION ALL
+         SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
+           JOIN memory_items i ON i.id = s.item
+           WHERE s.session = :s AND s.from_seq > :to AND s.from_seq = s.to_seq{filters}
+           ORDER BY s.from_seq LIMIT 1)"
+    );
+    let own: BTreeMap<ItemId, f64> = list.iter().copied().collect();
+    let mut score = own.clone();
+    for &(id, _) in list.iter().take(limit) {
+        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
+        let mut near = BTreeSet::new();
+        let mine = match provenance.get(&id) {
+            Some(p) => p.clone(),
+            None => sources(conn, id)?,
+        };
+        for p in &mine {
+            let seq = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+            let extra = [
+                (":s", Value::Text(p.session.as_str().to_owned())),
+                (":from", seq(p.from_seq)),
+                (":to", seq(p.to_seq)),
+            ];
+            for (n, _) in query_ids::<i64>(conn, &sides, args, &extra, "reading neighbours")? {
+                near.insert(n);
+            }
+        }
+        provenance.insert(id, mine);
+        near.remove(&id);
+        for n in near {
+            *score.entry(n).or_insert(0.0) += lent;
+        }
+    }
+    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(ranked)
+}
+
 /// Items matching `search`, best first, as many as fit its budget and limit.
 ///
 /// Packing is greedy by score: an item that does not fit in what is left of the budget is
@@ -151,51 +207,17 @@ pub(crate) fn search(
     } else {
         rank::bm25(conn, &terms, &filters, &args, candidates)?
     };
-    // Best first, with the score each item lends its neighbours.
-    let matched: Vec<(ItemId, f64)> = match query {
-        None => bm25,
+    let mut provenance: HashMap<ItemId, Vec<Provenance>> = HashMap::new();
+    let mut smooth = |list: &[(ItemId, f64)]| {
+        smoothed(conn, list, search.limit, &filters, &args, &mut provenance)
+    };
+    let ranked: Vec<(ItemId, f64)> = match query {
+        None => smooth(&bm25)?,
         Some(q) => {
             let near = vectors::nearest(conn, q.model, &q.vector, &filters, &args, candidates)?;
-            fuse(&[&bm25, &near])
+            smooth(&fuse(&[&bm25, &near]))?
         }
     };
-    let own: BTreeMap<ItemId, f64> = matched.iter().copied().collect();
-
-    // Each of the best matches (as many as the search may return) lends a share of its score
-    // to the nearest item on either side of it in each session it came from (items that pass
-    // the same filters); weaker matches would lend too little to change the hits.
-    let before = format!(
-        "SELECT s.item, s.from_seq FROM memory_sources s JOIN memory_items i ON i.id = s.item
-         WHERE s.session = :s AND s.from_seq < :at AND s.from_seq = s.to_seq{filters}
-         ORDER BY s.from_seq DESC LIMIT 1"
-    );
-    let after = format!(
-        "SELECT s.item, s.from_seq FROM memory_sources s JOIN memory_items i ON i.id = s.item
-         WHERE s.session = :s AND s.from_seq > :at AND s.from_seq = s.to_seq{filters}
-         ORDER BY s.from_seq LIMIT 1"
-    );
-    let mut score = own.clone();
-    for &(id, _) in matched.iter().take(search.limit) {
-        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
-        let mut near = BTreeSet::new();
-        for p in sources(conn, id)? {
-            let s = Value::Text(p.session.as_str().to_owned());
-            let edges = [(&before, p.from_seq), (&after, p.to_seq)];
-            for (sql, at) in edges {
-                let at = i64::try_from(at).unwrap_or(i64::MAX);
-                let extra = [(":s", s.clone()), (":at", Value::Integer(at))];
-                for (n, _) in query_ids::<i64>(conn, sql, &args, &extra, "reading neighbours")? {
-                    near.insert(n);
-                }
-            }
-        }
-        near.remove(&id);
-        for n in near {
-            *score.entry(n).or_insert(0.0) += lent;
-        }
-    }
-    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
 
     let mut left = search.budget;
     let mut hits = Vec::new();
@@ -227,14 +249,18 @@ pub(crate) fn search(
         let tier: Tier = tier
             .parse()
             .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
-        let sources = sources(conn, id)?
-            .into_iter()
-            .map(|p| Source {
-                session: p.session,
-                seq: p.from_seq,
-                to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
-            })
-            .collect();
+        let known = provenance.remove(&id);
+        let sources = match known {
+            Some(p) => p,
+            None => sources(conn, id)?,
+        }
+        .into_iter()
+        .map(|p| Source {
+            session: p.session,
+            seq: p.from_seq,
+            to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
+        })
+        .collect();
         hits.push(Hit {
             id,
             text,

@@ -58,7 +58,9 @@ fn openai_embedder_sends_the_wire_format_and_returns_unit_vectors_in_order() {
     let e = openai(&up, Some(32));
     let vs = e.embed(&["the cat sat", "quarterly revenue", ""]).unwrap();
     assert_eq!(vs.len(), 3);
-    assert!(vs.iter().all(|v| v.len() == 32 && (norm(v) - 1.0).abs() < 1e-4));
+    assert!(vs
+        .iter()
+        .all(|v| v.len() == 32 && (norm(v) - 1.0).abs() < 1e-4));
     assert_eq!(e.dimensions(), Some(32));
     assert_eq!(e.model_id(), "openai:text-embedding-3-small/32");
     // Deterministic: the same text gets the same vector.
@@ -85,7 +87,14 @@ fn openai_embedder_errors_are_typed_and_name_what_failed() {
     };
     assert_eq!(model, "openai:text-embedding-3-small");
     assert!(
-        matches!(**source, CallError::Status { status: 401, attempts: 1, .. }),
+        matches!(
+            **source,
+            CallError::Status {
+                status: 401,
+                attempts: 1,
+                ..
+            }
+        ),
         "{source:?}"
     );
     assert!(err.to_string().contains("401"), "{err}");
@@ -125,7 +134,14 @@ fn openai_embedder_errors_are_typed_and_name_what_failed() {
     });
     let err = e.embed(&["x"]).unwrap_err();
     assert!(
-        matches!(err, EmbedError::Dimensions { expected: 64, got: 3, .. }),
+        matches!(
+            err,
+            EmbedError::Dimensions {
+                expected: 64,
+                got: 3,
+                ..
+            }
+        ),
         "{err:?}"
     );
 
@@ -230,8 +246,14 @@ fn hybrid_search_finds_synonyms_that_full_text_misses_and_filters_both_lists() {
     m.write(&items).unwrap();
     let hits = m.search(&search("car", "a")).unwrap();
     let found = texts(&hits);
-    assert!(found.contains(&"I bought a new sedan yesterday"), "{found:?}");
-    assert!(found.contains(&"My automobile insurance is due in May"), "{found:?}");
+    assert!(
+        found.contains(&"I bought a new sedan yesterday"),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&"My automobile insurance is due in May"),
+        "{found:?}"
+    );
     // The agent filter applies to the vector list too.
     assert!(!found.contains(&"Agent b also has a vehicle"), "{found:?}");
     // The synonyms rank above the unrelated item, which only the nearest-vector list brings.
@@ -256,7 +278,11 @@ fn vectors_of_another_model_are_ignored_until_back_filled_and_forget_removes_the
             .unwrap()
             .with_embedder(Concepts::new("concepts-v1"));
         m.write(&items).unwrap();
-        assert_eq!(m.embed_missing(None).unwrap(), 0, "written with their vectors");
+        assert_eq!(
+            m.embed_missing(None).unwrap(),
+            0,
+            "written with their vectors"
+        );
         let hits = m.search(&search("dog", "a")).unwrap();
         assert_eq!(hits[0].text, "The puppy chewed my shoes");
     }
@@ -283,14 +309,20 @@ fn a_failing_embedder_keeps_the_items_and_back_filling_embeds_them_later() {
     let err = m
         .write(&[turn("a", "s1", 1, "I see the physician on Monday")])
         .unwrap_err();
-    assert!(matches!(err, MemoryError::Embed(EmbedError::Input { .. })), "{err:?}");
+    assert!(
+        matches!(err, MemoryError::Embed(EmbedError::Input { .. })),
+        "{err:?}"
+    );
     // The query cannot be embedded either: the search says so rather than silently degrading.
     assert!(m.search(&search("doctor", "a")).is_err());
     e.fail.store(false, Ordering::Relaxed);
     let again = m
         .write(&[turn("a", "s1", 1, "I see the physician on Monday")])
         .unwrap();
-    assert!(matches!(again[0], Written::Known(_)), "the item was kept: {again:?}");
+    assert!(
+        matches!(again[0], Written::Known(_)),
+        "the item was kept: {again:?}"
+    );
     assert_eq!(m.embed_missing(None).unwrap(), 1);
     let hits = m.search(&search("doctor", "a")).unwrap();
     assert_eq!(texts(&hits), ["I see the physician on Monday"]);

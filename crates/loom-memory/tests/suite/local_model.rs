@@ -10,6 +10,7 @@ use loom_memory::{Embedder, Filters, LocalEmbedder, Memory, Search};
 
 use super::support::{agent, memory, turn};
 
+#[expect(clippy::print_stderr, reason = "a skipped test says why")]
 fn model_dir() -> Option<PathBuf> {
     match std::env::var_os("LOOM_TEST_MODEL") {
         Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
@@ -52,7 +53,11 @@ fn local_model_bert_vectors_are_unit_length_and_rank_paraphrases_first() {
     // The same text alone gets the same vector as in a batch (threads do not change it).
     let alone = e.embed(&[texts[1]]).unwrap();
     assert!(cos(&alone[0], &vs[1]) > 0.9999);
-    let (bread, horse, stocks) = (cos(&vs[0], &vs[1]), cos(&vs[0], &vs[2]), cos(&vs[0], &vs[3]));
+    let (bread, horse, stocks) = (
+        cos(&vs[0], &vs[1]),
+        cos(&vs[0], &vs[2]),
+        cos(&vs[0], &vs[3]),
+    );
     assert!(bread > horse && horse > stocks, "{bread} {horse} {stocks}");
     assert!(bread > 0.6 && stocks < 0.3, "{bread} {stocks}");
 }
@@ -74,8 +79,12 @@ fn local_model_static_model2vec_folder_loads_and_averages_token_rows() {
         words.data(),
     )
     .unwrap();
-    safetensors::serialize_to_file([("embeddings", view)], &None, &path.join("model.safetensors"))
-        .unwrap();
+    safetensors::serialize_to_file(
+        [("embeddings", view)],
+        &None,
+        &path.join("model.safetensors"),
+    )
+    .unwrap();
     std::fs::copy(dir.join("tokenizer.json"), path.join("tokenizer.json")).unwrap();
     let e = LocalEmbedder::load(&path).unwrap();
     assert_eq!(e.dimensions(), Some(384));
@@ -94,11 +103,19 @@ fn local_model_broken_folders_are_clear_errors() {
     let out = tempfile::tempdir().unwrap();
     let err = LocalEmbedder::load(out.path()).unwrap_err();
     assert!(err.to_string().contains("model.safetensors"), "{err}");
-    std::fs::copy(dir.join("model.safetensors"), out.path().join("model.safetensors")).unwrap();
+    std::fs::copy(
+        dir.join("model.safetensors"),
+        out.path().join("model.safetensors"),
+    )
+    .unwrap();
     std::fs::write(out.path().join("tokenizer.json"), "{").unwrap();
     let err = LocalEmbedder::load(out.path()).unwrap_err();
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
-    std::fs::copy(dir.join("tokenizer.json"), out.path().join("tokenizer.json")).unwrap();
+    std::fs::copy(
+        dir.join("tokenizer.json"),
+        out.path().join("tokenizer.json"),
+    )
+    .unwrap();
     let err = LocalEmbedder::load(out.path()).unwrap_err();
     assert!(err.to_string().contains("config.json"), "{err}");
 }
@@ -108,9 +125,19 @@ fn local_model_hybrid_search_finds_the_turn_that_shares_no_word_with_the_questio
     let Some(dir) = model_dir() else { return };
     let m = memory().with_embedder(Arc::new(LocalEmbedder::load(&dir).unwrap()));
     m.write(&[
-        turn("a", "s1", 1, "Ann: I adopted a puppy from the shelter last week"),
+        turn(
+            "a",
+            "s1",
+            1,
+            "Ann: I adopted a puppy from the shelter last week",
+        ),
         turn("a", "s1", 5, "Ann: my sister is visiting in June"),
-        turn("a", "s2", 1, "Ann: work has been busy with the quarterly report"),
+        turn(
+            "a",
+            "s2",
+            1,
+            "Ann: work has been busy with the quarterly report",
+        ),
         turn("a", "s3", 1, "Ann: I finally finished painting the kitchen"),
     ])
     .unwrap();

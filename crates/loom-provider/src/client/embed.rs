@@ -117,7 +117,10 @@ impl Client {
             if first.len() != want {
                 return Err(bad(
                     "data[0].embedding".into(),
-                    format!("{} numbers, but {want} dimensions were asked for", first.len()),
+                    format!(
+                        "{} numbers, but {want} dimensions were asked for",
+                        first.len()
+                    ),
                 ));
             }
         }
@@ -129,8 +132,8 @@ impl Client {
 /// Reads an embeddings reply: `{"data": [{"index", "embedding": [numbers]}], "model"}`, the
 /// vectors put in input order. Errors are `(field, reason)`.
 fn parse_embeddings(body: &[u8], expected: usize) -> Result<Embeddings, (String, String)> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| (String::new(), format!("not JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| (String::new(), format!("not JSON: {e}")))?;
     let data = value
         .get("data")
         .and_then(Value::as_array)
@@ -161,7 +164,12 @@ fn parse_embeddings(body: &[u8], expected: usize) -> Result<Embeddings, (String,
         let numbers = entry
             .get("embedding")
             .and_then(Value::as_array)
-            .ok_or_else(|| (field.clone(), "missing or not an array of numbers".to_owned()))?;
+            .ok_or_else(|| {
+                (
+                    field.clone(),
+                    "missing or not an array of numbers".to_owned(),
+                )
+            })?;
         let mut vector = Vec::with_capacity(numbers.len());
         for (j, n) in numbers.iter().enumerate() {
             let x = n
@@ -185,12 +193,18 @@ fn parse_embeddings(body: &[u8], expected: usize) -> Result<Embeddings, (String,
         }
         let slot = &mut slots[index];
         if slot.is_some() {
-            return Err((format!("data[{i}].index"), format!("index {index} given twice")));
+            return Err((
+                format!("data[{i}].index"),
+                format!("index {index} given twice"),
+            ));
         }
         *slot = Some(vector);
     }
     let vectors = slots.into_iter().flatten().collect();
-    let model = value.get("model").and_then(Value::as_str).map(str::to_owned);
+    let model = value
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     Ok(Embeddings {
         vectors,
         model,
@@ -205,9 +219,18 @@ mod tests {
     #[test]
     fn endpoint_with_or_without_the_version() {
         let url = |b| embeddings_endpoint(b).unwrap().to_string();
-        assert_eq!(url("https://api.openai.com"), "https://api.openai.com/v1/embeddings");
-        assert_eq!(url("https://api.openai.com/v1/"), "https://api.openai.com/v1/embeddings");
-        assert_eq!(url("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1/embeddings");
+        assert_eq!(
+            url("https://api.openai.com"),
+            "https://api.openai.com/v1/embeddings"
+        );
+        assert_eq!(
+            url("https://api.openai.com/v1/"),
+            "https://api.openai.com/v1/embeddings"
+        );
+        assert_eq!(
+            url("http://127.0.0.1:8080/v1"),
+            "http://127.0.0.1:8080/v1/embeddings"
+        );
         assert!(embeddings_endpoint("ftp://x").is_err());
     }
 
@@ -224,6 +247,9 @@ mod tests {
         assert_eq!(err(ragged, 2).0, "data[1].embedding");
         let twice = br#"{"data":[{"index":0,"embedding":[1]},{"index":0,"embedding":[1]}]}"#;
         assert_eq!(err(twice, 2).0, "data[1].index");
-        assert_eq!(err(br#"{"data":[{"embedding":["x"]}]}"#, 1).0, "data[0].embedding[0]");
+        assert_eq!(
+            err(br#"{"data":[{"embedding":["x"]}]}"#, 1).0,
+            "data[0].embedding[0]"
+        );
     }
 }
