@@ -1,6 +1,7 @@
 //! Loom's long-term memory (DESIGN.md, "Memory"; issue 18): items derived from the log,
 //! deterministically and with provenance back to the events they came from, deduplicated and
-//! superseded as they are written, and searched by full text under a token budget.
+//! superseded as they are written, and searched by full text (and vectors, with an embedder)
+//! under a token budget.
 //!
 //! - [`derive`] turns a session's log (user and assistant turns, step observations, summaries)
 //!   into [`NewItem`]s; [`index`] does it for a stored session and writes them, idempotently.
@@ -9,7 +10,7 @@
 //! - [`Memory::search`] ranks with BM25 and, when the memory has an [`Embedder`], with vector
 //!   similarity too, fused by reciprocal rank; then neighbouring turns are smoothed in and the
 //!   best hits packed into the budget.
-//! - [`embed`](Embedder) holds the embedders: none (the default), an OpenAI-compatible
+//! - [`Embedder`] is the embedders' one trait: none (the default), an OpenAI-compatible
 //!   endpoint ([`OpenAiEmbedder`]) and a local model folder ([`LocalEmbedder`]).
 
 mod derive;
