@@ -1,5 +1,5 @@
-//! Evidence recall on LoCoMo within a token budget, with no embedder (issue 18, "Measure on a
-//! real benchmark").
+//! Evidence recall on LoCoMo within a token budget, with no embedder or with one (issue 18,
+//! "Measure on a real benchmark").
 //!
 //! Each conversation of `../shared/memory/locomo-dev.json` (beside the repository) is imported
 //! as one agent: one Loom session per LoCoMo session, its turns in order as user events
@@ -8,7 +8,8 @@
 //! and every question of categories 1–4 is searched under the agent's memory; a question's
 //! evidence recall is the share of its evidence turns that some hit names as a source.
 //!
-//! `cargo run --release -p loom-memory --example locomo -- [--budget N]... [--data FILE]`
+//! `cargo run --release -p loom-memory --example locomo -- [--budget N]... [--data FILE]
+//! [--embedder none|openai:MODEL|local:PATH] [--db FILE]`
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use loom_core::{AgentId, EventBody, MessageContent, NewEvent, Seq, SessionId};
-use loom_memory::{index, Filters, Memory, Search, SqliteMemory};
+use loom_memory::{embedder_from_spec, index, Filters, Memory, Search, SqliteMemory};
 use loom_store::{MemoryStore, NewSession, Store};
 use serde_json::Value;
 
@@ -157,11 +158,15 @@ fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
 fn main() -> anyhow::Result<()> {
     let mut budgets = Vec::new();
     let mut data = PathBuf::from(DATA);
+    let mut embedder = String::from("none");
+    let mut db: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--budget" => budgets.push(args.next().context("--budget N")?.parse()?),
             "--data" => data = args.next().context("--data FILE")?.into(),
+            "--embedder" => embedder = args.next().context("--embedder SPEC")?,
+            "--db" => db = Some(args.next().context("--db FILE")?.into()),
             other => bail!("unknown argument `{other}`"),
         }
     }
@@ -172,7 +177,16 @@ fn main() -> anyhow::Result<()> {
     let convs: Vec<Value> = serde_json::from_str(&raw)?;
 
     let store = MemoryStore::new();
-    let memory = SqliteMemory::open_in_memory()?;
+    // With `--db`, memory is kept in that file: a second run finds the items (and their
+    // vectors) already there and only embeds the questions.
+    let memory = match &db {
+        Some(path) => SqliteMemory::open(path)?,
+        None => SqliteMemory::open_in_memory()?,
+    };
+    let memory = match embedder_from_spec(&embedder)? {
+        Some(e) => memory.with_embedder(e),
+        None => memory,
+    };
     let started = Instant::now();
     let mut loaded = Vec::new();
     let mut items = 0;
@@ -237,8 +251,8 @@ fn main() -> anyhow::Result<()> {
 
     let mut out = String::new();
     out.push_str(&format!(
-        "{} conversations, {items} items indexed in {index_s:.2} s; {searches} searches in \
-         {search_s:.2} s\n\n| budget | all |",
+        "embedder: {embedder}\n{} conversations, {items} items indexed in {index_s:.2} s; \
+         {searches} searches in {search_s:.2} s\n\n| budget | all |",
         loaded.len()
     ));
     for (_, name) in CATEGORIES {

@@ -3,6 +3,8 @@
 use loom_core::SessionId;
 use loom_store::StoreError;
 
+use crate::embed::EmbedError;
+
 /// A `Result` whose error is a [`MemoryError`].
 pub type Result<T, E = MemoryError> = std::result::Result<T, E>;
 
@@ -44,6 +46,9 @@ pub enum MemoryError {
     /// The backend does not do this (notes on a backend without them).
     #[error("this memory backend does not support {0}")]
     Unsupported(&'static str),
+    /// The embedder could not be set up or could not embed (see [`EmbedError`]).
+    #[error("{0}")]
+    Embed(#[from] EmbedError),
     /// The database refused an operation.
     #[error("{action}: {source}")]
     Backend {
@@ -77,7 +82,10 @@ impl MemoryError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            Self::InvalidInput { .. } | Self::ItemNotFound(_) | Self::SessionNotFound(_)
+            Self::InvalidInput { .. }
+                | Self::ItemNotFound(_)
+                | Self::SessionNotFound(_)
+                | Self::Embed(EmbedError::Spec { .. } | EmbedError::Model { .. })
         )
     }
 }

@@ -258,7 +258,8 @@ pub struct Hit {
     pub text: String,
     /// Its exact token count.
     pub tokens: u64,
-    /// Relevance, higher is better (BM25 today; a fused score once vectors exist).
+    /// Relevance, higher is better: BM25 with neighbours' shares, or, with an embedder, the
+    /// reciprocal-rank fusion of the BM25 and vector rankings with neighbours' shares.
     pub score: f64,
     /// Its tier.
     pub tier: Tier,

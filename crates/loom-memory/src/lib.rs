@@ -1,6 +1,7 @@
 //! Loom's long-term memory (DESIGN.md, "Memory"; issue 18): items derived from the log,
 //! deterministically and with provenance back to the events they came from, deduplicated and
-//! superseded as they are written, and searched by full text under a token budget.
+//! superseded as they are written, and searched by full text (and vectors, with an embedder)
+//! under a token budget.
 //!
 //! - [`derive`] turns a session's log (user and assistant turns, step observations, summaries)
 //!   into [`NewItem`]s; [`index`] does it for a stored session and writes them, idempotently.
@@ -12,11 +13,17 @@
 //!   long-term items from the log; [`recall`] searches one tier, or a session's L1–L3 with L4.
 //! - [`kb`] chunks files on their structure for the knowledge base
 //!   ([`SqliteMemory::kb_add`], [`SqliteMemory::kb_search`]).
-//! - [`Memory::search`] ranks with BM25 and packs the best hits into the budget. Hits carry
-//!   their rank order, so a vector retriever can later be fused in by reciprocal rank.
+//! - [`Memory::search`] ranks with BM25 and, when the memory has an [`Embedder`], with vector
+//!   similarity too, fused by reciprocal rank; then neighbouring turns are smoothed in and the
+//!   best hits packed into the budget.
+//! - [`Embedder`] is the embedders' one trait: none (the default), an OpenAI-compatible
+//!   endpoint ([`OpenAiEmbedder`]) and a local model folder ([`LocalEmbedder`]).
+
+use loom_core::AgentId;
 
 mod dedup;
 mod derive;
+mod embed;
 mod error;
 mod index;
 mod item;
@@ -28,6 +35,7 @@ mod text;
 mod tiers;
 
 pub use derive::derive;
+pub use embed::{embedder_from_spec, EmbedError, Embedder, LocalEmbedder, OpenAiEmbedder};
 pub use error::{MemoryError, Result};
 pub use index::{index, index_as, IndexReport};
 pub use item::{
@@ -45,10 +53,30 @@ pub use tiers::{recall, recent, Recall, L1_WINDOW};
 /// PostgreSQL database and schema. Every front end opens memory this way, so that one `--db`
 /// names one place for both.
 pub fn open(db: &loom_store::Database) -> Result<Box<dyn Memory>> {
-    Ok(match db {
-        loom_store::Database::Sqlite(path) => Box::new(SqliteMemory::open(path)?),
-        loom_store::Database::Postgres(url) => Box::new(PgMemory::open(url)?),
-        other => {
+    open_with(db, None)
+}
+
+/// [`open`], with vector search by `embedder` when one is given. Vectors are kept in SQLite
+/// only in this build: PostgreSQL memory with an embedder is refused, not silently full text.
+pub fn open_with(
+    db: &loom_store::Database,
+    embedder: Option<std::sync::Arc<dyn Embedder>>,
+) -> Result<Box<dyn Memory>> {
+    Ok(match (db, embedder) {
+        (loom_store::Database::Sqlite(path), e) => {
+            let m = SqliteMemory::open(path)?;
+            Box::new(match e {
+                Some(e) => m.with_embedder(e),
+                None => m,
+            })
+        }
+        (loom_store::Database::Postgres(url), None) => Box::new(PgMemory::open(url)?),
+        (loom_store::Database::Postgres(_), Some(_)) => {
+            return Err(MemoryError::Unsupported(
+                "vector search (PostgreSQL memory is full text only in this build)",
+            ))
+        }
+        (other, _) => {
             return Err(MemoryError::Open {
                 db: other.to_string(),
                 reason: "this build keeps memory in SQLite or PostgreSQL only".into(),
@@ -78,6 +106,13 @@ pub trait Memory: Send + Sync + std::fmt::Debug {
 
     /// Exact token count of `text` with the memory's tokenizer (what budgets are counted in).
     fn count_tokens(&self, text: &str) -> u64;
+
+    /// Embeds the items (of `agent`, when given) that have no vector of the memory's embedder's
+    /// model; returns how many (0 for a memory without an embedder).
+    fn embed_missing(&self, agent: Option<&AgentId>) -> Result<usize> {
+        let _ = agent;
+        Ok(0)
+    }
 
     /// When note `id` expires (`None`: it does not, or it is not a note).
     fn note_expiry(&self, id: ItemId) -> Result<Option<i64>>;

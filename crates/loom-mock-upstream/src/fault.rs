@@ -30,6 +30,9 @@ pub struct Fault {
     /// short `retry-after-ms` error replies carry otherwise, so a client's honouring of the
     /// provider's wait can be told apart from its own back-off.
     pub retry_after: Option<String>,
+    /// Without a `status`: answer 200 with exactly this body instead of the generated reply (a
+    /// provider that sends malformed JSON, or vectors of the wrong length).
+    pub body: Option<String>,
 }
 
 impl Fault {

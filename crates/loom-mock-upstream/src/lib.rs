@@ -11,6 +11,7 @@
 //! | route | what it does |
 //! |---|---|
 //! | `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` | generate; SSE when the body has `"stream": true` |
+//! | `POST /v1/embeddings` | OpenAI's embeddings: deterministic unit vectors from the words of each input (64 numbers unless `dimensions` says) |
 //! | `GET /v1/models` | OpenAI's list shape, or Anthropic's when `anthropic-version` is sent |
 //! | `GET /_mock/requests` | every recorded request: `[{"method", "path", "headers": [[name, value], ...], "body"}]` |
 //! | `DELETE /_mock/requests` | forget them |
@@ -26,6 +27,7 @@
 
 mod behaviour;
 mod chat;
+mod embeddings;
 mod error;
 mod fault;
 mod messages;

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use crate::behaviour::{self, Ids};
 use crate::chat::ChatReply;
+use crate::embeddings;
 use crate::error::{self, Flavor, MockError};
 use crate::fault::Fault;
 use crate::messages::MessagesReply;
@@ -134,6 +135,7 @@ impl Mock {
             .route("/v1/chat/completions", generate(Api::Chat))
             .route("/v1/responses", generate(Api::Responses))
             .route("/v1/messages", generate(Api::Messages))
+            .route("/v1/embeddings", post(embeddings_route))
             .route("/v1/models", get(models))
             .route(
                 "/_mock/requests",
@@ -250,7 +252,10 @@ impl Mock {
                     None => reply,
                 }
             }
-            None => self.generate(api, parsed, flavor),
+            None => match &fault.body {
+                Some(raw) => Outgoing::raw(StatusCode::OK, raw.clone()),
+                None => self.generate(api, parsed, flavor),
+            },
         };
         outgoing.into_response(&fault)
     }
@@ -353,6 +358,29 @@ fn generate(api: Api) -> MethodRouter<Mock> {
               headers: HeaderMap,
               body: Bytes| async move { mock.answer(api, method, uri, headers, body).await },
     )
+}
+
+/// `POST /v1/embeddings`: OpenAI's shape, vectors from the text (see [`crate::embeddings`]).
+async fn embeddings_route(
+    State(mock): State<Mock>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed = parse_body(&body);
+    let fault = mock.receive(record(&method, &uri, &headers, &parsed, &body));
+    delay(&fault).await;
+    let rid = request_id(mock.next_serial());
+    let outgoing = match (fault.status, &fault.body) {
+        (Some(status), _) => error::fault_reply(Flavor::OpenAi, status, &rid),
+        (None, Some(raw)) => Outgoing::raw(StatusCode::OK, raw.clone()),
+        (None, None) => match parsed.and_then(|body| embeddings::parse(&body)) {
+            Ok(request) => embeddings::reply(&request),
+            Err(err) => error::bad_request(Flavor::OpenAi, &err, &rid),
+        },
+    };
+    outgoing.header("x-request-id", &rid).into_response(&fault)
 }
 
 /// `GET /v1/models`, in OpenAI's list shape, or Anthropic's when the client sends

@@ -40,6 +40,18 @@ impl Outgoing {
         }
     }
 
+    /// `body` as it is, labelled JSON whatever it holds (a fault's malformed reply).
+    pub(crate) fn raw(status: StatusCode, body: String) -> Self {
+        Self {
+            status,
+            headers: vec![(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            pieces: vec![Bytes::from(body)],
+        }
+    }
+
     /// An SSE stream made of already framed events.
     pub(crate) fn sse(frames: Vec<Bytes>) -> Self {
         Self {

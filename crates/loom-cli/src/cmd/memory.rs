@@ -35,6 +35,16 @@ enum Cmd {
         /// Only this agent's sessions.
         #[arg(long, value_name = "NAME")]
         agent: Option<String>,
+        /// Embed new items, and back-fill those without a vector of this model: `none` (full
+        /// text only), `openai:MODEL` (an OpenAI-compatible /v1/embeddings endpoint; see
+        /// docs/memory.md for its variables) or `local:PATH` (a model folder).
+        #[arg(
+            long,
+            value_name = "SPEC",
+            env = "LOOM_EMBEDDER",
+            default_value = "none"
+        )]
+        embedder: String,
         /// Print the reports as JSON.
         #[arg(long)]
         json: bool,
@@ -62,6 +72,15 @@ enum Cmd {
         /// Include superseded items.
         #[arg(long)]
         history: bool,
+        /// Fuse full-text ranking with vector similarity from this embedder (the one the items
+        /// were indexed with): `none`, `openai:MODEL` or `local:PATH`.
+        #[arg(
+            long,
+            value_name = "SPEC",
+            env = "LOOM_EMBEDDER",
+            default_value = "none"
+        )]
+        embedder: String,
         /// Print `{"hits": [{"text", "tokens", "score", "tier", "sources": [{"session", "seq"}]}]}`.
         #[arg(long)]
         json: bool,
@@ -130,6 +149,14 @@ pub(crate) fn index_new(
     Ok(Some(created))
 }
 
+/// The memory with the embedder `spec` names, if any.
+fn open_embedded(ctx: &Context, spec: &str) -> anyhow::Result<Box<dyn Memory>> {
+    let embedder = loom_memory::embedder_from_spec(spec)
+        .map_err(|e| mapped(MemoryError::from(e)))
+        .map_err(|e| e.context("--embedder"))?;
+    loom_memory::open_with(&ctx.database()?, embedder).map_err(mapped)
+}
+
 fn id<T>(
     what: &str,
     make: impl FnOnce(String) -> loom_core::Result<T>,
@@ -149,6 +176,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         Cmd::Index {
             sessions,
             agent,
+            embedder,
             json,
         } => {
             let ws = ctx.open_existing("run `loom import` first")?;
@@ -176,14 +204,16 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                     }
                 }
             }
-            let memory = open_memory(ctx)?;
+            let memory = open_embedded(ctx, &embedder)?;
             let mut reports = Vec::new();
             for s in &chosen {
                 reports.push(
                     loom_memory::index(ws.store.as_ref(), memory.as_ref(), s).map_err(mapped)?,
                 );
             }
-            closed_pipe_is_fine(print_index(&reports, json))
+            // Items written before this embedder (or under another model) get their vectors.
+            let embedded = memory.embed_missing(agent.as_ref()).map_err(mapped)?;
+            closed_pipe_is_fine(print_index(&reports, embedded, json))
         }
         Cmd::Search {
             query,
@@ -193,6 +223,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             session,
             tier,
             history,
+            embedder,
             json,
         } => {
             let agent = id("--agent", AgentId::new, agent)?;
@@ -209,7 +240,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                     ctx.db
                 )));
             }
-            let memory = open_memory(ctx)?;
+            let memory = open_embedded(ctx, &embedder)?;
             // Only L1 reads the log.
             let ws = match tier {
                 Some(Tier::L1) => Some(ctx.open_existing("run `loom import` first")?),
@@ -317,20 +348,31 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     }
 }
 
-fn print_index(reports: &[loom_memory::IndexReport], json: bool) -> anyhow::Result<()> {
+fn print_index(
+    reports: &[loom_memory::IndexReport],
+    embedded: usize,
+    json: bool,
+) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json {
         serde_json::to_writer_pretty(&mut out, reports)?;
         writeln!(out)?;
-    } else if reports.is_empty() {
-        writeln!(out, "no sessions to index")?;
     } else {
+        if reports.is_empty() {
+            writeln!(out, "no sessions to index")?;
+        }
         for r in reports {
             let name = r.session.as_ref().map_or("", SessionId::as_str);
             writeln!(
                 out,
                 "{name}: {} items derived, {} new, {} duplicates, {} near duplicates, {} already indexed",
                 r.derived, r.created, r.duplicates, r.near_duplicates, r.known
+            )?;
+        }
+        if embedded > 0 {
+            writeln!(
+                out,
+                "{embedded} items without a vector of this model embedded"
             )?;
         }
     }

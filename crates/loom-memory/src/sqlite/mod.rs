@@ -8,18 +8,23 @@
 mod extra;
 pub(crate) mod kb;
 mod notes;
+mod rank;
 mod read;
 mod schema;
 mod search;
+mod vectors;
 mod write;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use loom_tokens::{CountTokens, Encoding, Tokenizer};
 use rusqlite::{Connection, TransactionBehavior};
 
+use loom_core::AgentId;
+
+use crate::embed::Embedder;
 use crate::error::{backend, Result};
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
 use crate::kb::chunk;
@@ -30,16 +35,25 @@ use kb::{KbAdded, KbFile, KbHit};
 /// How long a write waits for another process's write to the file to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Items embedded per call when back-filling: large enough to batch well, small enough that
+/// progress is committed often.
+const BACKFILL_BATCH: usize = 256;
+
 /// Long-term memory in an SQLite database.
 pub struct SqliteMemory {
     conn: Mutex<Connection>,
     tokenizer: Tokenizer,
+    embedder: Option<Arc<dyn Embedder>>,
+    /// The last query embedded and its vector: the same question asked again (under another
+    /// budget, or by a retry) is not embedded twice.
+    last_query: Mutex<Option<(String, Vec<f32>)>>,
 }
 
 impl std::fmt::Debug for SqliteMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteMemory")
             .field("tokenizer", &self.tokenizer.name())
+            .field("embedder", &self.embedder.as_ref().map(|e| e.model_id()))
             .finish_non_exhaustive()
     }
 }
@@ -70,7 +84,48 @@ impl SqliteMemory {
         Ok(Self {
             conn: Mutex::new(conn),
             tokenizer: Tokenizer::Bpe(Encoding::O200kBase),
+            embedder: None,
+            last_query: Mutex::new(None),
         })
+    }
+
+    /// Adds vector similarity to search and embeds items as they are written: searches fuse
+    /// BM25 with the similarity to the query's vector by reciprocal rank. Items written before
+    /// (or by a memory without this embedder) get their vectors from [`Self::embed_missing`],
+    /// which `loom memory index` runs.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(embedder);
+        self.last_query = Mutex::new(None);
+        self
+    }
+
+    /// The embedder, when one is configured.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// Embeds every item (of `agent`, when given) that has no vector of the current embedder's
+    /// model — items written without an embedder, or under another model — in batches, each
+    /// committed as it is done; returns how many were embedded (0 without an embedder).
+    pub fn embed_missing(&self, agent: Option<&AgentId>) -> Result<usize> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(0);
+        };
+        let model = embedder.model_id();
+        let mut done = 0;
+        loop {
+            let batch = self.read_tx(|tx| {
+                vectors::missing(tx, model, agent.map(AgentId::as_str), BACKFILL_BATCH)
+            })?;
+            if batch.is_empty() {
+                return Ok(done);
+            }
+            let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
+            let vs = embedder.embed(&texts)?;
+            let pairs: Vec<(ItemId, Vec<f32>)> = batch.iter().map(|(id, _)| *id).zip(vs).collect();
+            self.write_tx(|tx| vectors::store(tx, model, &pairs))?;
+            done += batch.len();
+        }
     }
 
     /// Counts item tokens with `tokenizer` instead (the model's own, so that budgets are in the
@@ -121,17 +176,69 @@ impl Memory for SqliteMemory {
             .iter()
             .map(|i| self.tokenizer.count(&i.text))
             .collect();
-        self.write_tx(|tx| {
+        let written: Vec<Written> = self.write_tx(|tx| {
             items
                 .iter()
                 .zip(tokens)
                 .map(|(item, n)| write::write_item(tx, item, n))
                 .collect()
-        })
+        })?;
+        // New items are embedded after their write, outside the write lock (a remote embedder
+        // may take seconds). Should it fail, the items stay, searchable by full text, and the
+        // error is returned; `embed_missing` embeds them later.
+        if let Some(embedder) = &self.embedder {
+            let created: Vec<(ItemId, &str)> = written
+                .iter()
+                .zip(items)
+                .filter_map(|(w, item)| match w {
+                    Written::Created(id) => Some((*id, item.text.as_str())),
+                    _ => None,
+                })
+                .collect();
+            if !created.is_empty() {
+                let texts: Vec<&str> = created.iter().map(|(_, t)| *t).collect();
+                let vs = embedder.embed(&texts)?;
+                let pairs: Vec<(ItemId, Vec<f32>)> =
+                    created.iter().map(|(id, _)| *id).zip(vs).collect();
+                self.write_tx(|tx| vectors::store(tx, embedder.model_id(), &pairs))?;
+            }
+        }
+        Ok(written)
     }
 
     fn search(&self, search: &Search) -> Result<Vec<Hit>> {
-        self.read_tx(|tx| search::search(tx, search))
+        // The query is embedded before the read, so the database is not held while it is.
+        let query = match &self.embedder {
+            Some(e) if !search.query.trim().is_empty() && search.limit > 0 && search.budget > 0 => {
+                let cached = self
+                    .last_query
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref()
+                    .filter(|(q, _)| *q == search.query)
+                    .map(|(_, v)| v.clone());
+                let v = match cached {
+                    Some(v) => Some(v),
+                    None => {
+                        let v = e.embed(&[search.query.as_str()])?.pop();
+                        if let Some(v) = &v {
+                            *self
+                                .last_query
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner) =
+                                Some((search.query.clone(), v.clone()));
+                        }
+                        v
+                    }
+                };
+                v.map(|v| search::QueryVector {
+                    model: e.model_id(),
+                    vector: v,
+                })
+            }
+            _ => None,
+        };
+        self.read_tx(|tx| search::search(tx, search, query.as_ref()))
     }
 
     fn item(&self, id: ItemId) -> Result<Item> {
@@ -144,6 +251,10 @@ impl Memory for SqliteMemory {
 
     fn count_tokens(&self, text: &str) -> u64 {
         self.tokenizer.count(text)
+    }
+
+    fn embed_missing(&self, agent: Option<&AgentId>) -> Result<usize> {
+        SqliteMemory::embed_missing(self, agent)
     }
 
     fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {

@@ -114,6 +114,22 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
         )
         .map_err(backend("recording the memory schema version"))?;
     }
+    tx.execute_batch(VECTORS)
+        .map_err(backend("creating the memory vectors table"))?;
     tx.commit()
         .map_err(backend("committing the memory migration"))
 }
+
+/// Each item's vector when an embedder is configured, with the model that made it (vectors of
+/// different models are never compared). Created when missing rather than by a migration, so a
+/// file written before vectors existed gains the table and stays readable by older builds.
+/// `vector` is little-endian f32, normalized to length 1.
+const VECTORS: &str = "
+    CREATE TABLE IF NOT EXISTS memory_vectors (
+        item    INTEGER PRIMARY KEY REFERENCES memory_items (id),
+        model   TEXT    NOT NULL,
+        dims    INTEGER NOT NULL CHECK (dims > 0),
+        vector  BLOB    NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS memory_vectors_model ON memory_vectors (model);
+";

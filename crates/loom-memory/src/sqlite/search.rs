@@ -5,19 +5,51 @@
 //! shares the question's words ("What did you do on Sunday?" — "Went hiking with the kids!").
 //! So an item's score is its own BM25 plus a fraction of the BM25 of the items just before and
 //! after it in the same session; an item that matches nothing can still be returned for the
-//! match beside it. The scores stay one ranked list, which a vector retriever can later be
-//! fused with by reciprocal rank.
+//! match beside it.
+//!
+//! With an embedder, the BM25 ranking and the ranking by vector similarity to the query are
+//! fused by reciprocal rank (each item scores `1 / (k + rank)` in each list it is in) before the
+//! smoothing: the two scores are on unrelated scales, and ranks need no calibration. The same
+//! filters apply to both lists.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
 use crate::error::{backend, MemoryError, Result};
-use crate::item::{Hit, ItemId, Search, Source, Tier};
+use crate::item::{Hit, ItemId, Provenance, Search, Source, Tier};
 use crate::text;
 
+use super::rank;
 use super::read::{corrupt, sources};
+use super::vectors;
+
+/// The query's vector, made by the memory's embedder, and that embedder's model id (only
+/// vectors of the same model are compared).
+#[derive(Debug)]
+pub(crate) struct QueryVector<'a> {
+    pub(crate) model: &'a str,
+    pub(crate) vector: Vec<f32>,
+}
+
+/// Reciprocal-rank fusion's constant: how much a first place outweighs a tenth (the usual
+/// value from Cormack et al., not tuned here).
+const RRF_K: f64 = 60.0;
+
+/// Fuses rankings (best first) by reciprocal rank: each item scores the sum over the lists of
+/// `1 / (RRF_K + rank)`, rank counted from 1. Returned best first (ties by id).
+fn fuse(lists: &[&[(ItemId, f64)]]) -> Vec<(ItemId, f64)> {
+    let mut fused: BTreeMap<ItemId, f64> = BTreeMap::new();
+    for list in lists {
+        for (rank, (id, _)) in list.iter().enumerate() {
+            *fused.entry(*id).or_insert(0.0) += 1.0 / (RRF_K + rank as f64 + 1.0);
+        }
+    }
+    let mut out: Vec<(ItemId, f64)> = fused.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out
+}
 
 /// Candidates read per requested hit: some of the best may not fit the budget and are skipped,
 /// so the search reads further than the limit before it packs.
@@ -28,46 +60,6 @@ const MIN_CANDIDATES: usize = 64;
 
 /// The share of a neighbour's own score an item gains for standing next to it.
 const NEIGHBOUR_WEIGHT: f64 = 0.5;
-
-/// The FTS5 expression for `terms`: any of them, each a quoted string (so that no user text is
-/// read as query syntax).
-fn match_expression(terms: &[String]) -> String {
-    terms
-        .iter()
-        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
-        .collect::<Vec<_>>()
-        .join(" OR ")
-}
-
-/// Items a term may match and still be ranked on when the query has rarer terms.
-const COMMON_MATCHES: usize = 5_000;
-
-/// The terms worth ranking on: a term that matches very many items adds little to any score
-/// (its inverse document frequency is low) but costs the ranking a score for every one of
-/// them, so when rarer terms exist it is left out (a cutoff frequency, as Lucene has). A query
-/// of common terms only keeps them all.
-fn selective_terms(conn: &Connection, terms: Vec<String>) -> Result<Vec<String>> {
-    if terms.len() < 2 {
-        return Ok(terms);
-    }
-    let sql = format!(
-        "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT {})",
-        COMMON_MATCHES + 1
-    );
-    let mut st = conn
-        .prepare_cached(&sql)
-        .map_err(backend("counting a term's matches"))?;
-    let mut rare = Vec::new();
-    for term in &terms {
-        let n: i64 = st
-            .query_row([match_expression(std::slice::from_ref(term))], |r| r.get(0))
-            .map_err(backend("counting a term's matches"))?;
-        if usize::try_from(n).unwrap_or(usize::MAX) <= COMMON_MATCHES {
-            rare.push(term.clone());
-        }
-    }
-    Ok(if rare.is_empty() { terms } else { rare })
-}
 
 /// The filters as SQL over `i` (memory_items), with named parameters.
 fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
@@ -113,7 +105,7 @@ fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
 }
 
 /// Runs `sql` with the filter arguments plus `extra`, collecting one value per row.
-fn query_ids<T: rusqlite::types::FromSql>(
+pub(super) fn query_ids<T: rusqlite::types::FromSql>(
     conn: &Connection,
     sql: &str,
     args: &[(&'static str, Value)],
@@ -133,12 +125,72 @@ fn query_ids<T: rusqlite::types::FromSql>(
         .map_err(backend(action))
 }
 
+/// `list` (best first) with neighbour smoothing: each of its best `limit` items lends a share
+/// of its score to the nearest item on either side of it in each session it came from (items
+/// that pass the same filters); weaker matches would lend too little to change the hits.
+/// Returned best first. The lenders' provenance is kept in `provenance` for the hits.
+fn smoothed(
+    conn: &Connection,
+    list: &[(ItemId, f64)],
+    limit: usize,
+    filters: &str,
+    args: &[(&'static str, Value)],
+    provenance: &mut HashMap<ItemId, Vec<Provenance>>,
+) -> Result<Vec<(ItemId, f64)>> {
+    // Both sides in one statement: the nearest single-event item before `:from` and after
+    // `:to` in session `:s`.
+    let sides = format!(
+        "SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
+           JOIN memory_items i ON i.id = s.item
+           WHERE s.session = :s AND s.from_seq < :from AND s.from_seq = s.to_seq{filters}
+           ORDER BY s.from_seq DESC LIMIT 1)
+         UNION ALL
+         SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
+           JOIN memory_items i ON i.id = s.item
+           WHERE s.session = :s AND s.from_seq > :to AND s.from_seq = s.to_seq{filters}
+           ORDER BY s.from_seq LIMIT 1)"
+    );
+    let own: BTreeMap<ItemId, f64> = list.iter().copied().collect();
+    let mut score = own.clone();
+    for &(id, _) in list.iter().take(limit) {
+        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
+        let mut near = BTreeSet::new();
+        let mine = match provenance.get(&id) {
+            Some(p) => p.clone(),
+            None => sources(conn, id)?,
+        };
+        for p in &mine {
+            let seq = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+            let extra = [
+                (":s", Value::Text(p.session.as_str().to_owned())),
+                (":from", seq(p.from_seq)),
+                (":to", seq(p.to_seq)),
+            ];
+            for (n, _) in query_ids::<i64>(conn, &sides, args, &extra, "reading neighbours")? {
+                near.insert(n);
+            }
+        }
+        provenance.insert(id, mine);
+        near.remove(&id);
+        for n in near {
+            *score.entry(n).or_insert(0.0) += lent;
+        }
+    }
+    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(ranked)
+}
+
 /// Items matching `search`, best first, as many as fit its budget and limit.
 ///
 /// Packing is greedy by score: an item that does not fit in what is left of the budget is
 /// skipped, never cut, and a smaller one after it may still fit. The invariant the caller
 /// relies on: the hits' `tokens` sum to at most `search.budget`.
-pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
+pub(crate) fn search(
+    conn: &Connection,
+    search: &Search,
+    query: Option<&QueryVector<'_>>,
+) -> Result<Vec<Hit>> {
     if let (Some(from), Some(to)) = (search.filters.from_ms, search.filters.to_ms) {
         if from > to {
             return Err(MemoryError::InvalidInput {
@@ -148,7 +200,7 @@ pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
         }
     }
     let terms = text::query_terms(&search.query);
-    if terms.is_empty() || search.limit == 0 || search.budget == 0 {
+    if (terms.is_empty() && query.is_none()) || search.limit == 0 || search.budget == 0 {
         return Ok(Vec::new());
     }
     let (filters, args) = filter_sql(search);
@@ -156,53 +208,22 @@ pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
         .limit
         .saturating_mul(CANDIDATES_PER_HIT)
         .max(MIN_CANDIDATES);
-    let sql = format!(
-        "SELECT i.id, bm25(memory_fts) AS rank
-         FROM memory_fts JOIN memory_items i ON i.id = memory_fts.rowid
-         WHERE memory_fts MATCH :query{filters}
-         ORDER BY rank, i.id LIMIT {candidates}"
-    );
-    let terms = selective_terms(conn, terms)?;
-    let query = [(":query", Value::Text(match_expression(&terms)))];
-    let matched: Vec<(ItemId, f64)> = query_ids(conn, &sql, &args, &query, "searching memory")?;
-    // FTS5's bm25() is lower for better matches; scores here are higher-better.
-    let own: BTreeMap<ItemId, f64> = matched.iter().map(|&(id, rank)| (id, -rank)).collect();
-
-    // Each of the best matches (as many as the search may return) lends a share of its score
-    // to the nearest item on either side of it in each session it came from (items that pass
-    // the same filters); weaker matches would lend too little to change the hits.
-    let before = format!(
-        "SELECT s.item, s.from_seq FROM memory_sources s JOIN memory_items i ON i.id = s.item
-         WHERE s.session = :s AND s.from_seq < :at AND s.from_seq = s.to_seq{filters}
-         ORDER BY s.from_seq DESC LIMIT 1"
-    );
-    let after = format!(
-        "SELECT s.item, s.from_seq FROM memory_sources s JOIN memory_items i ON i.id = s.item
-         WHERE s.session = :s AND s.from_seq > :at AND s.from_seq = s.to_seq{filters}
-         ORDER BY s.from_seq LIMIT 1"
-    );
-    let mut score = own.clone();
-    for &(id, _) in matched.iter().take(search.limit) {
-        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
-        let mut near = BTreeSet::new();
-        for p in sources(conn, id)? {
-            let s = Value::Text(p.session.as_str().to_owned());
-            let edges = [(&before, p.from_seq), (&after, p.to_seq)];
-            for (sql, at) in edges {
-                let at = i64::try_from(at).unwrap_or(i64::MAX);
-                let extra = [(":s", s.clone()), (":at", Value::Integer(at))];
-                for (n, _) in query_ids::<i64>(conn, sql, &args, &extra, "reading neighbours")? {
-                    near.insert(n);
-                }
-            }
+    let bm25 = if terms.is_empty() {
+        Vec::new()
+    } else {
+        rank::bm25(conn, &terms, &filters, &args, candidates)?
+    };
+    let mut provenance: HashMap<ItemId, Vec<Provenance>> = HashMap::new();
+    let mut smooth = |list: &[(ItemId, f64)]| {
+        smoothed(conn, list, search.limit, &filters, &args, &mut provenance)
+    };
+    let ranked: Vec<(ItemId, f64)> = match query {
+        None => smooth(&bm25)?,
+        Some(q) => {
+            let near = vectors::nearest(conn, q.model, &q.vector, &filters, &args, candidates)?;
+            smooth(&fuse(&[&bm25, &near]))?
         }
-        near.remove(&id);
-        for n in near {
-            *score.entry(n).or_insert(0.0) += lent;
-        }
-    }
-    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    };
 
     let mut left = search.budget;
     let mut hits = Vec::new();
@@ -234,14 +255,18 @@ pub(crate) fn search(conn: &Connection, search: &Search) -> Result<Vec<Hit>> {
         let tier: Tier = tier
             .parse()
             .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
-        let sources = sources(conn, id)?
-            .into_iter()
-            .map(|p| Source {
-                session: p.session,
-                seq: p.from_seq,
-                to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
-            })
-            .collect();
+        let known = provenance.remove(&id);
+        let sources = match known {
+            Some(p) => p,
+            None => sources(conn, id)?,
+        }
+        .into_iter()
+        .map(|p| Source {
+            session: p.session,
+            seq: p.from_seq,
+            to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
+        })
+        .collect();
         hits.push(Hit {
             id,
             text,

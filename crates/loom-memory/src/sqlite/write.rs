@@ -215,7 +215,7 @@ pub(crate) fn forget(tx: &Connection, id: ItemId) -> Result<Forgotten> {
         .prepare_cached("SELECT id FROM memory_items WHERE superseded_by = ?1 ORDER BY id")
         .and_then(|mut st| st.query_map([id], |r| r.get(0))?.collect())
         .map_err(backend("finding the items a forgotten item superseded"))?;
-    let steps: [(&str, &'static str); 6] = [
+    let steps: [(&str, &'static str); 7] = [
         (
             "UPDATE memory_items SET superseded_by = NULL, valid_to = NULL WHERE superseded_by = ?1",
             "restoring superseded items",
@@ -223,6 +223,7 @@ pub(crate) fn forget(tx: &Connection, id: ItemId) -> Result<Forgotten> {
         ("DELETE FROM memory_fts WHERE rowid = ?1", "removing an item's text index"),
         ("DELETE FROM memory_prefix WHERE item = ?1", "removing an item's word index"),
         ("DELETE FROM memory_expiry WHERE item = ?1", "removing a note's expiry"),
+        ("DELETE FROM memory_vectors WHERE item = ?1", "removing an item's vector"),
         ("DELETE FROM memory_sources WHERE item = ?1", "removing an item's provenance"),
         ("DELETE FROM memory_items WHERE id = ?1", "removing a memory item"),
     ];

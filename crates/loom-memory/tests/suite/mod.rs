@@ -1,8 +1,10 @@
-//! Scenarios: writing (dedup, supersession, forget), search (ranking, filters, budget) and
-//! indexing from a stored log.
+//! Scenarios: writing (dedup, supersession, forget), search (ranking, filters, budget),
+//! embedders and hybrid search, and indexing from a stored log.
 
+mod embed;
 mod index;
 mod kb;
+mod local_model;
 mod postgres;
 mod search;
 mod support;

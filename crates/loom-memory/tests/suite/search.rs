@@ -2,7 +2,7 @@
 
 use loom_memory::{ItemKind, Memory, MemoryError, NewItem, Search, Tier};
 
-use super::support::{agent, conformance, session, turn};
+use super::support::{agent, conformance, memory, session, turn};
 
 fn best_first_with_stemming_and_stop_words_ignored(m: &dyn Memory) {
     m.write(&[
@@ -192,6 +192,45 @@ fn a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist(m:
     assert_eq!(texts, ["the zeppelin report"]);
     // Alone, a common term is still searched on.
     assert_eq!(m.search(&Search::new("report", 10_000)).unwrap().len(), 50);
+}
+
+#[test]
+fn frequent_terms_are_left_out_when_rarer_ones_supply_enough_matches() {
+    let m = memory();
+    // A term in more items than the ranking scores, and a rare one.
+    let items: Vec<NewItem> = (1..=2_100u64)
+        .map(|i| {
+            turn(
+                "a",
+                &format!("s{}", i / 100),
+                i % 100 + 1,
+                &format!("common filler {i}"),
+            )
+        })
+        .chain([turn("a", "rare", 1, "a rare comet and common dust")])
+        .collect();
+    m.write(&items).unwrap();
+    let search = |q: &str| {
+        m.search(&Search {
+            limit: 5,
+            ..Search::new(q, 1000)
+        })
+        .unwrap()
+    };
+    let hits = search("comet common");
+    assert_eq!(hits[0].text, "a rare comet and common dust", "{hits:?}");
+    // A query of the frequent term alone still answers, from its newest matches.
+    let hits = search("common");
+    assert_eq!(hits.len(), 5);
+    assert!(
+        hits.iter().all(|h| h.text == "a rare comet and common dust"
+            || h.text
+                .trim_start_matches("common filler ")
+                .parse::<u64>()
+                .unwrap()
+                > 100),
+        "{hits:?}"
+    );
 }
 
 conformance!(

@@ -35,39 +35,12 @@ pub(super) async fn run<F: FnMut(&Delta) + ?Sized>(
     let deadline = start + config.timeout;
     let bytes = prepare(config.api, config.model.as_deref(), body, stream)?;
     let url = client.url.as_str();
-    let mut headers = client.headers.clone();
-    headers.insert(
-        ACCEPT,
-        HeaderValue::from_static(if stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        }),
-    );
-    let mut attempts: u32 = 0;
-    let response = loop {
-        attempts = attempts.saturating_add(1);
-        let sent = http
-            .post(client.url.clone())
-            .headers(headers.clone())
-            .body(bytes.clone())
-            .send();
-        let failure = match attempt(sent, url, config, deadline).await {
-            Ok(response) if response.status().is_success() => break response,
-            Ok(response) => refused(response, config.api, url, config.idle_timeout, deadline).await,
-            Err(failure) => failure,
-        };
-        if !failure.retry || attempts > config.max_retries {
-            return Err(failure.error.with_attempts(attempts));
-        }
-        let wait = failure
-            .retry_after
-            .unwrap_or_else(|| retry::backoff(&config.backoff, attempts.saturating_sub(1)));
-        if Instant::now() + wait >= deadline {
-            return Err(failure.error.with_attempts(attempts));
-        }
-        sleep(wait).await;
+    let accept = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
     };
+    let (response, attempts) = send(client, http, &client.url, accept, bytes, deadline).await?;
     let request_id = ["x-request-id", "request-id"]
         .iter()
         .find_map(|name| response.headers().get(*name)?.to_str().ok())
@@ -111,6 +84,46 @@ pub(super) async fn run<F: FnMut(&Delta) + ?Sized>(
         total,
         request_id,
     })
+}
+
+/// Posts `bytes` to `target` until a success status comes back, retrying what may be retried
+/// (see the module documentation of [`super`]); returns the response and the attempts made.
+pub(super) async fn send(
+    client: &Client,
+    http: &reqwest::Client,
+    target: &reqwest::Url,
+    accept: &'static str,
+    bytes: Vec<u8>,
+    deadline: Instant,
+) -> Result<(reqwest::Response, u32), CallError> {
+    let config = &client.config;
+    let url = target.as_str();
+    let mut headers = client.headers.clone();
+    headers.insert(ACCEPT, HeaderValue::from_static(accept));
+    let mut attempts: u32 = 0;
+    loop {
+        attempts = attempts.saturating_add(1);
+        let sent = http
+            .post(target.clone())
+            .headers(headers.clone())
+            .body(bytes.clone())
+            .send();
+        let failure = match attempt(sent, url, config, deadline).await {
+            Ok(response) if response.status().is_success() => return Ok((response, attempts)),
+            Ok(response) => refused(response, config.api, url, config.idle_timeout, deadline).await,
+            Err(failure) => failure,
+        };
+        if !failure.retry || attempts > config.max_retries {
+            return Err(failure.error.with_attempts(attempts));
+        }
+        let wait = failure
+            .retry_after
+            .unwrap_or_else(|| retry::backoff(&config.backoff, attempts.saturating_sub(1)));
+        if Instant::now() + wait >= deadline {
+            return Err(failure.error.with_attempts(attempts));
+        }
+        sleep(wait).await;
+    }
 }
 
 /// The body as sent: `model` and `stream` set, Chat's usage asked for when streaming.
@@ -313,17 +326,17 @@ fn error_of(body: &[u8]) -> (String, String) {
 }
 
 /// Reads a response's body under the idle timeout and the deadline.
-struct Reader<'a> {
-    response: reqwest::Response,
-    api: Api,
-    url: &'a str,
-    attempts: u32,
-    idle: Duration,
-    deadline: Instant,
-    received: u64,
-    first_byte: Option<Duration>,
+pub(super) struct Reader<'a> {
+    pub(super) response: reqwest::Response,
+    pub(super) api: Api,
+    pub(super) url: &'a str,
+    pub(super) attempts: u32,
+    pub(super) idle: Duration,
+    pub(super) deadline: Instant,
+    pub(super) received: u64,
+    pub(super) first_byte: Option<Duration>,
     /// The call's start, for `first_byte`.
-    start: Instant,
+    pub(super) start: Instant,
 }
 
 impl Reader<'_> {
@@ -361,7 +374,7 @@ impl Reader<'_> {
     }
 
     /// The whole body, up to `max` bytes.
-    async fn whole(&mut self, max: u64) -> Result<Vec<u8>, CallError> {
+    pub(super) async fn whole(&mut self, max: u64) -> Result<Vec<u8>, CallError> {
         let mut body = Vec::new();
         while let Some(chunk) = self.next().await? {
             if self.received > max {

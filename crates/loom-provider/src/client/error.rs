@@ -125,6 +125,19 @@ pub enum CallError {
         /// What happened.
         reason: String,
     },
+    /// An embeddings reply that is not what was asked for: not JSON, a vector missing, of
+    /// another length than the others or than the dimensions asked for, or not numbers.
+    #[error("{url}: unusable embeddings after {attempts} attempt(s): field `{field}`: {reason}")]
+    Embeddings {
+        /// The endpoint.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// JSON path of the field at fault (empty for the whole body).
+        field: String,
+        /// What was expected instead.
+        reason: String,
+    },
 }
 
 /// ` (retry after 2s)`, or nothing.
@@ -148,7 +161,7 @@ impl CallError {
             | Self::StreamCut { .. } => true,
             Self::Status { status, .. } => retryable_status(*status),
             Self::Protocol { source, .. } => matches!(source, ProviderError::Upstream { .. }),
-            Self::Config { .. } | Self::Request { .. } => false,
+            Self::Config { .. } | Self::Request { .. } | Self::Embeddings { .. } => false,
         }
     }
 
@@ -161,7 +174,8 @@ impl CallError {
             | Self::Overloaded { attempts, .. }
             | Self::Status { attempts, .. }
             | Self::Protocol { attempts, .. }
-            | Self::StreamCut { attempts, .. } => *attempts,
+            | Self::StreamCut { attempts, .. }
+            | Self::Embeddings { attempts, .. } => *attempts,
             Self::Config { .. } | Self::Request { .. } => 0,
         }
     }
@@ -193,7 +207,8 @@ impl CallError {
             | Self::Overloaded { attempts, .. }
             | Self::Status { attempts, .. }
             | Self::Protocol { attempts, .. }
-            | Self::StreamCut { attempts, .. } => *attempts = n,
+            | Self::StreamCut { attempts, .. }
+            | Self::Embeddings { attempts, .. } => *attempts = n,
             Self::Config { .. } | Self::Request { .. } => {}
         }
         self

@@ -3,7 +3,8 @@
 //!
 //! A blocking API ([`Client::complete`]) for a synchronous agent loop or a summary worker's
 //! thread: it drives the async client on a current-thread runtime the [`Client`] owns. Callers
-//! already on tokio use [`Client::complete_async`].
+//! already on tokio use [`Client::complete_async`]. [`Client::embed`] calls an OpenAI-compatible
+//! `/v1/embeddings` endpoint the same way.
 //!
 //! Retries: a failed connection, no reply headers within the idle timeout, or a status a provider
 //! uses for "not now" (408, 409, 429, 5xx, 529) is tried again after the provider's
@@ -34,6 +35,7 @@
 mod call;
 mod config;
 mod delta;
+mod embed;
 mod error;
 mod retry;
 
@@ -48,6 +50,7 @@ pub use config::{
     ANTHROPIC_VERSION, OPENAI_BASE_URL,
 };
 pub use delta::Delta;
+pub use embed::{embeddings_endpoint, Embeddings};
 pub use error::CallError;
 
 use crate::AssistantReply;

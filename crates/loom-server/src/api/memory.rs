@@ -39,6 +39,9 @@ fn api_error(e: MemoryError) -> ApiError {
         MemoryError::InvalidInput { field, reason } => ApiError::invalid_field(field, reason),
         MemoryError::ItemNotFound(id) => ApiError::not_found(format!("memory item {id} not found")),
         MemoryError::SessionNotFound(s) => ApiError::not_found(format!("session `{s}` not found")),
+        // What this server's database cannot do (the knowledge base on PostgreSQL): the request
+        // is well formed, so it is a conflict with the server's setup, named, not a failure.
+        e @ MemoryError::Unsupported(_) => ApiError::conflict(e.to_string()),
         other => {
             tracing::error!("memory: {other}");
             ApiError::internal("working on memory")
@@ -49,9 +52,7 @@ fn api_error(e: MemoryError) -> ApiError {
 /// The server's memory, or a 503 saying why there is none.
 fn memory(state: &AppState) -> Result<Arc<dyn Memory>> {
     state.memory.clone().ok_or_else(|| {
-        ApiError::unavailable(
-            "this server keeps no memory: it needs an SQLite database (and no --no-memory)",
-        )
+        ApiError::unavailable("this server keeps no memory: it was started with --no-memory")
     })
 }
 
