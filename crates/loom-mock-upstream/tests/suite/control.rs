@@ -184,14 +184,14 @@ async fn models_in_both_shapes() {
 #[tokio::test]
 async fn unknown_paths_are_recorded_and_answered_404() {
     let mock = spawn().await;
-    let resp = post(&mock, "/v1/embeddings", &json!({"input": "x"})).await;
+    let resp = post(&mock, "/v1/fine_tuning/jobs", &json!({"model": "x"})).await;
     assert_eq!(resp.status().as_u16(), 404);
     let error: Value = resp.json_value().await;
     assert_eq!(
         error["type"], "error",
         "anthropic-version asks for Anthropic's shape: {error}"
     );
-    assert_eq!(mock.requests()[0].path, "/v1/embeddings");
+    assert_eq!(mock.requests()[0].path, "/v1/fine_tuning/jobs");
 }
 
 #[tokio::test]
