@@ -78,7 +78,7 @@ pub(crate) fn search(inner: &Inner, a: SearchArgs) -> PyResult<String> {
         loom_memory::index(inner.store.as_ref(), memory.as_ref(), id).map_err(memory_error)?;
     }
     let hits = loom_memory::recall(
-        memory,
+        memory.as_ref(),
         Some(inner.store.as_ref()),
         &Recall {
             query: a.query,
