@@ -78,6 +78,18 @@ pub enum MemoryError {
 }
 
 impl MemoryError {
+    /// A database whose memory schema (`found`) is newer than this build's (`known`): refused
+    /// rather than misread, by every backend alike.
+    pub(crate) fn schema_too_new(found: i64, known: i64) -> Self {
+        Self::Corrupt {
+            record: "schema".into(),
+            reason: format!(
+                "memory schema version {found} was written by a newer build (this one knows up \
+                 to {known})"
+            ),
+        }
+    }
+
     /// Whether the caller's input is at fault (the CLI maps these to its bad-input exit code).
     pub fn is_bad_input(&self) -> bool {
         matches!(

@@ -95,14 +95,7 @@ pub(crate) fn migrate(client: &mut Client) -> Result<()> {
         .and_then(|r| r.try_get(0))
         .map_err(backend("reading the memory schema version"))?;
     if current > latest_version() {
-        return Err(MemoryError::Corrupt {
-            record: "schema".into(),
-            reason: format!(
-                "memory schema version {current} was written by a newer build (this one knows \
-                 up to {})",
-                latest_version()
-            ),
-        });
+        return Err(MemoryError::schema_too_new(current, latest_version()));
     }
     for m in MIGRATIONS.iter().filter(|m| m.version > current) {
         tx.batch_execute(m.sql)

@@ -96,14 +96,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
         .flatten()
         .unwrap_or(0);
     if current > latest_version() {
-        return Err(MemoryError::Corrupt {
-            record: "schema".into(),
-            reason: format!(
-                "memory schema version {current} was written by a newer build (this one knows \
-                 up to {})",
-                latest_version()
-            ),
-        });
+        return Err(MemoryError::schema_too_new(current, latest_version()));
     }
     for m in MIGRATIONS.iter().filter(|m| m.version > current) {
         tx.execute_batch(m.sql)
