@@ -297,21 +297,10 @@ fn knowledge_hooks(
 ) -> anyhow::Result<loom_runtime::Hooks> {
     let memory = memory.ok_or_else(|| {
         bad_input(anyhow::anyhow!(
-            "[knowledge] needs memory, which is kept in an SQLite database for now"
+            "[knowledge] needs memory, and this run has none"
         ))
     })?;
-    let render = loom_server::engine::RenderSpec {
-        model: spec.model.clone(),
-        budget: spec.budget,
-        format: loom_agent::format_of(api),
-        tools: Vec::new(),
-        always_record: false,
-        injections: Vec::new(),
-    };
-    let (meter, policy) = env
-        .engine
-        .prepare(&render)
-        .map_err(|e| bad_input(anyhow::anyhow!("{}", e.message)))?;
+    let (render, meter, policy) = prepared(env, spec, api)?;
     let reserve = policy.injection_reserve;
     let kb = loom_runtime::task::MemoryKnowledge::new(memory, spec.agent.clone(), "", reserve)
         .sources(k.memory.unwrap_or(true), k.kb.unwrap_or(true));
@@ -327,12 +316,17 @@ fn knowledge_hooks(
     )
 }
 
-/// The summary worker's settings for the run's model, budget and format.
-fn worker_config(
+/// The run's render settings (model, budget, the API's format) with the meter and policy the
+/// engine prepares for them: what the knowledge hook and the summary worker both measure with.
+fn prepared(
     env: &Env,
     spec: &RunSpec,
     api: loom_provider::Api,
-) -> anyhow::Result<loom_runtime::WorkerConfig> {
+) -> anyhow::Result<(
+    loom_server::engine::RenderSpec,
+    loom_tokens::Tokenizer,
+    loom_core::render::Policy,
+)> {
     let render = loom_server::engine::RenderSpec {
         model: spec.model.clone(),
         budget: spec.budget,
@@ -345,6 +339,16 @@ fn worker_config(
         .engine
         .prepare(&render)
         .map_err(|e| bad_input(anyhow::anyhow!("{}", e.message)))?;
+    Ok((render, meter, policy))
+}
+
+/// The summary worker's settings for the run's model, budget and format.
+fn worker_config(
+    env: &Env,
+    spec: &RunSpec,
+    api: loom_provider::Api,
+) -> anyhow::Result<loom_runtime::WorkerConfig> {
+    let (render, meter, policy) = prepared(env, spec, api)?;
     Ok(loom_runtime::WorkerConfig::new(
         policy,
         loom_runtime::RenderSetup {
