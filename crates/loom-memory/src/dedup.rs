@@ -3,7 +3,13 @@
 
 use std::collections::BTreeSet;
 
-use crate::item::ItemId;
+use crate::item::{ItemId, ItemKind};
+
+/// Whether a source seen again is recognised by its text as well as its seqs: many facts come
+/// from the same lines, while a derived item is the one item of its kind for its lines.
+pub(crate) fn known_by_text(kind: ItemKind) -> bool {
+    kind == ItemKind::Fact
+}
 
 /// Two items whose content-word sets are at least this similar (Jaccard) are one memory.
 pub(crate) const NEAR_DUPLICATE: f64 = 0.9;

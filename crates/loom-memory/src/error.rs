@@ -67,6 +67,18 @@ pub enum MemoryError {
         #[source]
         source: Box<::postgres::Error>,
     },
+    /// The LLM extractor's call for a window of the log failed, or its reply could not be read.
+    #[error("extracting facts from session `{session}`, seqs {from_seq}–{to_seq}: {reason}")]
+    Extract {
+        /// The session read.
+        session: SessionId,
+        /// The window's first seq.
+        from_seq: u64,
+        /// The window's last seq.
+        to_seq: u64,
+        /// What went wrong.
+        reason: String,
+    },
     /// The memory database cannot be opened: a malformed URL, or nothing answering at it.
     #[error("cannot open memory at {db}: {reason}")]
     Open {

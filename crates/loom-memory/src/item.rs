@@ -81,6 +81,8 @@ pub enum ItemKind {
     Summary,
     /// A note saved into L2 during a session.
     Note,
+    /// A fact distilled from a window of the log by the optional LLM extractor.
+    Fact,
 }
 
 impl ItemKind {
@@ -92,6 +94,7 @@ impl ItemKind {
             Self::Observation => "observation",
             Self::Summary => "summary",
             Self::Note => "note",
+            Self::Fact => "fact",
         }
     }
 
@@ -102,6 +105,7 @@ impl ItemKind {
             Self::Observation,
             Self::Summary,
             Self::Note,
+            Self::Fact,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)

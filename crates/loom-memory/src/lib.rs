@@ -16,15 +16,18 @@
 //! - [`Memory::search`] ranks with BM25 and, when the memory has an [`Embedder`], with vector
 //!   similarity too, fused by reciprocal rank; then neighbouring turns are smoothed in and the
 //!   best hits packed into the budget.
+//! - [`extract`] is the optional LLM extractor: a model distils facts from windows of a log,
+//!   each checked against the lines it cites and written as an L4 item with that provenance.
 //! - [`Embedder`] is the embedders' one trait: none (the default), an OpenAI-compatible
 //!   endpoint ([`OpenAiEmbedder`]) and a local model folder ([`LocalEmbedder`]).
 
-use loom_core::AgentId;
+use loom_core::{AgentId, Seq, SessionId};
 
 mod dedup;
 mod derive;
 mod embed;
 mod error;
+pub mod extract;
 mod index;
 mod item;
 pub mod kb;
@@ -37,6 +40,7 @@ mod tiers;
 pub use derive::derive;
 pub use embed::{embedder_from_spec, EmbedError, Embedder, LocalEmbedder, OpenAiEmbedder};
 pub use error::{MemoryError, Result};
+pub use extract::{extract, ExtractMark, ExtractReport, FactModel, ProviderFacts};
 pub use index::{index, index_as, IndexReport};
 pub use item::{
     Filters, Forgotten, Hit, Item, ItemId, ItemKind, NewItem, Provenance, Search, Source, Tier,
@@ -143,6 +147,19 @@ pub trait Memory: Send + Sync + std::fmt::Debug {
     fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
         let _ = (scope, path);
         Err(MemoryError::Unsupported("a knowledge base"))
+    }
+
+    /// How far the extractor named `extractor` has read `session` for `agent` (0: not at all).
+    fn extracted_to(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
+        let _ = (agent, session, extractor);
+        Err(MemoryError::Unsupported("the LLM extractor"))
+    }
+
+    /// Writes extracted facts as [`Memory::write`] does and moves the extractor's mark to
+    /// `mark.to_seq`, in one transaction: a window is either written and marked, or neither.
+    fn write_extracted(&self, items: &[NewItem], mark: &ExtractMark) -> Result<Vec<Written>> {
+        let _ = (items, mark);
+        Err(MemoryError::Unsupported("the LLM extractor"))
     }
 
     /// Saves a note into L2 (session working memory), with its provenance and time to live.

@@ -105,6 +105,31 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Distil facts from sessions' logs with a model (the optional LLM extractor): each fact
+    /// is an L4 item whose provenance is the lines it cites; a second run reads only what was
+    /// appended since.
+    Extract {
+        /// Sessions to read (default: every session of --agent, or every session).
+        #[arg(value_name = "SESSION")]
+        sessions: Vec<String>,
+        /// Only this agent's sessions; the facts go to its memory.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
+        /// The model asked (default: the configuration's `model`).
+        #[arg(long, value_name = "M")]
+        model: Option<String>,
+        /// A configuration file whose `[provider]` table says where the model is (as for
+        /// `loom run`); without one, OpenAI Chat Completions with `OPENAI_API_KEY` and
+        /// `OPENAI_BASE_URL`.
+        #[arg(long, value_name = "FILE")]
+        config: Option<std::path::PathBuf>,
+        /// The most tokens of log shown to the model per call.
+        #[arg(long, value_name = "TOKENS", default_value_t = loom_memory::extract::DEFAULT_WINDOW_TOKENS)]
+        window_tokens: u64,
+        /// Print the reports as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove one memory item (the only delete) and print what was removed.
     Forget {
         /// The item's id, as `loom memory search` shows it.
@@ -157,6 +182,73 @@ fn open_embedded(ctx: &Context, spec: &str) -> anyhow::Result<Box<dyn Memory>> {
     loom_memory::open_with(&ctx.database()?, embedder).map_err(mapped)
 }
 
+/// The extractor's model: the configuration's `[provider]` (or OpenAI Chat Completions from the
+/// environment) asked for `model`, or the configuration's own.
+fn extractor(
+    config: Option<&std::path::Path>,
+    model: Option<String>,
+) -> anyhow::Result<loom_memory::ProviderFacts> {
+    let config = match config {
+        Some(path) => loom_agent::Config::load(path).map_err(bad_input)?,
+        None => loom_agent::Config::default(),
+    };
+    let model = model.or_else(|| config.model.clone()).ok_or_else(|| {
+        bad_input(anyhow::anyhow!(
+            "--model: name the model (or set `model` in --config)"
+        ))
+    })?;
+    let provider = match &config.provider {
+        Some(table) => {
+            let mut raw: loom_provider::client::RawProviderConfig = table
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| bad_input(anyhow::anyhow!("[provider]: {e}")))?;
+            raw.model = Some(model);
+            raw.resolve()
+        }
+        None => loom_provider::client::ProviderConfig::from_env(
+            loom_provider::Api::ChatCompletions,
+            model,
+        ),
+    }
+    .map_err(|e| bad_input(anyhow::Error::new(e)))?;
+    loom_memory::ProviderFacts::new(provider).map_err(mapped)
+}
+
+/// The sessions named, or every session of `agent` (every session without one); a named
+/// session of another agent is refused.
+fn chosen_sessions(
+    store: &dyn loom_store::Store,
+    sessions: Vec<String>,
+    agent: Option<&AgentId>,
+) -> anyhow::Result<Vec<SessionId>> {
+    let mut chosen = Vec::new();
+    for s in sessions {
+        chosen.push(id("SESSION", SessionId::new, s)?);
+    }
+    let all = store.sessions()?;
+    if chosen.is_empty() {
+        return Ok(all
+            .iter()
+            .filter(|s| agent.is_none_or(|a| *a == s.agent))
+            .map(|s| s.id.clone())
+            .collect());
+    }
+    for s in &chosen {
+        let info = all
+            .iter()
+            .find(|i| i.id == *s)
+            .ok_or_else(|| bad_input(anyhow::anyhow!("SESSION: session `{s}` not found")))?;
+        if let Some(a) = agent.filter(|a| **a != info.agent) {
+            return Err(bad_input(anyhow::anyhow!(
+                "session `{s}` belongs to agent `{}`, not `{a}`",
+                info.agent
+            )));
+        }
+    }
+    Ok(chosen)
+}
+
 fn id<T>(
     what: &str,
     make: impl FnOnce(String) -> loom_core::Result<T>,
@@ -181,29 +273,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         } => {
             let ws = ctx.open_existing("run `loom import` first")?;
             let agent = agent.map(|a| id("--agent", AgentId::new, a)).transpose()?;
-            let mut chosen = Vec::new();
-            for s in sessions {
-                chosen.push(id("SESSION", SessionId::new, s)?);
-            }
-            let all = ws.store.sessions()?;
-            if chosen.is_empty() {
-                chosen = all
-                    .iter()
-                    .filter(|s| agent.as_ref().is_none_or(|a| *a == s.agent))
-                    .map(|s| s.id.clone())
-                    .collect();
-            } else if let Some(a) = &agent {
-                for s in &chosen {
-                    if let Some(info) = all.iter().find(|i| i.id == *s) {
-                        if info.agent != *a {
-                            return Err(bad_input(anyhow::anyhow!(
-                                "session `{s}` belongs to agent `{}`, not `{a}`",
-                                info.agent
-                            )));
-                        }
-                    }
-                }
-            }
+            let chosen = chosen_sessions(ws.store.as_ref(), sessions, agent.as_ref())?;
             let memory = open_embedded(ctx, &embedder)?;
             let mut reports = Vec::new();
             for s in &chosen {
@@ -315,6 +385,37 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Cmd::Extract {
+            sessions,
+            agent,
+            model,
+            config,
+            window_tokens,
+            json,
+        } => {
+            let ws = ctx.open_existing("run `loom import` first")?;
+            let agent = agent.map(|a| id("--agent", AgentId::new, a)).transpose()?;
+            let chosen = chosen_sessions(ws.store.as_ref(), sessions, agent.as_ref())?;
+            let model = extractor(config.as_deref(), model)?;
+            let memory = open_memory(ctx)?;
+            let mut reports = Vec::new();
+            for s in &chosen {
+                // The windows read before an error stay written and marked: the next run
+                // resumes at the window that failed.
+                reports.push(
+                    loom_memory::extract(
+                        ws.store.as_ref(),
+                        memory.as_ref(),
+                        &model,
+                        s,
+                        agent.as_ref(),
+                        window_tokens,
+                    )
+                    .map_err(mapped)?,
+                );
+            }
+            closed_pipe_is_fine(print_extract(&reports, json))
+        }
         Cmd::Forget { id, json } => {
             let memory = open_memory(ctx)?;
             let gone = memory.forget(id).map_err(mapped)?;
@@ -374,6 +475,45 @@ fn print_index(
                 out,
                 "{embedded} items without a vector of this model embedded"
             )?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn print_extract(reports: &[loom_memory::ExtractReport], json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if json {
+        serde_json::to_writer_pretty(&mut out, reports)?;
+        writeln!(out)?;
+    } else {
+        if reports.is_empty() {
+            writeln!(out, "no sessions to read")?;
+        }
+        for r in reports {
+            let name = r.session.as_ref().map_or("", SessionId::as_str);
+            writeln!(
+                out,
+                "{name}: read seqs {}–{} in {} calls of {} ({} input, {} output tokens): {} facts, {} new, {} duplicates, {} already extracted, {} rejected",
+                r.from_mark + 1,
+                r.to_mark,
+                r.windows,
+                r.extractor,
+                r.input_tokens,
+                r.output_tokens,
+                r.facts,
+                r.created,
+                r.duplicates,
+                r.known,
+                r.rejected.len()
+            )?;
+            for x in &r.rejected {
+                writeln!(
+                    out,
+                    "  rejected in seqs {}–{}: {}: {}",
+                    x.from_seq, x.to_seq, x.field, x.reason
+                )?;
+            }
         }
     }
     out.flush()?;

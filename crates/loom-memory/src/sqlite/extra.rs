@@ -1,11 +1,13 @@
-//! Tables added beside the versioned memory schema: note expiry (L2) and the knowledge base.
+//! Tables added beside the versioned memory schema: note expiry (L2), the knowledge base and
+//! the LLM extractor's marks.
 //!
 //! Each is created with `CREATE … IF NOT EXISTS` when the memory is opened, so a database
 //! written before them gains them on first use and the schema version is left alone.
 
-use rusqlite::Connection;
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{backend, Result};
+use crate::extract::ExtractMark;
 
 const SQL: &str = r#"
 -- When an L2 note expires (UTC milliseconds); notes without a row never do.
@@ -45,10 +47,57 @@ CREATE VIRTUAL TABLE IF NOT EXISTS kb_fts USING fts5 (
     text,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
+
+-- How far each LLM extractor (its API and model) has read each session of an agent.
+CREATE TABLE IF NOT EXISTS memory_extracted (
+    agent      TEXT    NOT NULL,
+    session    TEXT    NOT NULL,
+    extractor  TEXT    NOT NULL,
+    to_seq     INTEGER NOT NULL CHECK (to_seq >= 0),
+    PRIMARY KEY (agent, session, extractor)
+) WITHOUT ROWID;
 "#;
 
 /// Creates the tables when they are missing.
 pub(crate) fn ensure(conn: &Connection) -> Result<()> {
-    conn.execute_batch(SQL)
-        .map_err(backend("creating the notes and knowledge-base tables"))
+    conn.execute_batch(SQL).map_err(backend(
+        "creating the notes, knowledge-base and extractor tables",
+    ))
+}
+
+/// How far `extractor` has read `session` for `agent` (0: not at all).
+pub(crate) fn extracted_to(
+    conn: &Connection,
+    agent: &str,
+    session: &str,
+    extractor: &str,
+) -> Result<u64> {
+    conn.prepare_cached(
+        "SELECT to_seq FROM memory_extracted WHERE agent = ?1 AND session = ?2 AND extractor = ?3",
+    )
+    .and_then(|mut st| {
+        st.query_row(params![agent, session, extractor], |r| r.get(0))
+            .optional()
+    })
+    .map(Option::unwrap_or_default)
+    .map_err(backend("reading the extractor's mark"))
+}
+
+/// Moves the mark of `mark.extractor` on its session to `mark.to_seq` (never back).
+pub(crate) fn set_mark(conn: &Connection, mark: &ExtractMark) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO memory_extracted (agent, session, extractor, to_seq) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (agent, session, extractor) DO UPDATE
+         SET to_seq = max(to_seq, excluded.to_seq)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            mark.agent.as_str(),
+            mark.session.as_str(),
+            mark.extractor,
+            mark.to_seq
+        ])
+    })
+    .map(drop)
+    .map_err(backend("writing the extractor's mark"))
 }

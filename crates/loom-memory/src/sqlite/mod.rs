@@ -22,10 +22,11 @@ use std::time::Duration;
 use loom_tokens::{CountTokens, Encoding, Tokenizer};
 use rusqlite::{Connection, TransactionBehavior};
 
-use loom_core::AgentId;
+use loom_core::{AgentId, Seq, SessionId};
 
 use crate::embed::Embedder;
 use crate::error::{backend, Result};
+use crate::extract::ExtractMark;
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
 use crate::kb::chunk;
 use crate::notes::{wall_clock_ms, NewNote, Saved};
@@ -157,31 +158,25 @@ impl SqliteMemory {
         Ok(out)
     }
 
-    /// Runs `f` in a read transaction, so that it sees one snapshot.
-    fn read_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let mut conn = self.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(backend("starting a memory read"))?;
-        let out = f(&tx)?;
-        tx.commit().map_err(backend("ending a memory read"))?;
-        Ok(out)
-    }
-}
-
-impl Memory for SqliteMemory {
-    fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
+    /// Writes `items` and runs `then` in the same transaction, then embeds the new items.
+    fn write_then(
+        &self,
+        items: &[NewItem],
+        then: impl FnOnce(&Connection) -> Result<()>,
+    ) -> Result<Vec<Written>> {
         // Counted before the transaction, so that the write lock is held for SQL only.
         let tokens: Vec<u64> = items
             .iter()
             .map(|i| self.tokenizer.count(&i.text))
             .collect();
         let written: Vec<Written> = self.write_tx(|tx| {
-            items
+            let written = items
                 .iter()
                 .zip(tokens)
                 .map(|(item, n)| write::write_item(tx, item, n))
-                .collect()
+                .collect::<Result<_>>()?;
+            then(tx)?;
+            Ok(written)
         })?;
         // New items are embedded after their write, outside the write lock (a remote embedder
         // may take seconds). Should it fail, the items stay, searchable by full text, and the
@@ -204,6 +199,31 @@ impl Memory for SqliteMemory {
             }
         }
         Ok(written)
+    }
+
+    /// Runs `f` in a read transaction, so that it sees one snapshot.
+    fn read_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(backend("starting a memory read"))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(backend("ending a memory read"))?;
+        Ok(out)
+    }
+}
+
+impl Memory for SqliteMemory {
+    fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
+        self.write_then(items, |_| Ok(()))
+    }
+
+    fn extracted_to(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
+        self.read_tx(|tx| extra::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
+    }
+
+    fn write_extracted(&self, items: &[NewItem], mark: &ExtractMark) -> Result<Vec<Written>> {
+        self.write_then(items, |tx| extra::set_mark(tx, mark))
     }
 
     fn search(&self, search: &Search) -> Result<Vec<Hit>> {

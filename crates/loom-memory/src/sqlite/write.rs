@@ -16,12 +16,15 @@ use super::read::load_item;
 pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result<Written> {
     let agent = item.agent.as_str();
     let src = &item.source;
+    let normalized = text::normalize(&item.text);
+    let hash = text::hash(&normalized);
     // The same source seen again (re-indexing) changes nothing, whatever became of its item.
+    // Many facts come from the same lines, so a fact is known only with the same text.
     let known: Option<ItemId> = tx
         .prepare_cached(
             "SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
              WHERE s.session = ?1 AND s.from_seq = ?2 AND s.to_seq = ?3
-               AND i.agent = ?4 AND i.kind = ?5 LIMIT 1",
+               AND i.agent = ?4 AND i.kind = ?5 AND (?6 IS NULL OR i.hash = ?6) LIMIT 1",
         )
         .and_then(|mut st| {
             st.query_row(
@@ -30,7 +33,8 @@ pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result
                     src.from_seq,
                     src.to_seq,
                     agent,
-                    item.kind.as_str()
+                    item.kind.as_str(),
+                    dedup::known_by_text(item.kind).then_some(hash.as_str()),
                 ],
                 |r| r.get(0),
             )
@@ -41,8 +45,6 @@ pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result
         return Ok(Written::Known(id));
     }
 
-    let normalized = text::normalize(&item.text);
-    let hash = text::hash(&normalized);
     // Only current items absorb duplicates: a superseded fact stated again is current again,
     // as a new item with its own validity (it then supersedes the one that replaced it).
     let exact: Option<ItemId> = tx

@@ -2,6 +2,7 @@
 //! embedders and hybrid search, and indexing from a stored log.
 
 mod embed;
+mod extract;
 mod index;
 mod kb;
 mod local_model;
