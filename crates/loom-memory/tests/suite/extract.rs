@@ -163,7 +163,7 @@ fn facts_are_written_with_the_provenance_of_the_lines_they_cite(m: &dyn Memory) 
     let luna = hits
         .iter()
         .find(|h| h.text == "Luna is a border collie.")
-        .expect("the fact is searchable");
+        .unwrap_or_else(|| panic!("the fact is searchable: {hits:?}"));
     assert_eq!(luna.tier, Tier::L4);
     assert_eq!(
         (
