@@ -38,6 +38,11 @@ pub struct Recall {
     pub limit: usize,
     /// Whether superseded items are returned too.
     pub history: bool,
+    /// Only stored items valid from this time on (UTC milliseconds, inclusive). L1, the
+    /// session's latest events, is a window of its own and ignores the range.
+    pub from_ms: Option<i64>,
+    /// Only stored items that became valid at or before this time (UTC milliseconds).
+    pub to_ms: Option<i64>,
 }
 
 /// Runs `recall` over `memory` (and `store`, which L1 reads). The hits are best first and their
@@ -55,7 +60,8 @@ pub fn recall(memory: &dyn Memory, store: Option<&dyn Store>, r: &Recall) -> Res
             agent: Some(r.agent.clone()),
             session,
             tier,
-            ..Filters::default()
+            from_ms: r.from_ms,
+            to_ms: r.to_ms,
         },
         budget: r.budget,
         limit: r.limit,

@@ -647,7 +647,8 @@ impl Database {
     /// Searches an agent's memory (the session's agent when `agent` is None) within `budget`
     /// tokens: one tier (`L1`..`L4`), or the session's notes and summaries with long-term
     /// memory across sessions. Returns `{"hits": [...]}` as JSON.
-    #[pyo3(signature = (query, agent=None, session=None, tier=None, budget=1000, limit=50))]
+    /// `from_ms` / `to_ms` keep the stored items valid within that time range (UTC ms).
+    #[pyo3(signature = (query, agent=None, session=None, tier=None, budget=1000, limit=50, from_ms=None, to_ms=None))]
     #[allow(clippy::too_many_arguments)]
     fn memory_search(
         &self,
@@ -658,6 +659,8 @@ impl Database {
         tier: Option<String>,
         budget: u64,
         limit: usize,
+        from_ms: Option<i64>,
+        to_ms: Option<i64>,
     ) -> PyResult<String> {
         let inner = Arc::clone(&self.inner);
         let args = memory::SearchArgs {
@@ -667,6 +670,8 @@ impl Database {
             tier,
             budget,
             limit,
+            from_ms,
+            to_ms,
         };
         py.detach(move || memory::search(&inner, args))
     }

@@ -44,6 +44,8 @@ pub(crate) struct SearchArgs {
     pub(crate) tier: Option<String>,
     pub(crate) budget: u64,
     pub(crate) limit: usize,
+    pub(crate) from_ms: Option<i64>,
+    pub(crate) to_ms: Option<i64>,
 }
 
 /// `{"hits": [...]}` for a search of the agent's memory (the session's agent when none is
@@ -88,6 +90,8 @@ pub(crate) fn search(inner: &Inner, a: SearchArgs) -> PyResult<String> {
             budget: a.budget,
             limit: a.limit,
             history: false,
+            from_ms: a.from_ms,
+            to_ms: a.to_ms,
         },
     )
     .map_err(memory_error)?;

@@ -324,6 +324,8 @@ fn memory_schemas() -> Value {
             "budget": {"type": "integer", "minimum": 1},
             "limit": {"type": "integer", "minimum": 0},
             "history": {"type": "boolean"},
+            "from_ms": {"type": "integer", "description": "only items valid from this time on (UTC milliseconds)"},
+            "to_ms": {"type": "integer", "description": "only items that became valid at or before this time (UTC milliseconds)"},
         }), &["query"]),
         "MemoryHit": obj(json!({
             "id": {"type": "integer", "description": "absent for L1 hits (the log itself)"},

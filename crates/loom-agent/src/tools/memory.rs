@@ -40,7 +40,11 @@ pub fn defs() -> Vec<ToolDef> {
                     "description": "only this tier: L1 recent events, L2 notes, L3 summaries, L4 long-term"},
                 "budget": {"type": "integer", "minimum": 1, "maximum": MAX_BUDGET,
                     "description": "the most tokens to return"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+                "since": {"type": "string",
+                    "description": "only memories from this time on (YYYY-MM-DD or RFC 3339)"},
+                "until": {"type": "string",
+                    "description": "only memories from before this time (YYYY-MM-DD or RFC 3339)"}},
                 "required": ["query"], "additionalProperties": false}),
             requires_approval: false,
         },
@@ -93,6 +97,16 @@ pub fn run(
     }
 }
 
+/// An optional time argument (`YYYY-MM-DD` or RFC 3339) as UTC milliseconds.
+fn time_arg(args: &Value, name: &str) -> Result<Option<i64>, String> {
+    match args.get(name).and_then(Value::as_str) {
+        None => Ok(None),
+        Some(text) => loom_runtime::task::parse_utc_ms(text)
+            .map(|(ms, _)| Some(ms))
+            .map_err(|e| format!("`{name}`: {e}")),
+    }
+}
+
 fn search(
     memory: &dyn Memory,
     store: &dyn Store,
@@ -125,6 +139,8 @@ fn search(
             budget,
             limit,
             history: false,
+            from_ms: time_arg(args, "since")?,
+            to_ms: time_arg(args, "until")?,
         },
     )
     .map_err(|e| e.to_string())?;

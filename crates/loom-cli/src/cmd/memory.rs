@@ -72,6 +72,13 @@ enum Cmd {
         /// Include superseded items.
         #[arg(long)]
         history: bool,
+        /// Only items from this time on: `YYYY-MM-DD`, RFC 3339 (`2023-05-08T13:56:00Z`) or UTC
+        /// milliseconds.
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only items from this time or before (as --since).
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
         /// Fuse full-text ranking with vector similarity from this embedder (the one the items
         /// were indexed with): `none`, `openai:MODEL` or `local:PATH`.
         #[arg(
@@ -249,6 +256,16 @@ fn chosen_sessions(
     Ok(chosen)
 }
 
+/// A time given as UTC milliseconds, `YYYY-MM-DD` or RFC 3339, as UTC milliseconds.
+fn time(flag: &str, text: &str) -> anyhow::Result<i64> {
+    if let Ok(ms) = text.trim().parse::<i64>() {
+        return Ok(ms);
+    }
+    loom_runtime::task::parse_utc_ms(text)
+        .map(|(ms, _)| ms)
+        .map_err(|e| bad_input(anyhow::anyhow!("{flag} `{text}`: {e}")))
+}
+
 fn id<T>(
     what: &str,
     make: impl FnOnce(String) -> loom_core::Result<T>,
@@ -293,10 +310,14 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             session,
             tier,
             history,
+            since,
+            until,
             embedder,
             json,
         } => {
             let agent = id("--agent", AgentId::new, agent)?;
+            let from_ms = since.as_deref().map(|t| time("--since", t)).transpose()?;
+            let to_ms = until.as_deref().map(|t| time("--until", t)).transpose()?;
             let session = session
                 .map(|s| id("--session", SessionId::new, s))
                 .transpose()?;
@@ -324,6 +345,8 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 budget,
                 limit,
                 history,
+                from_ms,
+                to_ms,
             };
             let store = ws.as_ref().map(|w| w.store.as_ref());
             let hits = loom_memory::recall(memory.as_ref(), store, &recall).map_err(mapped)?;

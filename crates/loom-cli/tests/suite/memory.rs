@@ -181,3 +181,35 @@ fn facts_are_extracted_by_a_model_with_the_lines_they_cite_and_only_once() {
     assert_eq!(bare.code, 2, "{}", bare.stderr);
     assert!(bare.stderr.contains("--model"), "{}", bare.stderr);
 }
+
+#[test]
+fn a_search_keeps_the_items_of_a_time_range_and_refuses_a_bad_time() {
+    let loom = Loom::new();
+    conversation(&loom);
+    loom.run(["memory", "index", "--agent", "friend"]).ok();
+    let hits = |range: &[&str]| -> usize {
+        let mut args = vec![
+            "memory",
+            "search",
+            "Maya Lisbon",
+            "--agent",
+            "friend",
+            "--json",
+        ];
+        args.extend_from_slice(range);
+        loom.run(args).ok().json()["hits"].as_array().unwrap().len()
+    };
+    let all = hits(&[]);
+    assert!(all > 0);
+    assert_eq!(hits(&["--since", "1970-01-01"]), all);
+    assert_eq!(
+        hits(&["--since", "0", "--until", "9999-12-31T23:59:59Z"]),
+        all
+    );
+    assert_eq!(hits(&["--until", "1970-01-01T00:00:00Z"]), 0);
+    let bad = loom.run([
+        "memory", "search", "Maya", "--agent", "friend", "--since", "May 8",
+    ]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--since `May 8`"), "{}", bad.stderr);
+}

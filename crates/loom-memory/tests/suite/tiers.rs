@@ -34,6 +34,8 @@ fn ask(a: &str, sess: Option<&str>, tier: Option<Tier>, query: &str) -> Recall {
         budget: 1_000,
         limit: 20,
         history: false,
+        from_ms: None,
+        to_ms: None,
     }
 }
 
@@ -191,6 +193,40 @@ fn memory_of_one_agent_is_never_returned_for_another(m: &dyn Memory) {
     }
 }
 
+fn a_time_range_keeps_the_items_valid_within_it(m: &dyn Memory) {
+    // `turn` dates an item at its seq in seconds.
+    m.write(&[
+        turn("ops", "s1", 1, "the standup moved to the blue room"),
+        turn("ops", "s1", 5, "the standup moved to the green room"),
+        turn("ops", "s1", 9, "the standup moved to the red room"),
+    ])
+    .unwrap();
+    let within = |from_ms, to_ms| -> Vec<String> {
+        let mut r = ask("ops", None, Some(Tier::L4), "standup room");
+        (r.from_ms, r.to_ms) = (from_ms, to_ms);
+        let mut texts: Vec<String> = recall(m, None, &r)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.text)
+            .collect();
+        texts.sort();
+        texts
+    };
+    assert_eq!(within(None, None).len(), 3);
+    assert_eq!(
+        within(Some(5_000), None),
+        [
+            "the standup moved to the green room",
+            "the standup moved to the red room"
+        ]
+    );
+    assert_eq!(
+        within(Some(2_000), Some(5_000)),
+        ["the standup moved to the green room"]
+    );
+    assert!(within(Some(10_000), None).is_empty());
+}
+
 fn user(ts: i64, text: &str) -> NewEvent {
     NewEvent::new(
         ts,
@@ -260,5 +296,6 @@ conformance!(
     expiry_is_judged_at_read_time_too_before_any_purge,
     each_tier_is_searched_on_its_own_and_l2_needs_a_session,
     memory_of_one_agent_is_never_returned_for_another,
+    a_time_range_keeps_the_items_valid_within_it,
     l1_is_the_sessions_recent_log_ranked_by_the_query_and_only_the_owners,
 );

@@ -244,14 +244,24 @@ class Session:
         budget: int = 1000,
         limit: int = 50,
         agent: Optional[str] = None,
+        from_ms: Optional[int] = None,
+        to_ms: Optional[int] = None,
     ) -> List[Dict[str, Any]]:
         """The session's agent's memories best matching ``query``, best first, whose ``tokens``
         sum to at most ``budget``: this session's notes (L2) and summaries (L3) with long-term
         memory (L4) across sessions, or one ``tier`` (``"L1"`` the session's recent events,
         ``"L2"``, ``"L3"``, ``"L4"``). Each hit is ``{"text", "tokens", "score", "tier",
-        "sources": [{"session", "seq"}]}`` (and ``"id"`` for stored items)."""
+        "sources": [{"session", "seq"}]}`` (and ``"id"`` for stored items). ``from_ms`` and
+        ``to_ms`` (UTC milliseconds) keep the stored items valid within that time range."""
         return self._db.memory_search(
-            query, agent=agent, session=self.id, tier=tier, budget=budget, limit=limit
+            query,
+            agent=agent,
+            session=self.id,
+            tier=tier,
+            budget=budget,
+            limit=limit,
+            from_ms=from_ms,
+            to_ms=to_ms,
         )
 
     def memory_save(
@@ -354,10 +364,14 @@ class Database:
         tier: Optional[str] = None,
         budget: int = 1000,
         limit: int = 50,
+        from_ms: Optional[int] = None,
+        to_ms: Optional[int] = None,
     ) -> List[Dict[str, Any]]:
         """An agent's memories best matching ``query`` (see :meth:`Session.memory_search`);
         ``agent`` defaults to ``session``'s. Returns the hits, best first."""
-        out = self._native.memory_search(query, agent, session, tier, budget, limit)
+        out = self._native.memory_search(
+            query, agent, session, tier, budget, limit, from_ms, to_ms
+        )
         return json.loads(out)["hits"]
 
     def recall(self, reference: str, session: Optional[str] = None) -> bytes:

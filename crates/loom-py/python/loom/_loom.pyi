@@ -61,6 +61,8 @@ class Database:
         tier: Optional[str] = None,
         budget: int = 1000,
         limit: int = 50,
+        from_ms: Optional[int] = None,
+        to_ms: Optional[int] = None,
     ) -> str: ...
     def memory_save(
         self,

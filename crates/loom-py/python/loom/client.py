@@ -198,11 +198,19 @@ class Remote:
         tier: Optional[str] = None,
         budget: int = 1000,
         limit: int = 50,
+        from_ms: Optional[int] = None,
+        to_ms: Optional[int] = None,
     ) -> str:
         if agent is None and session is not None and self.session_info(session) is not None:
             agent = json.loads(self.session_info(session) or "{}").get("agent")
         payload: Dict[str, Any] = {"query": query, "budget": budget, "limit": limit}
-        for name, value in (("agent", agent), ("session", session), ("tier", tier)):
+        for name, value in (
+            ("agent", agent),
+            ("session", session),
+            ("tier", tier),
+            ("from_ms", from_ms),
+            ("to_ms", to_ms),
+        ):
             if value is not None:
                 payload[name] = value
         return json.dumps(self._json("POST", "/loom/v1/memory/search", payload=payload))

@@ -115,6 +115,8 @@ struct SearchRequest {
     limit: Option<usize>,
     #[serde(default)]
     history: bool,
+    from_ms: Option<i64>,
+    to_ms: Option<i64>,
 }
 
 /// `POST /loom/v1/memory/search`.
@@ -151,6 +153,8 @@ pub(crate) async fn search(
         budget,
         limit: req.limit.unwrap_or(loom_memory::DEFAULT_LIMIT),
         history: req.history,
+        from_ms: req.from_ms,
+        to_ms: req.to_ms,
     };
     // L1 is read from the session's own log: the session is the tenant's (scoped above), and
     // it must be the agent's.
