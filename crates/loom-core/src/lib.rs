@@ -12,6 +12,7 @@ mod reduce;
 pub mod render;
 mod stats;
 mod step;
+pub mod time;
 
 pub use compact::{
     auto_tune, auto_tune_config, build_react_prompt, build_react_prompt_stable, compact,

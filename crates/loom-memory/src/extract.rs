@@ -15,6 +15,7 @@
 //! running it again reads only what was appended since, and a crash never loses or repeats a
 //! window.
 
+use loom_core::time::utc_date;
 use loom_core::{AgentId, EventBody, Seq, SessionId, Step};
 use loom_provider::client::{Client, ProviderConfig};
 use loom_provider::Api;
@@ -382,7 +383,7 @@ fn line(seq: Seq, ts_ms: i64, who: &str, text: &str) -> Option<Line> {
     Some(Line {
         seq,
         ts_ms,
-        text: format!("[{seq}] {} {who}: {shown}\n", date(ts_ms)),
+        text: format!("[{seq}] {} {who}: {shown}\n", utc_date(ts_ms)),
     })
 }
 
@@ -511,32 +512,9 @@ fn json_part(reply: &str) -> &str {
     }
 }
 
-/// `YYYY-MM-DD` of UTC milliseconds (proleptic Gregorian).
-fn date(ts_ms: i64) -> String {
-    // Howard Hinnant's civil-from-days.
-    let z = ts_ms.div_euclid(86_400_000) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_are_civil() {
-        assert_eq!(date(0), "1970-01-01");
-        assert_eq!(date(1_683_504_000_000), "2023-05-08");
-        assert_eq!(date(951_782_400_000), "2000-02-29");
-        assert_eq!(date(-86_400_000), "1969-12-31");
-    }
 
     #[test]
     fn json_is_found_inside_fences_and_prose() {
