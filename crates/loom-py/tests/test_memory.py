@@ -64,3 +64,12 @@ def test_bad_memory_input_raises_naming_the_field(db):
         s.memory_save("note", seq=99)
     with pytest.raises(loom.NotFound):
         db.session("nowhere").memory_save("note")
+
+
+def test_a_time_range_keeps_the_memories_valid_within_it(db):
+    s = conversation(db, "range", "ops", ["the standup moved to the blue room", "noted"])
+    found = s.memory_search("standup room", tier="L4")
+    assert found, "indexed"
+    assert s.memory_search("standup room", tier="L4", from_ms=0) == found
+    assert s.memory_search("standup room", tier="L4", to_ms=0) == []
+    assert s.memory_search("standup room", tier="L4", from_ms=2**62) == []
