@@ -28,6 +28,7 @@ mod derive;
 mod embed;
 mod error;
 pub mod extract;
+mod hybrid;
 mod index;
 mod item;
 pub mod kb;
@@ -46,10 +47,9 @@ pub use item::{
     Filters, Forgotten, Hit, Item, ItemId, ItemKind, NewItem, Provenance, Search, Source, Tier,
     Written, DEFAULT_LIMIT,
 };
-pub use kb::FileKind;
+pub use kb::{FileKind, KbAdded, KbFile, KbHit};
 pub use notes::{NewNote, Saved, MAX_NOTE_BYTES};
 pub use postgres::PgMemory;
-pub use sqlite::kb::{KbAdded, KbFile, KbHit};
 pub use sqlite::SqliteMemory;
 pub use tiers::{recall, recent, Recall, L1_WINDOW};
 
