@@ -3,8 +3,10 @@
 //! server, so that a search never pulls the vectors to the client.
 //!
 //! Without pgvector (CI's Debian packages have none) the comparison is an exact scan: each
-//! vector of the model that passes the search's filters is dotted with the query's in SQL
-//! (`real[]`, unit length, so the dot product is the cosine). With pgvector the stored
+//! vector of the model that passes the search's filters is dotted with the query's in the
+//! server by `memory_dot` (`real[]`, unit length, so the dot product is the cosine). Its cost
+//! grows with items × dimensions (see PERFORMANCE.md): fine for one agent's memory of a few
+//! thousand items, slow for a hundred thousand. With pgvector the stored
 //! `embedding` column is compared by its `<=>` (cosine distance) instead; still exact, as no
 //! vector index is built (models differ in length, and one agent's memory is small).
 
@@ -105,7 +107,7 @@ pub(super) fn nearest(
     let similarity = if pgvector {
         "1 - (v.embedding <=> $1::real[]::vector)"
     } else {
-        "(SELECT sum(a::float8 * b::float8) FROM unnest(v.vector, $1::real[]) AS u(a, b))"
+        "memory_dot(v.vector, $1::real[])"
     };
     let sql = format!(
         "SELECT v.item, {similarity} AS similarity
