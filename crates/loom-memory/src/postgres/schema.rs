@@ -89,14 +89,16 @@ const MIGRATIONS: &[Migration] = &[
 
     -- The dot product of two vectors of one length, for the exact scan without pgvector. A
     -- loop in PL/pgSQL: measured at less than half the time of `sum(a * b)` over
-    -- `unnest(a, b)`, whose set-returning call costs more than the arithmetic.
-    CREATE FUNCTION memory_dot(a real[], b real[]) RETURNS float8
+    -- `unnest(a, b)`, whose set-returning call costs more than the arithmetic. Multiplied as
+    -- float8: a product of two small reals underflows `real`, which PostgreSQL reports as an
+    -- error rather than rounding to zero.
+    CREATE OR REPLACE FUNCTION memory_dot(a real[], b real[]) RETURNS float8
         LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
     DECLARE
         s float8 := 0;
     BEGIN
         FOR i IN 1 .. coalesce(array_length(a, 1), 0) LOOP
-            s := s + a[i] * b[i];
+            s := s + a[i]::float8 * b[i]::float8;
         END LOOP;
         RETURN s;
     END

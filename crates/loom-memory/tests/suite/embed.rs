@@ -333,6 +333,33 @@ fn vectors_of_another_length_under_the_same_model_are_an_error_naming_it(db: &Db
     assert!(err.to_string().contains("concepts-v1"), "{err}");
 }
 
+fn vector_components_whose_product_underflows_a_real_still_rank(db: &Db) {
+    // PostgreSQL reports a `real` product below its range as an error, not as zero.
+    let m = db.open(Some(Arc::new(Tiny)));
+    m.write(&[turn("a", "s1", 1, "The puppy chewed my shoes")])
+        .unwrap();
+    let hits = m.search(&search("anything at all", "a")).unwrap();
+    assert_eq!(texts(&hits), ["The puppy chewed my shoes"]);
+}
+
+/// An embedder whose vectors have a component so small that its square is below `f32`'s range.
+#[derive(Debug)]
+struct Tiny;
+
+impl Embedder for Tiny {
+    fn model_id(&self) -> &str {
+        "tiny"
+    }
+
+    fn dimensions(&self) -> Option<usize> {
+        Some(2)
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|_| vec![1.0, 1e-30]).collect())
+    }
+}
+
 fn openai_embedder_end_to_end_through_memory(db: &Db) {
     let up = upstream();
     let m = db.open(Some(Arc::new(openai(&up, None))));
@@ -373,5 +400,6 @@ conformance!(
     vectors_of_another_model_are_ignored_until_back_filled_and_forget_removes_them,
     a_failing_embedder_keeps_the_items_and_back_filling_embeds_them_later,
     vectors_of_another_length_under_the_same_model_are_an_error_naming_it,
+    vector_components_whose_product_underflows_a_real_still_rank,
     openai_embedder_end_to_end_through_memory,
 );

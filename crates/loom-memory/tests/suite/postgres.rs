@@ -82,6 +82,7 @@ fn a_version_1_database_migrates_keeping_its_items_and_gains_vectors_kb_and_mark
     client
         .batch_execute(
             "DROP TABLE memory_vectors, kb_chunks, kb_files, memory_extracted;
+             DROP FUNCTION memory_dot;
              DELETE FROM memory_schema WHERE version > 1;",
         )
         .unwrap();
