@@ -104,15 +104,20 @@ pub(super) fn nearest(
         Box::new(dims),
     ];
     let filters = filter_sql(search, &mut params);
-    let similarity = if pgvector {
-        "1 - (v.embedding <=> $1::real[]::vector)"
+    // A vector written by a process that opened the memory before pgvector was installed has
+    // no `embedding` until the next opening fills it in: it is left out, as a missing one is.
+    let (similarity, present) = if pgvector {
+        (
+            "1 - (v.embedding <=> $1::real[]::vector)",
+            " AND v.embedding IS NOT NULL",
+        )
     } else {
-        "memory_dot(v.vector, $1::real[])"
+        ("memory_dot(v.vector, $1::real[])", "")
     };
     let sql = format!(
         "SELECT v.item, {similarity} AS similarity
          FROM memory_vectors v JOIN memory_items i ON i.id = v.item
-         WHERE v.model = $2 AND v.dims = $3{filters}
+         WHERE v.model = $2 AND v.dims = $3{present}{filters}
          ORDER BY similarity DESC, v.item LIMIT {k}"
     );
     Ok(tx
