@@ -4,14 +4,91 @@
 //! A plain harness rather than criterion: the target is a tail latency (p99) over many
 //! different queries, which criterion's mean-of-iterations does not report.
 //!
-//! `cargo bench -p loom-memory --bench speed -- [--items N] [--queries N] [--file]`
-//! (`--file` writes to an SQLite file in a temporary folder instead of RAM).
+//! `cargo bench -p loom-memory --bench speed -- [--items N] [--queries N] [--file]
+//! [--db postgres://…] [--vectors DIMS]`
+//!
+//! - `--file` writes to an SQLite file in a temporary folder instead of RAM;
+//! - `--db postgres://…` writes to a PostgreSQL database instead, in a schema of its own that is
+//!   dropped at the end (the URL's own `schema=` is ignored);
+//! - `--vectors DIMS` adds an embedder of that many dimensions (made-up unit vectors, derived from
+//!   each text's hash, so that embedding costs nothing and only the vector search is measured).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use loom_core::{AgentId, SessionId};
-use loom_memory::{Filters, ItemKind, Memory, NewItem, Provenance, Search, SqliteMemory, Tier};
+use loom_memory::{
+    EmbedError, Embedder, Filters, ItemKind, Memory, NewItem, PgMemory, Provenance, Search,
+    SqliteMemory, Tier,
+};
+
+/// Unit vectors of `dims` numbers made from a text's hash: as costly to store and compare as a
+/// real model's, free to make.
+#[derive(Debug)]
+struct Hashed {
+    dims: usize,
+    id: String,
+}
+
+impl Embedder for Hashed {
+    fn model_id(&self) -> &str {
+        &self.id
+    }
+
+    fn dimensions(&self) -> Option<usize> {
+        Some(self.dims)
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut rng = Rng(t.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+                }) | 1);
+                let mut v: Vec<f32> = (0..self.dims)
+                    .map(|_| (rng.next() % 2_001) as f32 / 1_000.0 - 1.0)
+                    .collect();
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                v.iter_mut().for_each(|x| *x /= norm);
+                v
+            })
+            .collect())
+    }
+}
+
+/// A PostgreSQL schema made for one run, dropped when the run ends.
+struct PgSchema {
+    base: String,
+    name: String,
+}
+
+impl PgSchema {
+    fn create(url: &str) -> anyhow::Result<Self> {
+        let base = match url.split_once('?') {
+            Some((base, _)) => base.to_owned(),
+            None => url.to_owned(),
+        };
+        let name = format!("loom_bench_{}", std::process::id());
+        let mut client = postgres::Client::connect(&base, postgres::NoTls)
+            .with_context(|| format!("connecting to {base}"))?;
+        client.batch_execute(&format!("CREATE SCHEMA {name}"))?;
+        Ok(Self { base, name })
+    }
+
+    fn url(&self) -> String {
+        format!("{}?schema={}", self.base, self.name)
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.base, postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
 
 /// A small deterministic generator (xorshift), so every run writes the same items.
 struct Rng(u64);
@@ -34,12 +111,15 @@ impl Rng {
 
 fn main() -> anyhow::Result<()> {
     let (mut n_items, mut n_queries, mut file) = (100_000usize, 2_000usize, false);
+    let (mut db, mut dims): (Option<String>, Option<usize>) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--items" => n_items = args.next().context("--items N")?.parse()?,
             "--queries" => n_queries = args.next().context("--queries N")?.parse()?,
             "--file" => file = true,
+            "--db" => db = Some(args.next().context("--db postgres://…")?),
+            "--vectors" => dims = Some(args.next().context("--vectors DIMS")?.parse()?),
             "--bench" => {}
             other => bail!("unknown argument `{other}`"),
         }
@@ -91,10 +171,36 @@ fn main() -> anyhow::Result<()> {
         .collect();
 
     let dir = tempfile::tempdir()?;
-    let memory = if file {
-        SqliteMemory::open(dir.path().join("bench.db"))?
-    } else {
-        SqliteMemory::open_in_memory()?
+    let embedder: Option<Arc<dyn Embedder>> = dims.map(|dims| {
+        Arc::new(Hashed {
+            dims,
+            id: format!("hashed-{dims}"),
+        }) as Arc<dyn Embedder>
+    });
+    let mut schema = None;
+    let (memory, place): (Box<dyn Memory>, &str) = match &db {
+        Some(url) if url.starts_with("postgres") => {
+            let s = schema.insert(PgSchema::create(url)?);
+            let m = PgMemory::open(&s.url())?;
+            let m = match embedder {
+                Some(e) => m.with_embedder(e),
+                None => m,
+            };
+            (Box::new(m), "PostgreSQL")
+        }
+        Some(other) => bail!("--db takes a postgres:// URL, not `{other}`"),
+        None => {
+            let m = if file {
+                SqliteMemory::open(dir.path().join("bench.db"))?
+            } else {
+                SqliteMemory::open_in_memory()?
+            };
+            let m = match embedder {
+                Some(e) => m.with_embedder(e),
+                None => m,
+            };
+            (Box::new(m), if file { "SQLite file" } else { "in RAM" })
+        }
     };
     let started = Instant::now();
     // Written in batches, as `index` writes one session's items per transaction.
@@ -126,10 +232,10 @@ fn main() -> anyhow::Result<()> {
         lat.get(i).copied().unwrap_or(0.0)
     };
     let report = format!(
-        "{n_items} items ({}): indexed in {secs:.2} s = {rate:.0} items/s\n\
+        "{n_items} items ({place}{}): indexed in {secs:.2} s = {rate:.0} items/s\n\
          {n_queries} searches (budget 1000, {:.1} hits avg): p50 {:.2} ms, p90 {:.2} ms, \
          p99 {:.2} ms, max {:.2} ms\n",
-        if file { "SQLite file" } else { "in RAM" },
+        dims.map_or(String::new(), |d| format!(", vectors of {d}")),
         returned as f64 / n_queries.max(1) as f64,
         pct(0.50),
         pct(0.90),
@@ -137,5 +243,7 @@ fn main() -> anyhow::Result<()> {
         lat.last().copied().unwrap_or(0.0),
     );
     std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes())?;
+    drop(memory);
+    drop(schema);
     Ok(())
 }

@@ -328,6 +328,93 @@ fn json(path: &str, text: &str, lines: &[&str]) -> Result<Vec<Block>> {
     Ok(blocks)
 }
 
+/// What adding one file did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KbAdded {
+    /// The file, as stored.
+    pub path: String,
+    /// How it was chunked.
+    pub kind: FileKind,
+    /// Its chunks now.
+    pub chunks: usize,
+    /// Chunks of an earlier version that were replaced.
+    pub replaced: usize,
+    /// The same content was already stored: nothing changed.
+    pub unchanged: bool,
+}
+
+/// A file of the knowledge base.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KbFile {
+    /// The file, as stored.
+    pub path: String,
+    /// How it was chunked.
+    pub kind: String,
+    /// Its chunks.
+    pub chunks: usize,
+    /// Their tokens together.
+    pub tokens: u64,
+    /// When it was (last) added, UTC milliseconds.
+    pub added_ms: i64,
+}
+
+/// One knowledge-base search result, with its provenance: the file and line range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KbHit {
+    /// The file.
+    pub path: String,
+    /// First line, 1-based.
+    pub from_line: u32,
+    /// Last line, inclusive.
+    pub to_line: u32,
+    /// The section heading or JSON key, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heading: Option<String>,
+    /// The chunk's text.
+    pub text: String,
+    /// Its exact token count.
+    pub tokens: u64,
+    /// BM25 relevance, higher is better.
+    pub score: f64,
+}
+
+/// The chunks of the file `path` with content `text`, each with its token count by
+/// `tokenizer` (counted before a backend's transaction, so that it holds the database for SQL
+/// only).
+pub(crate) fn counted_chunks(
+    path: &str,
+    text: &str,
+    tokenizer: &loom_tokens::Tokenizer,
+) -> Result<Vec<(Chunk, u64)>> {
+    use loom_tokens::CountTokens as _;
+    Ok(chunk(path, text)?
+        .into_iter()
+        .map(|c| {
+            let n = tokenizer.count(&c.text);
+            (c, n)
+        })
+        .collect())
+}
+
+/// The best of `hits` (best first) that fit: at most `limit`, their tokens summing to at most
+/// `budget`. Greedy: a chunk that does not fit in what is left is skipped, never cut, and a
+/// smaller one after it may still fit.
+pub(crate) fn pack(hits: impl IntoIterator<Item = KbHit>, budget: u64, limit: usize) -> Vec<KbHit> {
+    let mut left = budget;
+    let mut out = Vec::new();
+    for hit in hits {
+        if out.len() >= limit || left == 0 {
+            break;
+        }
+        if hit.tokens > left {
+            continue;
+        }
+        left -= hit.tokens;
+        out.push(hit);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,8 @@
 //! - The tiers (DESIGN.md, Memory): L1 is the session's recent log ([`recent`]), L2 the notes
 //!   saved during a session with a time to live ([`Memory::save`]), L3 session summaries and L4
 //!   long-term items from the log; [`recall`] searches one tier, or a session's L1–L3 with L4.
-//! - [`kb`] chunks files on their structure for the knowledge base
-//!   ([`SqliteMemory::kb_add`], [`SqliteMemory::kb_search`]).
+//! - [`kb`] chunks files on their structure for the knowledge base ([`Memory::kb_add`],
+//!   [`Memory::kb_search`]), kept by both backends.
 //! - [`Memory::search`] ranks with BM25 and, when the memory has an [`Embedder`], with vector
 //!   similarity too, fused by reciprocal rank; then neighbouring turns are smoothed in and the
 //!   best hits packed into the budget.
@@ -28,6 +28,7 @@ mod derive;
 mod embed;
 mod error;
 pub mod extract;
+mod hybrid;
 mod index;
 mod item;
 pub mod kb;
@@ -46,10 +47,9 @@ pub use item::{
     Filters, Forgotten, Hit, Item, ItemId, ItemKind, NewItem, Provenance, Search, Source, Tier,
     Written, DEFAULT_LIMIT,
 };
-pub use kb::FileKind;
+pub use kb::{FileKind, KbAdded, KbFile, KbHit};
 pub use notes::{NewNote, Saved, MAX_NOTE_BYTES};
 pub use postgres::PgMemory;
-pub use sqlite::kb::{KbAdded, KbFile, KbHit};
 pub use sqlite::SqliteMemory;
 pub use tiers::{recall, recent, Recall, L1_WINDOW};
 
@@ -60,27 +60,28 @@ pub fn open(db: &loom_store::Database) -> Result<Box<dyn Memory>> {
     open_with(db, None)
 }
 
-/// [`open`], with vector search by `embedder` when one is given. Vectors are kept in SQLite
-/// only in this build: PostgreSQL memory with an embedder is refused, not silently full text.
+/// [`open`], with vector search by `embedder` when one is given: vectors are kept beside the
+/// items, in the SQLite file or the PostgreSQL database.
 pub fn open_with(
     db: &loom_store::Database,
     embedder: Option<std::sync::Arc<dyn Embedder>>,
 ) -> Result<Box<dyn Memory>> {
-    Ok(match (db, embedder) {
-        (loom_store::Database::Sqlite(path), e) => {
+    Ok(match db {
+        loom_store::Database::Sqlite(path) => {
             let m = SqliteMemory::open(path)?;
-            Box::new(match e {
+            Box::new(match embedder {
                 Some(e) => m.with_embedder(e),
                 None => m,
             })
         }
-        (loom_store::Database::Postgres(url), None) => Box::new(PgMemory::open(url)?),
-        (loom_store::Database::Postgres(_), Some(_)) => {
-            return Err(MemoryError::Unsupported(
-                "vector search (PostgreSQL memory is full text only in this build)",
-            ))
+        loom_store::Database::Postgres(url) => {
+            let m = PgMemory::open(url)?;
+            Box::new(match embedder {
+                Some(e) => m.with_embedder(e),
+                None => m,
+            })
         }
-        (other, _) => {
+        other => {
             return Err(MemoryError::Open {
                 db: other.to_string(),
                 reason: "this build keeps memory in SQLite or PostgreSQL only".into(),

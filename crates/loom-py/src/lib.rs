@@ -194,7 +194,7 @@ struct Inner {
     blobs: Arc<dyn BlobStore>,
     engine: Engine,
     live: LiveSessions,
-    /// Memory, beside the log in an SQLite file (in RAM for `:memory:`; none on PostgreSQL).
+    /// Memory, beside the log: in its SQLite file or PostgreSQL database (in RAM for `:memory:`).
     memory: Option<Arc<dyn loom_memory::Memory>>,
 }
 

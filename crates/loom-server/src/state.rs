@@ -38,7 +38,8 @@ pub struct AppState {
     pub session_locks: crate::proxy::SessionLocks,
     /// Sessions whose render state is kept in memory.
     pub live: LiveSessions,
-    /// Agents' memory and the knowledge base (an SQLite database's; none otherwise).
+    /// Agents' memory and the knowledge base, beside the log (in its SQLite file or its
+    /// PostgreSQL database).
     pub memory: Option<Arc<dyn loom_memory::Memory>>,
     /// Derives memory from appended sessions off the request path, when there is memory.
     pub indexer: Option<crate::memory::Indexer>,

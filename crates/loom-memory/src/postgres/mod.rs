@@ -8,22 +8,39 @@
 //! processes by a transaction-level advisory lock, so two servers indexing the same agent at
 //! once still write one item for one fact.
 //!
+//! With an embedder, item vectors live in `memory_vectors` and are compared with the query's in
+//! the server ([`vectors`]: pgvector where the extension is there, an exact scan in SQL
+//! otherwise), fused with BM25 as in SQLite. The knowledge base ([`kb`]) and the LLM
+//! extractor's marks are kept here too, so that every `Memory` method works on both backends.
+//!
 //! The driver is the synchronous `postgres` client: call it from a blocking thread (a server
 //! uses `spawn_blocking`), never from inside an async task.
 
+mod kb;
 mod schema;
 mod search;
+mod vectors;
 mod write;
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use loom_tokens::{CountTokens, Encoding, Tokenizer};
 use postgres::{Client, NoTls};
 
+use loom_core::{AgentId, Seq, SessionId};
+
+use crate::embed::Embedder;
 use crate::error::{postgres as backend, MemoryError, Result};
+use crate::extract::ExtractMark;
+use crate::hybrid::QueryCache;
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
+use crate::kb::{counted_chunks, KbAdded, KbFile, KbHit};
 use crate::notes::{wall_clock_ms, NewNote, Saved};
 use crate::Memory;
+
+/// Items embedded per call when back-filling: large enough to batch well, small enough that
+/// progress is committed often.
+const BACKFILL_BATCH: usize = 256;
 
 /// Long-term memory in a PostgreSQL database.
 pub struct PgMemory {
@@ -32,6 +49,12 @@ pub struct PgMemory {
     db: String,
     conn: Mutex<Option<Client>>,
     tokenizer: Tokenizer,
+    embedder: Option<Arc<dyn Embedder>>,
+    /// The last query embedded, so that the same question asked again is not embedded twice.
+    last_query: QueryCache,
+    /// Whether vectors are compared by pgvector (its extension is installed and visible here)
+    /// rather than by the exact scan in SQL.
+    pgvector: bool,
 }
 
 impl std::fmt::Debug for PgMemory {
@@ -39,6 +62,8 @@ impl std::fmt::Debug for PgMemory {
         f.debug_struct("PgMemory")
             .field("db", &self.db)
             .field("tokenizer", &self.tokenizer.name())
+            .field("embedder", &self.embedder.as_ref().map(|e| e.model_id()))
+            .field("pgvector", &self.pgvector)
             .finish_non_exhaustive()
     }
 }
@@ -68,14 +93,37 @@ impl PgMemory {
             db: db.clone(),
             reason: e.to_string(),
         })?;
-        let memory = Self {
+        let mut memory = Self {
             config,
             db,
             conn: Mutex::new(None),
             tokenizer: Tokenizer::Bpe(Encoding::O200kBase),
+            embedder: None,
+            last_query: QueryCache::default(),
+            pgvector: false,
         };
-        memory.with_client(schema::migrate)?;
+        memory.pgvector = memory.with_client(schema::migrate)?;
         Ok(memory)
+    }
+
+    /// Adds vector similarity to search and embeds items as they are written: searches fuse
+    /// BM25 with the similarity to the query's vector by reciprocal rank. Items written before
+    /// (or by a memory without this embedder) get their vectors from
+    /// [`Memory::embed_missing`], which `loom memory index` runs.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(embedder);
+        self.last_query = QueryCache::default();
+        self
+    }
+
+    /// The embedder, when one is configured.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// Whether vectors are compared by pgvector (`false`: by the exact scan in SQL).
+    pub fn uses_pgvector(&self) -> bool {
+        self.pgvector
     }
 
     /// Counts item tokens with `tokenizer` instead (the model's own). Counts are made when an
@@ -127,20 +175,67 @@ impl PgMemory {
             Ok(out)
         })
     }
-}
 
-impl Memory for PgMemory {
-    fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
+    /// Writes `items` and runs `then` in the same transaction, then embeds the new items.
+    fn write_then(
+        &self,
+        items: &[NewItem],
+        then: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<()>,
+    ) -> Result<Vec<Written>> {
         // Counted before the transaction, so that the lock is held for SQL only.
         let tokens: Vec<u64> = items
             .iter()
             .map(|i| self.tokenizer.count(&i.text))
             .collect();
-        self.tx(|tx| write::write_items(tx, items, &tokens))
+        let written = self.tx(|tx| {
+            let written = write::write_items(tx, items, &tokens)?;
+            then(tx)?;
+            Ok(written)
+        })?;
+        // New items are embedded after their write, outside the transaction (a remote embedder
+        // may take seconds). Should it fail, the items stay, searchable by full text, and the
+        // error is returned; `embed_missing` embeds them later.
+        if let Some(embedder) = &self.embedder {
+            let created: Vec<(ItemId, &str)> = written
+                .iter()
+                .zip(items)
+                .filter_map(|(w, item)| match w {
+                    Written::Created(id) => Some((*id, item.text.as_str())),
+                    _ => None,
+                })
+                .collect();
+            if !created.is_empty() {
+                let texts: Vec<&str> = created.iter().map(|(_, t)| *t).collect();
+                let vs = embedder.embed(&texts)?;
+                let pairs: Vec<(ItemId, Vec<f32>)> =
+                    created.iter().map(|(id, _)| *id).zip(vs).collect();
+                self.tx(|tx| vectors::store(tx, embedder.model_id(), &pairs, self.pgvector))?;
+            }
+        }
+        Ok(written)
+    }
+}
+
+impl Memory for PgMemory {
+    fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
+        self.write_then(items, |_| Ok(()))
+    }
+
+    fn extracted_to(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
+        self.tx(|tx| write::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
+    }
+
+    fn write_extracted(&self, items: &[NewItem], mark: &ExtractMark) -> Result<Vec<Written>> {
+        self.write_then(items, |tx| write::set_mark(tx, mark))
     }
 
     fn search(&self, search: &Search) -> Result<Vec<Hit>> {
-        self.tx(|tx| search::search(tx, search))
+        // The query is embedded before the transaction, so no connection is held while it is.
+        let query = match &self.embedder {
+            Some(e) => self.last_query.vector(e.as_ref(), search)?,
+            None => None,
+        };
+        self.tx(|tx| search::search(tx, search, query.as_ref(), self.pgvector))
     }
 
     fn item(&self, id: ItemId) -> Result<Item> {
@@ -153,6 +248,44 @@ impl Memory for PgMemory {
 
     fn count_tokens(&self, text: &str) -> u64 {
         self.tokenizer.count(text)
+    }
+
+    fn embed_missing(&self, agent: Option<&AgentId>) -> Result<usize> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(0);
+        };
+        let model = embedder.model_id();
+        let mut done = 0;
+        loop {
+            let batch = self
+                .tx(|tx| vectors::missing(tx, model, agent.map(AgentId::as_str), BACKFILL_BATCH))?;
+            if batch.is_empty() {
+                return Ok(done);
+            }
+            let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
+            let vs = embedder.embed(&texts)?;
+            let pairs: Vec<(ItemId, Vec<f32>)> = batch.iter().map(|(id, _)| *id).zip(vs).collect();
+            self.tx(|tx| vectors::store(tx, model, &pairs, self.pgvector))?;
+            done += batch.len();
+        }
+    }
+
+    fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
+        let counted = counted_chunks(path, text, &self.tokenizer)?;
+        let hash = crate::text::hash(text);
+        self.tx(|tx| kb::add(tx, scope, path, &hash, &counted, now_ms))
+    }
+
+    fn kb_search(&self, scope: &str, query: &str, budget: u64, limit: usize) -> Result<Vec<KbHit>> {
+        self.tx(|tx| kb::search(tx, scope, query, budget, limit))
+    }
+
+    fn kb_list(&self, scope: &str) -> Result<Vec<KbFile>> {
+        self.tx(|tx| kb::list(tx, scope))
+    }
+
+    fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
+        self.tx(|tx| kb::remove(tx, scope, path))
     }
 
     fn save(&self, note: &NewNote) -> Result<Saved> {

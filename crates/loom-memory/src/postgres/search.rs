@@ -5,7 +5,9 @@
 //! outweigh a rare one; so the score here is BM25 — each term's IDF from its match count, its
 //! frequency from the positions the item's vector keeps, the item's length from its content
 //! words against the agent's average (kept in `memory_stats`) — computed in one statement per
-//! search.
+//! search. With an embedder, the ranking by similarity to the query's vector
+//! ([`super::vectors::nearest`]) is fused with it by reciprocal rank, as in SQLite
+//! ([`crate::hybrid::fuse`]).
 
 use std::collections::BTreeMap;
 
@@ -14,8 +16,11 @@ use postgres::types::ToSql;
 use postgres::Transaction;
 
 use crate::error::{postgres as backend, MemoryError, Result};
+use crate::hybrid::{fuse, QueryVector};
 use crate::item::{Hit, Item, ItemId, ItemKind, Provenance, Search, Source, Tier};
 use crate::text;
+
+use super::vectors;
 
 /// Candidates read per requested hit (some of the best may not fit the budget).
 const CANDIDATES_PER_HIT: usize = 4;
@@ -29,11 +34,12 @@ const COMMON_MATCHES: i64 = 5_000;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
-type Param = Box<dyn ToSql + Sync>;
+/// A query parameter of any type, for statements whose filters are built at run time.
+pub(super) type Param = Box<dyn ToSql + Sync>;
 
 /// The search's filters as SQL over `i` (memory_items), numbering its parameters from
 /// `params.len() + 1` on and appending them.
-fn filter_sql(search: &Search, params: &mut Vec<Param>) -> String {
+pub(super) fn filter_sql(search: &Search, params: &mut Vec<Param>) -> String {
     let f = &search.filters;
     let mut sql = String::new();
     let mut add = |clause: &str, value: Param| {
@@ -75,7 +81,8 @@ fn filter_sql(search: &Search, params: &mut Vec<Param>) -> String {
     sql
 }
 
-fn refs(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+/// `params` as the driver takes them.
+pub(super) fn refs(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
     params
         .iter()
         .map(|p| p.as_ref() as &(dyn ToSql + Sync))
@@ -84,8 +91,37 @@ fn refs(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
 
 /// A term as a `tsquery` text: quoted, so that nothing in it is read as query syntax (terms
 /// are runs of letters and digits, so they hold no quote).
-fn lexeme(term: &str) -> String {
+pub(super) fn lexeme(term: &str) -> String {
     format!("'{}'", term.replace('\'', "''"))
+}
+
+/// The query's terms for [`bm25_sql`], from parameters `$1` (the terms as [`lexeme`]s) and `$2`
+/// (their weights): `t`, each term's stemmed lexeme with its weight, and `a`, the `tsquery`
+/// matching any of them.
+pub(super) const TERMS: &str = "t AS (SELECT v.lexeme, u.w
+                    FROM unnest($1::text[], $2::float8[]) AS u(q, w),
+                         LATERAL unnest(to_tsvector('english', u.q)) AS v),
+              a AS (SELECT to_tsquery('english', string_agg(q, ' | ')) AS q
+                    FROM unnest($1::text[]) AS q)";
+
+/// The BM25 score of the row `row` (its `tsv` and `words` columns) for the terms of [`TERMS`],
+/// with `avg` the SQL of the average length: each term's frequency read from the positions
+/// the vector keeps, saturated at the row's length.
+pub(super) fn bm25_sql(row: &str, avg: &str) -> String {
+    format!(
+        "(SELECT coalesce(sum(t.w * f.tf * {k1p1}
+                              / (f.tf + {K1} * (1 - {B} + {B} * {row}.words / {avg}))), 0)
+          FROM unnest({row}.tsv) AS d
+          JOIN t ON t.lexeme = d.lexeme,
+          LATERAL (SELECT coalesce(array_length(d.positions, 1), 1)::float8 AS tf) AS f)",
+        k1p1 = K1 + 1.0,
+    )
+}
+
+/// BM25's inverse document frequency of a term matching `df` of `n` rows.
+pub(super) fn idf(n: i64, df: i64) -> f64 {
+    let (n, df) = (n.max(1) as f64, df as f64);
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
 }
 
 /// The weight of each term worth ranking on (BM25's IDF), in the query's order; terms that
@@ -138,19 +174,21 @@ fn weights(
         .cloned()
         .collect();
     let kept = if rare.is_empty() { df } else { rare };
-    let n = total.max(1) as f64;
     Ok(kept
         .into_iter()
-        .map(|(t, df)| {
-            let df = df as f64;
-            (t, (1.0 + (n - df + 0.5) / (df + 0.5)).ln())
-        })
+        .map(|(t, df)| (t, idf(total, df)))
         .collect())
 }
 
 /// Items matching `search`, best first, as many as fit its budget and limit; the same contract
-/// as the SQLite backend's.
-pub(super) fn search(tx: &mut Transaction<'_>, search: &Search) -> Result<Vec<Hit>> {
+/// as the SQLite backend's. With the query's vector, the BM25 ranking and the ranking by
+/// similarity to it are fused by reciprocal rank before the neighbours are smoothed in.
+pub(super) fn search(
+    tx: &mut Transaction<'_>,
+    search: &Search,
+    query: Option<&QueryVector<'_>>,
+    pgvector: bool,
+) -> Result<Vec<Hit>> {
     if let (Some(from), Some(to)) = (search.filters.from_ms, search.filters.to_ms) {
         if from > to {
             return Err(MemoryError::InvalidInput {
@@ -160,10 +198,37 @@ pub(super) fn search(tx: &mut Transaction<'_>, search: &Search) -> Result<Vec<Hi
         }
     }
     let terms = text::query_terms(&search.query);
-    if terms.is_empty() || search.limit == 0 || search.budget == 0 {
+    if (terms.is_empty() && query.is_none()) || search.limit == 0 || search.budget == 0 {
         return Ok(Vec::new());
     }
-    let weights = weights(tx, search, &terms)?;
+    let candidates = search
+        .limit
+        .saturating_mul(CANDIDATES_PER_HIT)
+        .max(MIN_CANDIDATES);
+    let matched = if terms.is_empty() {
+        Vec::new()
+    } else {
+        bm25(tx, search, &terms, candidates)?
+    };
+    let list = match query {
+        None => matched,
+        Some(q) => {
+            let near = vectors::nearest(tx, search, q.model, &q.vector, candidates, pgvector)?;
+            fuse(&[&matched, &near])
+        }
+    };
+    let ranked = smoothed(tx, search, &list)?;
+    pack(tx, search, ranked)
+}
+
+/// The best `candidates` items for `terms` that pass `search`'s filters, by BM25, best first.
+fn bm25(
+    tx: &mut Transaction<'_>,
+    search: &Search,
+    terms: &[String],
+    candidates: usize,
+) -> Result<Vec<(ItemId, f64)>> {
+    let weights = weights(tx, search, terms)?;
     if weights.is_empty() {
         return Ok(Vec::new());
     }
@@ -188,29 +253,13 @@ pub(super) fn search(tx: &mut Transaction<'_>, search: &Search) -> Result<Vec<Hi
     let (lexemes, idf): (Vec<String>, Vec<f64>) = weights.into_iter().unzip();
     let mut params: Vec<Param> = vec![Box::new(lexemes), Box::new(idf), Box::new(avg_words)];
     let filters = filter_sql(search, &mut params);
-    let candidates = search
-        .limit
-        .saturating_mul(CANDIDATES_PER_HIT)
-        .max(MIN_CANDIDATES);
-    // Each item's score: BM25 over the terms it holds, each term's frequency read from the
-    // positions its vector keeps, saturated at the item's length.
     let sql = format!(
-        "WITH t AS (SELECT v.lexeme, u.w
-                    FROM unnest($1::text[], $2::float8[]) AS u(q, w),
-                         LATERAL unnest(to_tsvector('english', u.q)) AS v),
-              a AS (SELECT to_tsquery('english', string_agg(q, ' | ')) AS q
-                    FROM unnest($1::text[]) AS q)
-         SELECT i.id,
-                (SELECT coalesce(sum(t.w * f.tf * {k1p1}
-                                     / (f.tf + {K1} * (1 - {B} + {B} * i.words / $3::float8))), 0)
-                 FROM unnest(i.tsv) AS d
-                 JOIN t ON t.lexeme = d.lexeme,
-                 LATERAL (SELECT coalesce(array_length(d.positions, 1), 1)::float8 AS tf) AS f
-                ) AS score
+        "WITH {TERMS}
+         SELECT i.id, {score} AS score
          FROM memory_items i, a
          WHERE i.tsv @@ a.q{filters}
          ORDER BY score DESC, i.id LIMIT {candidates}",
-        k1p1 = K1 + 1.0,
+        score = bm25_sql("i", "$3::float8"),
     );
     let matched: Vec<(ItemId, f64)> = tx
         .query(&sql, &refs(&params))
@@ -218,11 +267,22 @@ pub(super) fn search(tx: &mut Transaction<'_>, search: &Search) -> Result<Vec<Hi
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let own: BTreeMap<ItemId, f64> = matched.iter().copied().collect();
+    Ok(matched)
+}
+
+/// `list` (best first) with neighbour smoothing: each of its best `search.limit` items lends
+/// a share of its score to the nearest single-event item on either side of each of its sources
+/// (items that pass the same filters). Returned best first.
+fn smoothed(
+    tx: &mut Transaction<'_>,
+    search: &Search,
+    list: &[(ItemId, f64)],
+) -> Result<Vec<(ItemId, f64)>> {
+    let own: BTreeMap<ItemId, f64> = list.iter().copied().collect();
 
     // Neighbours of the best matches, all in one statement: for each source of each, the
     // nearest single-event item before and after it in its session that passes the filters.
-    let best: Vec<ItemId> = matched.iter().take(search.limit).map(|m| m.0).collect();
+    let best: Vec<ItemId> = list.iter().take(search.limit).map(|m| m.0).collect();
     let mut params: Vec<Param> = vec![Box::new(best)];
     let filters = filter_sql(search, &mut params);
     let side = |cmp: &str, order: &str, edge: &str| {
@@ -254,7 +314,7 @@ pub(super) fn search(tx: &mut Transaction<'_>, search: &Search) -> Result<Vec<Hi
     }
     let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    pack(tx, search, ranked)
+    Ok(ranked)
 }
 
 /// Best first, greedy: an item that does not fit in what is left of the budget is skipped.

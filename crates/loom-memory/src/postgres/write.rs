@@ -1,5 +1,6 @@
 //! Writing items in PostgreSQL: the SQLite backend's rules ([`crate::dedup`]), one agent's
-//! writes serialized across processes by an advisory lock.
+//! writes serialized across processes by an advisory lock; and the LLM extractor's marks,
+//! written in the same transaction as the facts of their window.
 
 use std::collections::BTreeSet;
 
@@ -7,6 +8,7 @@ use postgres::Transaction;
 
 use crate::dedup::{self, sketch, NEAR_DUPLICATE, NEAR_MIN_WORDS};
 use crate::error::{postgres as backend, Result};
+use crate::extract::ExtractMark;
 use crate::item::{Forgotten, ItemId, ItemKind, NewItem, Tier, Written};
 use crate::notes::{NewNote, Saved};
 use crate::text;
@@ -41,17 +43,23 @@ fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<W
     let agent = item.agent.as_str();
     let src = &item.source;
     let (from, to) = (seq(src.from_seq), seq(src.to_seq));
+    let hash = text::hash(&text::normalize(&item.text));
+    // The same source seen again (re-indexing) changes nothing, whatever became of its item.
+    // Many facts come from the same lines, so a fact is known only with the same text.
+    let same_text = dedup::known_by_text(item.kind).then_some(hash.as_str());
     let known = tx
         .query_opt(
             "SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
              WHERE s.session = $1 AND s.from_seq = $2 AND s.to_seq = $3
-               AND i.agent = $4 AND i.kind = $5 LIMIT 1",
+               AND i.agent = $4 AND i.kind = $5 AND ($6::text IS NULL OR i.hash = $6)
+             LIMIT 1",
             &[
                 &src.session.as_str(),
                 &from,
                 &to,
                 &agent,
                 &item.kind.as_str(),
+                &same_text,
             ],
         )
         .map_err(backend("looking up a memory source"))?;
@@ -59,7 +67,6 @@ fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<W
         return Ok(Written::Known(row.get(0)));
     }
 
-    let hash = text::hash(&text::normalize(&item.text));
     let exact = tx
         .query_opt(
             "SELECT id FROM memory_items
@@ -356,6 +363,45 @@ pub(super) fn save(tx: &mut Transaction<'_>, note: &NewNote, tokens: u64) -> Res
         created,
         expires_ms: kept,
     })
+}
+
+/// How far `extractor` has read `session` for `agent` (0: not at all).
+pub(super) fn extracted_to(
+    tx: &mut Transaction<'_>,
+    agent: &str,
+    session: &str,
+    extractor: &str,
+) -> Result<u64> {
+    let to: Option<i64> = tx
+        .query_opt(
+            "SELECT to_seq FROM memory_extracted
+             WHERE agent = $1 AND session = $2 AND extractor = $3",
+            &[&agent, &session, &extractor],
+        )
+        .map_err(backend("reading the extractor's mark"))?
+        .map(|r| r.try_get(0))
+        .transpose()
+        .map_err(backend("reading the extractor's mark"))?;
+    // The schema keeps marks non-negative.
+    Ok(to.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+}
+
+/// Moves the mark of `mark.extractor` on its session to `mark.to_seq` (never back: two
+/// extractions racing leave the further mark).
+pub(super) fn set_mark(tx: &mut Transaction<'_>, mark: &ExtractMark) -> Result<()> {
+    tx.execute(
+        "INSERT INTO memory_extracted (agent, session, extractor, to_seq) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (agent, session, extractor) DO UPDATE
+         SET to_seq = greatest(memory_extracted.to_seq, excluded.to_seq)",
+        &[
+            &mark.agent.as_str(),
+            &mark.session.as_str(),
+            &mark.extractor,
+            &seq(mark.to_seq),
+        ],
+    )
+    .map_err(backend("writing the extractor's mark"))?;
+    Ok(())
 }
 
 /// Deletes every note that expired at or before `now_ms`; returns their ids.

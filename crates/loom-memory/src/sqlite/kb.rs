@@ -2,61 +2,10 @@
 //! index over them, per scope.
 
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{backend, MemoryError, Result};
-use crate::kb::{Chunk, FileKind};
+use crate::kb::{pack, Chunk, FileKind, KbAdded, KbFile, KbHit};
 use crate::text;
-
-/// What adding one file did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KbAdded {
-    /// The file, as stored.
-    pub path: String,
-    /// How it was chunked.
-    pub kind: FileKind,
-    /// Its chunks now.
-    pub chunks: usize,
-    /// Chunks of an earlier version that were replaced.
-    pub replaced: usize,
-    /// The same content was already stored: nothing changed.
-    pub unchanged: bool,
-}
-
-/// A file of the knowledge base.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KbFile {
-    /// The file, as stored.
-    pub path: String,
-    /// How it was chunked.
-    pub kind: String,
-    /// Its chunks.
-    pub chunks: usize,
-    /// Their tokens together.
-    pub tokens: u64,
-    /// When it was (last) added, UTC milliseconds.
-    pub added_ms: i64,
-}
-
-/// One knowledge-base search result, with its provenance: the file and line range.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KbHit {
-    /// The file.
-    pub path: String,
-    /// First line, 1-based.
-    pub from_line: u32,
-    /// Last line, inclusive.
-    pub to_line: u32,
-    /// The section heading or JSON key, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub heading: Option<String>,
-    /// The chunk's text.
-    pub text: String,
-    /// Its exact token count.
-    pub tokens: u64,
-    /// BM25 relevance, higher is better.
-    pub score: f64,
-}
 
 /// Stores `chunks` of the file `path` (content hash `hash`) in `scope`, replacing the chunks of
 /// an earlier version; the same content again changes nothing.
@@ -234,26 +183,17 @@ pub(crate) fn search(
             .collect()
         })
         .map_err(backend("searching the knowledge base"))?;
-    let mut left = budget;
-    let mut hits = Vec::new();
-    for (path, from_line, to_line, heading, text, tokens, rank) in rows {
-        if hits.len() >= limit || left == 0 {
-            break;
-        }
-        let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
-        if tokens > left {
-            continue;
-        }
-        left -= tokens;
-        hits.push(KbHit {
-            path,
-            from_line,
-            to_line,
-            heading,
-            text,
-            tokens,
-            score: -rank,
-        });
-    }
-    Ok(hits)
+    let hits =
+        rows.into_iter().map(
+            |(path, from_line, to_line, heading, text, tokens, rank)| KbHit {
+                path,
+                from_line,
+                to_line,
+                heading,
+                text,
+                tokens: u64::try_from(tokens).unwrap_or(u64::MAX),
+                score: -rank,
+            },
+        );
+    Ok(pack(hits, budget, limit))
 }

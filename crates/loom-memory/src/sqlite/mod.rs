@@ -6,7 +6,7 @@
 //! corrupt them, and re-indexing restores them.
 
 mod extra;
-pub(crate) mod kb;
+mod kb;
 mod notes;
 mod rank;
 mod read;
@@ -27,11 +27,11 @@ use loom_core::{AgentId, Seq, SessionId};
 use crate::embed::Embedder;
 use crate::error::{backend, Result};
 use crate::extract::ExtractMark;
+use crate::hybrid::QueryCache;
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
-use crate::kb::chunk;
+use crate::kb::{counted_chunks, KbAdded, KbFile, KbHit};
 use crate::notes::{wall_clock_ms, NewNote, Saved};
 use crate::Memory;
-use kb::{KbAdded, KbFile, KbHit};
 
 /// How long a write waits for another process's write to the file to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -45,9 +45,8 @@ pub struct SqliteMemory {
     conn: Mutex<Connection>,
     tokenizer: Tokenizer,
     embedder: Option<Arc<dyn Embedder>>,
-    /// The last query embedded and its vector: the same question asked again (under another
-    /// budget, or by a retry) is not embedded twice.
-    last_query: Mutex<Option<(String, Vec<f32>)>>,
+    /// The last query embedded, so that the same question asked again is not embedded twice.
+    last_query: QueryCache,
 }
 
 impl std::fmt::Debug for SqliteMemory {
@@ -86,7 +85,7 @@ impl SqliteMemory {
             conn: Mutex::new(conn),
             tokenizer: Tokenizer::Bpe(Encoding::O200kBase),
             embedder: None,
-            last_query: Mutex::new(None),
+            last_query: QueryCache::default(),
         })
     }
 
@@ -96,7 +95,7 @@ impl SqliteMemory {
     /// which `loom memory index` runs.
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
         self.embedder = Some(embedder);
-        self.last_query = Mutex::new(None);
+        self.last_query = QueryCache::default();
         self
     }
 
@@ -229,34 +228,8 @@ impl Memory for SqliteMemory {
     fn search(&self, search: &Search) -> Result<Vec<Hit>> {
         // The query is embedded before the read, so the database is not held while it is.
         let query = match &self.embedder {
-            Some(e) if !search.query.trim().is_empty() && search.limit > 0 && search.budget > 0 => {
-                let cached = self
-                    .last_query
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref()
-                    .filter(|(q, _)| *q == search.query)
-                    .map(|(_, v)| v.clone());
-                let v = match cached {
-                    Some(v) => Some(v),
-                    None => {
-                        let v = e.embed(&[search.query.as_str()])?.pop();
-                        if let Some(v) = &v {
-                            *self
-                                .last_query
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner) =
-                                Some((search.query.clone(), v.clone()));
-                        }
-                        v
-                    }
-                };
-                v.map(|v| search::QueryVector {
-                    model: e.model_id(),
-                    vector: v,
-                })
-            }
-            _ => None,
+            Some(e) => self.last_query.vector(e.as_ref(), search)?,
+            None => None,
         };
         self.read_tx(|tx| search::search(tx, search, query.as_ref()))
     }
@@ -282,14 +255,7 @@ impl Memory for SqliteMemory {
     }
 
     fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
-        let chunks = chunk(path, text)?;
-        let counted: Vec<_> = chunks
-            .into_iter()
-            .map(|c| {
-                let n = self.tokenizer.count(&c.text);
-                (c, n)
-            })
-            .collect();
+        let counted = counted_chunks(path, text, &self.tokenizer)?;
         let hash = crate::text::hash(text);
         self.write_tx(|tx| kb::add(tx, scope, path, &hash, &counted, now_ms))
     }

@@ -18,38 +18,13 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
 use crate::error::{backend, MemoryError, Result};
+use crate::hybrid::{fuse, QueryVector};
 use crate::item::{Hit, ItemId, Provenance, Search, Source, Tier};
 use crate::text;
 
 use super::rank;
 use super::read::{corrupt, sources};
 use super::vectors;
-
-/// The query's vector, made by the memory's embedder, and that embedder's model id (only
-/// vectors of the same model are compared).
-#[derive(Debug)]
-pub(crate) struct QueryVector<'a> {
-    pub(crate) model: &'a str,
-    pub(crate) vector: Vec<f32>,
-}
-
-/// Reciprocal-rank fusion's constant: how much a first place outweighs a tenth (the usual
-/// value from Cormack et al., not tuned here).
-const RRF_K: f64 = 60.0;
-
-/// Fuses rankings (best first) by reciprocal rank: each item scores the sum over the lists of
-/// `1 / (RRF_K + rank)`, rank counted from 1. Returned best first (ties by id).
-fn fuse(lists: &[&[(ItemId, f64)]]) -> Vec<(ItemId, f64)> {
-    let mut fused: BTreeMap<ItemId, f64> = BTreeMap::new();
-    for list in lists {
-        for (rank, (id, _)) in list.iter().enumerate() {
-            *fused.entry(*id).or_insert(0.0) += 1.0 / (RRF_K + rank as f64 + 1.0);
-        }
-    }
-    let mut out: Vec<(ItemId, f64)> = fused.into_iter().collect();
-    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    out
-}
 
 /// Candidates read per requested hit: some of the best may not fit the budget and are skipped,
 /// so the search reads further than the limit before it packs.

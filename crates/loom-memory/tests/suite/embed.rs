@@ -6,14 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use loom_memory::{
-    EmbedError, Embedder, Filters, Memory, MemoryError, OpenAiEmbedder, Search, Written,
-};
+use loom_memory::{EmbedError, Embedder, Filters, MemoryError, OpenAiEmbedder, Search, Written};
 use loom_mock_upstream::{Fault, Mock, MockHandle};
 use loom_provider::client::{Backoff, CallError, ProviderConfig};
 use loom_provider::Api;
 
-use super::support::{agent, memory, turn};
+use super::support::{agent, conformance, turn, Db};
 
 /// A mock served by its own runtime, so the blocking client runs on the test's thread.
 struct Upstream {
@@ -229,21 +227,23 @@ fn texts(hits: &[loom_memory::Hit]) -> Vec<&str> {
     hits.iter().map(|h| h.text.as_str()).collect()
 }
 
-#[test]
-fn hybrid_search_finds_synonyms_that_full_text_misses_and_filters_both_lists() {
+fn hybrid_search_finds_synonyms_that_full_text_misses_and_filters_both_lists(db: &Db) {
     let items = [
         turn("a", "s1", 1, "I bought a new sedan yesterday"),
         turn("a", "s2", 1, "The weather was lovely at the beach"),
         turn("a", "s3", 1, "My automobile insurance is due in May"),
         turn("b", "s9", 1, "Agent b also has a vehicle"),
     ];
-    let plain = memory();
+    let plain = db.open(None);
     plain.write(&items).unwrap();
     let full_text = plain.search(&search("car", "a")).unwrap();
     assert!(full_text.is_empty(), "{full_text:?}");
 
-    let m = memory().with_embedder(Concepts::new("concepts-v1"));
+    // The same items under an embedder: written again they are known, so they get their
+    // vectors by back-filling.
+    let m = db.open(Some(Concepts::new("concepts-v1")));
     m.write(&items).unwrap();
+    assert_eq!(m.embed_missing(None).unwrap(), 4);
     let hits = m.search(&search("car", "a")).unwrap();
     let found = texts(&hits);
     assert!(
@@ -265,18 +265,13 @@ fn hybrid_search_finds_synonyms_that_full_text_misses_and_filters_both_lists() {
     assert_eq!(hits[0].text, "My automobile insurance is due in May");
 }
 
-#[test]
-fn vectors_of_another_model_are_ignored_until_back_filled_and_forget_removes_them() {
+fn vectors_of_another_model_are_ignored_until_back_filled_and_forget_removes_them(db: &Db) {
     let items = [
         turn("a", "s1", 1, "The puppy chewed my shoes"),
         turn("a", "s1", 2, "Lunch was a big lasagna"),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.db");
     {
-        let m = loom_memory::SqliteMemory::open(&path)
-            .unwrap()
-            .with_embedder(Concepts::new("concepts-v1"));
+        let m = db.open(Some(Concepts::new("concepts-v1")));
         m.write(&items).unwrap();
         assert_eq!(
             m.embed_missing(None).unwrap(),
@@ -287,9 +282,7 @@ fn vectors_of_another_model_are_ignored_until_back_filled_and_forget_removes_the
         assert_eq!(hits[0].text, "The puppy chewed my shoes");
     }
     // A new model: its vectors are missing, so only full text ranks (nothing matches "dog").
-    let m = loom_memory::SqliteMemory::open(&path)
-        .unwrap()
-        .with_embedder(Concepts::new("concepts-v2"));
+    let m = db.open(Some(Concepts::new("concepts-v2")));
     assert!(m.search(&search("dog", "a")).unwrap().is_empty());
     assert_eq!(m.embed_missing(Some(&agent("a"))).unwrap(), 2);
     assert_eq!(m.embed_missing(None).unwrap(), 0);
@@ -301,10 +294,9 @@ fn vectors_of_another_model_are_ignored_until_back_filled_and_forget_removes_the
     assert!(hits.iter().all(|h| h.id != id), "{hits:?}");
 }
 
-#[test]
-fn a_failing_embedder_keeps_the_items_and_back_filling_embeds_them_later() {
+fn a_failing_embedder_keeps_the_items_and_back_filling_embeds_them_later(db: &Db) {
     let e = Concepts::new("concepts-v1");
-    let m = memory().with_embedder(e.clone());
+    let m = db.open(Some(e.clone()));
     e.fail.store(true, Ordering::Relaxed);
     let err = m
         .write(&[turn("a", "s1", 1, "I see the physician on Monday")])
@@ -328,10 +320,49 @@ fn a_failing_embedder_keeps_the_items_and_back_filling_embeds_them_later() {
     assert_eq!(texts(&hits), ["I see the physician on Monday"]);
 }
 
-#[test]
-fn openai_embedder_end_to_end_through_memory() {
+fn vectors_of_another_length_under_the_same_model_are_an_error_naming_it(db: &Db) {
+    db.open(Some(Concepts::new("concepts-v1")))
+        .write(&[turn("a", "s1", 1, "The puppy chewed my shoes")])
+        .unwrap();
+    let longer = db.open(Some(Arc::new(Padded(Concepts::new("concepts-v1")))));
+    let err = longer.search(&search("dog", "a")).unwrap_err();
+    assert!(
+        matches!(err, MemoryError::Embed(EmbedError::Dimensions { .. })),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("concepts-v1"), "{err}");
+}
+
+fn vector_components_whose_product_underflows_a_real_still_rank(db: &Db) {
+    // PostgreSQL reports a `real` product below its range as an error, not as zero.
+    let m = db.open(Some(Arc::new(Tiny)));
+    m.write(&[turn("a", "s1", 1, "The puppy chewed my shoes")])
+        .unwrap();
+    let hits = m.search(&search("anything at all", "a")).unwrap();
+    assert_eq!(texts(&hits), ["The puppy chewed my shoes"]);
+}
+
+/// An embedder whose vectors have a component so small that its square is below `f32`'s range.
+#[derive(Debug)]
+struct Tiny;
+
+impl Embedder for Tiny {
+    fn model_id(&self) -> &str {
+        "tiny"
+    }
+
+    fn dimensions(&self) -> Option<usize> {
+        Some(2)
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|_| vec![1.0, 1e-30]).collect())
+    }
+}
+
+fn openai_embedder_end_to_end_through_memory(db: &Db) {
     let up = upstream();
-    let m = memory().with_embedder(Arc::new(openai(&up, None)));
+    let m = db.open(Some(Arc::new(openai(&up, None))));
     m.write(&[
         turn("a", "s1", 1, "the launch moved to thursday"),
         turn("a", "s1", 2, "lunch options near the office"),
@@ -342,3 +373,33 @@ fn openai_embedder_end_to_end_through_memory() {
     // One call for the two items, one for the query.
     assert_eq!(up.handle.requests().len(), 2);
 }
+
+/// An embedder that says it is another but makes longer vectors (a server that changed its
+/// model under the same name).
+#[derive(Debug)]
+struct Padded(Arc<Concepts>);
+
+impl Embedder for Padded {
+    fn model_id(&self) -> &str {
+        self.0.model_id()
+    }
+
+    fn dimensions(&self) -> Option<usize> {
+        Some(CONCEPTS.len() + 2)
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut vs = self.0.embed(texts)?;
+        vs.iter_mut().for_each(|v| v.push(0.0));
+        Ok(vs)
+    }
+}
+
+conformance!(
+    db: hybrid_search_finds_synonyms_that_full_text_misses_and_filters_both_lists,
+    vectors_of_another_model_are_ignored_until_back_filled_and_forget_removes_them,
+    a_failing_embedder_keeps_the_items_and_back_filling_embeds_them_later,
+    vectors_of_another_length_under_the_same_model_are_an_error_naming_it,
+    vector_components_whose_product_underflows_a_real_still_rank,
+    openai_embedder_end_to_end_through_memory,
+);

@@ -3,15 +3,13 @@
 
 use loom_memory::{FileKind, Memory, MemoryError};
 
-use super::support::memory;
+use super::support::conformance;
 
 const GUIDE: &str = "# Deploying\n\nRun `make deploy` from the release branch.\n\n\
 ## Rollback\n\nTo roll back, run `make rollback VERSION=prev`; the canary stays up.\n\n\
 ## Secrets\n\nSecrets live in the vault under ops/deploy.\n";
 
-#[test]
-fn a_file_is_chunked_searched_with_its_lines_and_replaced_when_it_changes() {
-    let m = memory();
+fn a_file_is_chunked_searched_with_its_lines_and_replaced_when_it_changes(m: &dyn Memory) {
     let added = m.kb_add("", "docs/guide.md", GUIDE, 1).unwrap();
     assert_eq!(added.kind, FileKind::Markdown);
     assert_eq!(added.chunks, 3);
@@ -49,9 +47,7 @@ fn a_file_is_chunked_searched_with_its_lines_and_replaced_when_it_changes() {
     ));
 }
 
-#[test]
-fn scopes_never_see_each_others_files() {
-    let m = memory();
+fn scopes_never_see_each_others_files(m: &dyn Memory) {
     m.kb_add("tenant-a", "guide.md", GUIDE, 1).unwrap();
     assert!(m
         .kb_search("tenant-b", "rollback", 500, 5)
@@ -66,9 +62,7 @@ fn scopes_never_see_each_others_files() {
     );
 }
 
-#[test]
-fn code_and_json_keep_their_structure() {
-    let m = memory();
+fn code_and_json_keep_their_structure(m: &dyn Memory) {
     let code = "use std::io;\n\n/// Parses the port.\nfn parse_port(s: &str) -> u16 {\n    s.parse().unwrap_or(80)\n}\n";
     m.kb_add("", "src/port.rs", code, 1).unwrap();
     let hits = m.kb_search("", "parse port", 500, 5).unwrap();
@@ -81,3 +75,9 @@ fn code_and_json_keep_their_structure() {
     assert_eq!((hits[0].from_line, hits[0].to_line), (3, 4));
     assert!(m.kb_add("", "bad.json", "{\"a\":", 1).is_err());
 }
+
+conformance!(
+    a_file_is_chunked_searched_with_its_lines_and_replaced_when_it_changes,
+    scopes_never_see_each_others_files,
+    code_and_json_keep_their_structure,
+);

@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use loom_memory::{Embedder, Filters, LocalEmbedder, Memory, Search};
+use loom_memory::{Embedder, Filters, LocalEmbedder, Search};
 
-use super::support::{agent, memory, turn};
+use super::support::{agent, conformance, turn, Db};
 
 #[expect(clippy::print_stderr, reason = "a skipped test says why")]
 fn model_dir() -> Option<PathBuf> {
@@ -120,10 +120,9 @@ fn local_model_broken_folders_are_clear_errors() {
     assert!(err.to_string().contains("config.json"), "{err}");
 }
 
-#[test]
-fn local_model_hybrid_search_finds_the_turn_that_shares_no_word_with_the_question() {
+fn local_model_hybrid_search_finds_the_turn_that_shares_no_word_with_the_question(db: &Db) {
     let Some(dir) = model_dir() else { return };
-    let m = memory().with_embedder(Arc::new(LocalEmbedder::load(&dir).unwrap()));
+    let m = db.open(Some(Arc::new(LocalEmbedder::load(&dir).unwrap())));
     m.write(&[
         turn(
             "a",
@@ -151,3 +150,5 @@ fn local_model_hybrid_search_finds_the_turn_that_shares_no_word_with_the_questio
     let hits = m.search(&search).unwrap();
     assert!(hits[0].text.contains("puppy"), "{hits:?}");
 }
+
+conformance!(db: local_model_hybrid_search_finds_the_turn_that_shares_no_word_with_the_question);

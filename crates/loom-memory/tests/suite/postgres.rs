@@ -59,7 +59,87 @@ fn memory_lives_beside_the_log_and_survives_reopening() {
         again.item(id).unwrap().text,
         "the on-call rota lives in the wiki"
     );
-    assert_eq!(PgMemory::schema_version(), 1);
+    assert_eq!(PgMemory::schema_version(), 2);
+}
+
+#[test]
+fn a_version_1_database_migrates_keeping_its_items_and_gains_vectors_kb_and_marks() {
+    let Some(schema) = loom_testkit::pg::fresh_schema() else {
+        return;
+    };
+    let id = PgMemory::open(&schema.url)
+        .unwrap()
+        .write(&[turn(
+            "a",
+            "s",
+            1,
+            "the staging database is restored nightly",
+        )])
+        .unwrap()[0]
+        .item();
+    // Back to what a build of version 1 left: its tables only.
+    let mut client = schema.connect();
+    client
+        .batch_execute(
+            "DROP TABLE memory_vectors, kb_chunks, kb_files, memory_extracted;
+             DROP FUNCTION memory_dot;
+             DELETE FROM memory_schema WHERE version > 1;",
+        )
+        .unwrap();
+    let m = PgMemory::open(&schema.url).unwrap();
+    let version: i64 = client
+        .query_one("SELECT max(version) FROM memory_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, PgMemory::schema_version());
+    assert_eq!(
+        m.item(id).unwrap().text,
+        "the staging database is restored nightly"
+    );
+    m.kb_add("", "notes.md", "# Staging\n\nRestored nightly.\n", 1)
+        .unwrap();
+    assert_eq!(m.kb_search("", "staging", 100, 5).unwrap().len(), 1);
+    let (agent, session) = (
+        loom_core::AgentId::new("a").unwrap(),
+        loom_core::SessionId::new("s").unwrap(),
+    );
+    assert_eq!(m.extracted_to(&agent, &session, "x").unwrap(), 0);
+    // CI's PostgreSQL has no pgvector: the exact scan is what runs there.
+    let available: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    if !available {
+        assert!(!m.uses_pgvector());
+    }
+}
+
+#[test]
+fn two_extractions_racing_leave_the_further_mark() {
+    let Some(schema) = loom_testkit::pg::fresh_schema() else {
+        return;
+    };
+    let (a, b) = (
+        PgMemory::open(&schema.url).unwrap(),
+        PgMemory::open(&schema.url).unwrap(),
+    );
+    let mark = |to_seq| loom_memory::ExtractMark {
+        agent: loom_core::AgentId::new("a").unwrap(),
+        session: loom_core::SessionId::new("s").unwrap(),
+        extractor: "scripted:test".into(),
+        to_seq,
+    };
+    a.write_extracted(&[], &mark(9)).unwrap();
+    // A slower run that read less commits after: the mark stays where the other left it.
+    b.write_extracted(&[], &mark(4)).unwrap();
+    let m = mark(0);
+    assert_eq!(
+        a.extracted_to(&m.agent, &m.session, &m.extractor).unwrap(),
+        9
+    );
 }
 
 #[test]

@@ -39,8 +39,8 @@ fn api_error(e: MemoryError) -> ApiError {
         MemoryError::InvalidInput { field, reason } => ApiError::invalid_field(field, reason),
         MemoryError::ItemNotFound(id) => ApiError::not_found(format!("memory item {id} not found")),
         MemoryError::SessionNotFound(s) => ApiError::not_found(format!("session `{s}` not found")),
-        // What this server's database cannot do (the knowledge base on PostgreSQL): the request
-        // is well formed, so it is a conflict with the server's setup, named, not a failure.
+        // What this server's memory backend cannot do: the request is well formed, so it is a
+        // conflict with the server's setup, named, not a failure.
         e @ MemoryError::Unsupported(_) => ApiError::conflict(e.to_string()),
         other => {
             tracing::error!("memory: {other}");
