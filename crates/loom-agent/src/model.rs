@@ -228,7 +228,7 @@ mod tests {
             Some("done")
         );
         assert!(s
-            .call(&Value::Null, &mut |_| {})
+            .call(b"{}", &mut |_| {})
             .unwrap_err()
             .contains("no reply 3"));
     }

@@ -7,7 +7,7 @@
 //! run it off the async threads.
 
 use loom_core::render::{
-    self, CompactionState, Format, Policy, Receipt, RenderInput, SummaryView, ToolSpec,
+    self, CompactionState, CostMemo, Format, Policy, Receipt, RenderInput, SummaryView, ToolSpec,
 };
 use loom_core::{ReduceConfig, SessionId};
 use loom_store::{NewModelCall, StoreError, Summary};
@@ -116,7 +116,7 @@ impl Engine {
         id: &SessionId,
         spec: &RenderSpec,
     ) -> Result<Option<RenderOutcome>> {
-        self.render_session_as(b, id, spec, |r| Ok(r.body()))
+        self.render_session_as(b, id, spec, |r, _| Ok(r.body()))
     }
 
     /// [`Engine::render_session`] with the body written as the JSON bytes a provider is sent
@@ -128,8 +128,9 @@ impl Engine {
         id: &SessionId,
         spec: &RenderSpec,
     ) -> Result<Option<RenderOutcome<Vec<u8>>>> {
-        self.render_session_as(b, id, spec, |r| {
-            r.body_bytes().map_err(|e| {
+        // The messages this call shares with the session's last are copied from its body.
+        self.render_session_as(b, id, spec, |r, memo| {
+            r.body_bytes_with(memo).map_err(|e| {
                 ApiError::internal(format!("writing the request body of session `{id}`: {e}"))
             })
         })
@@ -140,7 +141,7 @@ impl Engine {
         b: Backend<'_>,
         id: &SessionId,
         spec: &RenderSpec,
-        body: impl Fn(&render::Rendered) -> Result<B>,
+        body: impl Fn(&render::Rendered, &mut CostMemo) -> Result<B>,
     ) -> Result<Option<RenderOutcome<B>>> {
         let mut attempt = 1;
         loop {
@@ -170,15 +171,16 @@ impl Engine {
         live: &mut Live,
         spec: &RenderSpec,
     ) -> Result<(RenderOutcome, Option<NewModelCall>)> {
-        self.render_as(live, spec, |r| Ok(r.body()))
+        self.render_as(live, spec, |r, _| Ok(r.body()))
     }
 
-    /// [`Engine::render`] with the body made by `body` from the rendered request.
+    /// [`Engine::render`] with the body made by `body` from the rendered request (and the
+    /// session's cost memo, which it may use to write the body).
     fn render_as<B>(
         &self,
         live: &mut Live,
         spec: &RenderSpec,
-        body: impl Fn(&render::Rendered) -> Result<B>,
+        body: impl Fn(&render::Rendered, &mut CostMemo) -> Result<B>,
     ) -> Result<(RenderOutcome<B>, Option<NewModelCall>)> {
         let session = live.id().clone();
         let (meter, policy) = self.prepare(spec)?;
@@ -215,6 +217,7 @@ impl Engine {
         let (prev_state, prev_seq) = prev.unwrap_or_default();
         let rendered = render::render_projection(&input, &projection, &prev_state, memo)
             .map_err(|e| ApiError::invalid(format!("session `{session}`: {e}")))?;
+        let body = body(&rendered, memo)?;
         let at_seq = render::last_seq(events);
         let record = (spec.always_record || prev_seq != Some(at_seq)).then(|| NewModelCall {
             session: session.clone(),
@@ -225,7 +228,6 @@ impl Engine {
                 "state": rendered.state,
             }),
         });
-        let body = body(&rendered)?;
         live.rendered(record.as_ref().map(|r| Continued {
             at_seq: r.at_seq,
             created_ms: r.created_ms,

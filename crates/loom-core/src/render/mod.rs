@@ -321,6 +321,18 @@ impl Rendered {
         Ok(out)
     }
 
+    /// [`Rendered::body_bytes`] for a session's next call: `memo` is the one its renders use,
+    /// and the messages this request shares with the last one written through it are copied
+    /// rather than written again (the same bytes either way).
+    pub fn body_bytes_with(&self, memo: &mut CostMemo) -> serde_json::Result<Vec<u8>> {
+        let guess = usize::try_from(self.tokens().saturating_mul(4)).unwrap_or(0);
+        let mut out = Vec::with_capacity(guess.saturating_add(1024));
+        let keys: Vec<u64> = self.pieces.iter().map(|p| p.key).collect();
+        self.format
+            .write_body_reusing(&self.request, &keys, &mut memo.body, &mut out)?;
+        Ok(out)
+    }
+
     /// Tokens of the whole request.
     pub fn tokens(&self) -> u64 {
         self.overhead + self.pieces.iter().map(|p| p.tokens).sum::<u64>()

@@ -596,6 +596,11 @@ fn check_session(case: &Case<'_>) -> Result<(), TestCaseError> {
                         r.body_bytes().unwrap() == body,
                         "{format:?}: the body's bytes differ from the body serialised"
                     );
+                    prop_assert!(
+                        r.body_bytes_with(&mut memo).unwrap() == body,
+                        "{format:?}: the body's bytes, reusing the last call's, differ from the \
+                         body serialised"
+                    );
                     if let Some((seq, n)) = r.receipt.unaccounted() {
                         prop_assert!(
                             false,

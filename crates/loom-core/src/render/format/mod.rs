@@ -175,6 +175,132 @@ impl Format {
     }
 }
 
+/// The body last written for a session, for [`Format::write_body_reusing`]: its messages' keys,
+/// where each message's bytes end, and the bytes up to the end of its message list.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct BodyMemo {
+    format: Option<Format>,
+    keys: Vec<u64>,
+    ends: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl Format {
+    /// [`Format::write_body`], copying the messages this request shares with the one `memo` last
+    /// saw instead of writing them again; `keys` identify the request's messages (equal keys
+    /// write equal bytes within a session, [`super::Piece::key`]). Chat Completions and
+    /// Responses open their body with the message list, so a request that extends the previous
+    /// one (every call between compaction points) writes only its new messages; the other
+    /// formats are written whole.
+    pub(crate) fn write_body_reusing(
+        self,
+        req: &Request,
+        keys: &[u64],
+        memo: &mut BodyMemo,
+        out: &mut Vec<u8>,
+    ) -> serde_json::Result<()> {
+        if keys.len() != req.messages.len() {
+            *memo = BodyMemo::default();
+            return self.write_body(req, out);
+        }
+        match self {
+            Self::OpenaiChat => write_list_body(
+                self,
+                "messages",
+                req,
+                keys,
+                memo,
+                out,
+                openai_chat::items,
+                &openai_chat::Tools(&req.tools),
+            ),
+            Self::OpenaiResponses => write_list_body(
+                self,
+                "input",
+                req,
+                keys,
+                memo,
+                out,
+                responses::items,
+                &responses::Tools(&req.tools),
+            ),
+            Self::Anthropic | Self::React => self.write_body(req, out),
+        }
+    }
+}
+
+/// A body of the shape `{"<list>": [items], "model": …, "tools": […]}` (keys in sorted order, as
+/// serde writes the body's map), its list's leading messages copied from `memo`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the two formats' parts, named at the call"
+)]
+fn write_list_body<'r, I, It>(
+    format: Format,
+    list: &str,
+    req: &'r Request,
+    keys: &[u64],
+    memo: &mut BodyMemo,
+    out: &mut Vec<u8>,
+    items: fn(&'r Msg) -> It,
+    tools: &impl Serialize,
+) -> serde_json::Result<()>
+where
+    It: Iterator<Item = I>,
+    I: Serialize,
+{
+    let shared = if memo.format == Some(format) {
+        memo.keys
+            .iter()
+            .zip(keys)
+            .take_while(|(a, b)| a == b)
+            .count()
+    } else {
+        0
+    };
+    let start = out.len();
+    let mut ends = Vec::with_capacity(keys.len());
+    match shared.checked_sub(1).and_then(|i| memo.ends.get(i)) {
+        Some(&end) => {
+            out.extend_from_slice(&memo.bytes[..end]);
+            ends.extend(memo.ends[..shared].iter().map(|e| start + e));
+        }
+        None => {
+            out.push(b'{');
+            serde_json::to_writer(&mut *out, list)?;
+            out.extend_from_slice(b":[");
+        }
+    }
+    let shared = ends.len();
+    let mut first = shared == 0;
+    for msg in &req.messages[shared..] {
+        for item in items(msg) {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            serde_json::to_writer(&mut *out, &item)?;
+        }
+        ends.push(out.len());
+    }
+    let listed = out.len();
+    out.extend_from_slice(b"],\"model\":");
+    serde_json::to_writer(&mut *out, &req.model)?;
+    if !req.tools.is_empty() {
+        out.extend_from_slice(b",\"tools\":");
+        serde_json::to_writer(&mut *out, tools)?;
+    }
+    out.push(b'}');
+    memo.format = Some(format);
+    memo.keys.clear();
+    memo.keys.extend_from_slice(keys);
+    memo.ends.clear();
+    memo.ends.extend(ends.iter().map(|e| e - start));
+    memo.bytes.clear();
+    memo.bytes.extend_from_slice(&out[start..listed]);
+    Ok(())
+}
+
 /// Text of content, borrowed when it is one text (see [`text_only`]).
 fn text_of(content: &MessageContent) -> std::borrow::Cow<'_, str> {
     match content {
@@ -359,6 +485,36 @@ mod tests {
                     String::from_utf8_lossy(&expected),
                     "{format:?}, stable_len {}",
                     req.stable_len
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_reusing_the_last_ones_messages_has_the_same_bytes() {
+        let all = messages();
+        for format in Format::ALL {
+            let mut memo = BodyMemo::default();
+            // A session that grows a message at a time, then compacts (new keys from message
+            // 4 on) and grows again, then changes its tools.
+            let mut steps: Vec<(usize, u64, bool)> =
+                (0..=all.len()).map(|n| (n, 0, true)).collect();
+            steps.extend((4..=all.len()).map(|n| (n, 100, true)));
+            steps.push((all.len(), 100, false));
+            for (n, changed, tools) in steps {
+                let req = request(all[..n].to_vec(), 1, tools);
+                let keys: Vec<u64> = (0..n as u64)
+                    .map(|i| if i >= 4 { i + changed } else { i })
+                    .collect();
+                let mut bytes = Vec::new();
+                format
+                    .write_body_reusing(&req, &keys, &mut memo, &mut bytes)
+                    .unwrap();
+                let expected = serde_json::to_vec(&format.body(&req)).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&bytes),
+                    String::from_utf8_lossy(&expected),
+                    "{format:?}, {n} messages"
                 );
             }
         }

@@ -129,18 +129,21 @@ struct Messages<'a>(&'a [Msg]);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().flat_map(|msg| {
-            let calls: &[RenderedCall] = match msg {
-                Msg::Assistant { calls, .. } => calls,
-                _ => &[],
-            };
-            std::iter::once(Item::Msg(msg)).chain(calls.iter().map(Item::Result))
-        }))
+        s.collect_seq(self.0.iter().flat_map(items))
     }
 }
 
+/// The wire messages one neutral message becomes, in [`wire`]'s order.
+pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
+    let calls: &[RenderedCall] = match msg {
+        Msg::Assistant { calls, .. } => calls,
+        _ => &[],
+    };
+    std::iter::once(Item::Msg(msg)).chain(calls.iter().map(Item::Result))
+}
+
 /// One wire message: a neutral message, or one result of an assistant turn's calls.
-enum Item<'a> {
+pub(super) enum Item<'a> {
     Msg(&'a Msg),
     Result(&'a RenderedCall),
 }
@@ -261,7 +264,7 @@ struct Function<'a> {
     name: &'a str,
 }
 
-struct Tools<'a>(&'a [ToolSpec]);
+pub(super) struct Tools<'a>(pub(super) &'a [ToolSpec]);
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

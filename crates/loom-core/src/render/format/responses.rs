@@ -130,7 +130,7 @@ impl Serialize for Input<'_> {
 }
 
 /// The items one neutral message becomes, in [`wire`]'s order.
-fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
+pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
     let (native, head, calls): (&[Value], Option<Item<'_>>, &[RenderedCall]) = match msg {
         Msg::System(c) => (&[], Some(Item::Message("system", c)), &[]),
         Msg::User { content, .. } => (&[], Some(Item::Message("user", content)), &[]),
@@ -161,7 +161,7 @@ fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
 }
 
 /// One input item.
-enum Item<'a> {
+pub(super) enum Item<'a> {
     /// A reasoning item as the API returned it.
     Native(&'a Value),
     /// A system or user message.
@@ -249,7 +249,7 @@ impl Serialize for Part<'_> {
     }
 }
 
-struct Tools<'a>(&'a [ToolSpec]);
+pub(super) struct Tools<'a>(pub(super) &'a [ToolSpec]);
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
