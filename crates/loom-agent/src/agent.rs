@@ -633,21 +633,23 @@ impl<'a> Runner<'a> {
                 Ok(injections) => injections,
                 Err(halt) => return Ok(halt),
             };
+            // The body is written as the bytes sent (its `model` is the spec's): a value tree
+            // of the whole request every turn cost more than the rest of the turn.
             let rendered = self
                 .env
                 .engine
-                .render_session(self.env.backend(), &agent.session, &spec)
+                .render_session_bytes(self.env.backend(), &agent.session, &spec)
                 .map_err(|e| AgentError::Render {
                     session: agent.session.clone(),
                     message: e.message,
                 })?
                 .ok_or_else(|| AgentError::session(&agent.session, "no such session"))?;
-            let mut body = rendered.body;
-            body["model"] = Value::from(self.spec.model.clone());
             let observer = &mut *self.observer;
             let reply = self
                 .model
-                .call(&body, &mut |text| observer.progress(&Progress::Text(text)))
+                .call(&rendered.body, &mut |text| {
+                    observer.progress(&Progress::Text(text))
+                })
                 .map_err(|message| AgentError::Model {
                     session: agent.session.clone(),
                     turn: self.totals.turns + 1,

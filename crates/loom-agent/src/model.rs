@@ -12,12 +12,12 @@ pub trait Model: Send {
     /// The wire format its requests are written in.
     fn api(&self) -> Api;
 
-    /// Answers one request body (Loom's render, `model` set). `on_text` sees the reply's text as
-    /// it arrives, for the terminal. An error is the provider's message; nothing of a failed call
-    /// reaches the log.
+    /// Answers one request body: Loom's render, `model` set, as the JSON bytes to send (a JSON
+    /// object in [`Model::api`]'s format). `on_text` sees the reply's text as it arrives, for the
+    /// terminal. An error is the provider's message; nothing of a failed call reaches the log.
     fn call(
         &mut self,
-        body: &Value,
+        body: &[u8],
         on_text: &mut dyn FnMut(&str),
     ) -> Result<AssistantReply, String>;
 }
@@ -110,7 +110,7 @@ impl Model for Scripted {
 
     fn call(
         &mut self,
-        _body: &Value,
+        _body: &[u8],
         on_text: &mut dyn FnMut(&str),
     ) -> Result<AssistantReply, String> {
         let Some(reply) = self.turns.get(self.next) else {
@@ -161,7 +161,7 @@ impl Model for Http {
 
     fn call(
         &mut self,
-        body: &Value,
+        body: &[u8],
         on_text: &mut dyn FnMut(&str),
     ) -> Result<AssistantReply, String> {
         // The client wants a `Send` callback (it may run on a helper thread): text is gathered
@@ -176,7 +176,7 @@ impl Model for Http {
         };
         let completion = self
             .client
-            .complete(body, true, &mut on_delta)
+            .complete_bytes(body, true, &mut on_delta)
             .map_err(|e| e.to_string())?;
         if let Ok(all) = text.lock() {
             if !all.is_empty() {
@@ -219,19 +219,16 @@ mod tests {
             {"content": "done"}
         ]);
         let mut s = Scripted::from_value(&script).unwrap();
-        let first = s.call(&Value::Null, &mut |_| {}).unwrap();
+        let first = s.call(b"{}", &mut |_| {}).unwrap();
         assert_eq!(first.tool_calls[0].id, "call_1_1");
         assert_eq!(first.tool_calls[0].name, "fs__read_file");
         assert_eq!(first.tool_calls[0].arguments, r#"{"path":"a.txt"}"#);
         assert_eq!(
-            s.call(&Value::Null, &mut |_| {})
-                .unwrap()
-                .content
-                .as_deref(),
+            s.call(b"{}", &mut |_| {}).unwrap().content.as_deref(),
             Some("done")
         );
         assert!(s
-            .call(&Value::Null, &mut |_| {})
+            .call(b"{}", &mut |_| {})
             .unwrap_err()
             .contains("no reply 3"));
     }

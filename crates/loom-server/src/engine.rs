@@ -7,7 +7,7 @@
 //! run it off the async threads.
 
 use loom_core::render::{
-    self, CompactionState, Format, Policy, Receipt, RenderInput, SummaryView, ToolSpec,
+    self, CompactionState, CostMemo, Format, Policy, Receipt, RenderInput, SummaryView, ToolSpec,
 };
 use loom_core::{ReduceConfig, SessionId};
 use loom_store::{NewModelCall, StoreError, Summary};
@@ -36,11 +36,12 @@ pub struct RenderSpec {
     pub injections: Vec<render::Injection>,
 }
 
-/// A rendered request and its record.
+/// A rendered request and its record; the body as a JSON value, or as the JSON bytes sent
+/// ([`Engine::render_session_bytes`]).
 #[derive(Debug, Clone)]
-pub struct RenderOutcome {
+pub struct RenderOutcome<B = serde_json::Value> {
     /// The request body in the format asked for.
-    pub body: serde_json::Value,
+    pub body: B,
     /// What was included, stubbed, folded, summarised or dropped.
     pub receipt: Receipt,
     /// The model call recorded for it, if one was.
@@ -115,13 +116,40 @@ impl Engine {
         id: &SessionId,
         spec: &RenderSpec,
     ) -> Result<Option<RenderOutcome>> {
+        self.render_session_as(b, id, spec, |r, _| Ok(r.body()))
+    }
+
+    /// [`Engine::render_session`] with the body written as the JSON bytes a provider is sent
+    /// (the same bytes as serialising the value), without building the value: for a caller that
+    /// only sends it (the agent loop).
+    pub fn render_session_bytes(
+        &self,
+        b: Backend<'_>,
+        id: &SessionId,
+        spec: &RenderSpec,
+    ) -> Result<Option<RenderOutcome<Vec<u8>>>> {
+        // The messages this call shares with the session's last are copied from its body.
+        self.render_session_as(b, id, spec, |r, memo| {
+            r.body_bytes_with(memo).map_err(|e| {
+                ApiError::internal(format!("writing the request body of session `{id}`: {e}"))
+            })
+        })
+    }
+
+    fn render_session_as<B>(
+        &self,
+        b: Backend<'_>,
+        id: &SessionId,
+        spec: &RenderSpec,
+        body: impl Fn(&render::Rendered, &mut CostMemo) -> Result<B>,
+    ) -> Result<Option<RenderOutcome<B>>> {
         let mut attempt = 1;
         loop {
             let Some(live) = b.live.get(b, id)? else {
                 return Ok(None);
             };
             let mut live = lock_live(&live);
-            let (mut out, record) = self.render(&mut live, spec)?;
+            let (mut out, record) = self.render_as(&mut live, spec, &body)?;
             match live.commit_owned(b, record, None) {
                 Ok(call) => {
                     out.model_call = call;
@@ -143,6 +171,17 @@ impl Engine {
         live: &mut Live,
         spec: &RenderSpec,
     ) -> Result<(RenderOutcome, Option<NewModelCall>)> {
+        self.render_as(live, spec, |r, _| Ok(r.body()))
+    }
+
+    /// [`Engine::render`] with the body made by `body` from the rendered request (and the
+    /// session's cost memo, which it may use to write the body).
+    fn render_as<B>(
+        &self,
+        live: &mut Live,
+        spec: &RenderSpec,
+        body: impl Fn(&render::Rendered, &mut CostMemo) -> Result<B>,
+    ) -> Result<(RenderOutcome<B>, Option<NewModelCall>)> {
         let session = live.id().clone();
         let (meter, policy) = self.prepare(spec)?;
         let summaries = summary_views(live.summaries());
@@ -178,6 +217,7 @@ impl Engine {
         let (prev_state, prev_seq) = prev.unwrap_or_default();
         let rendered = render::render_projection(&input, &projection, &prev_state, memo)
             .map_err(|e| ApiError::invalid(format!("session `{session}`: {e}")))?;
+        let body = body(&rendered, memo)?;
         let at_seq = render::last_seq(events);
         let record = (spec.always_record || prev_seq != Some(at_seq)).then(|| NewModelCall {
             session: session.clone(),
@@ -188,7 +228,6 @@ impl Engine {
                 "state": rendered.state,
             }),
         });
-        let body = rendered.body();
         live.rendered(record.as_ref().map(|r| Continued {
             at_seq: r.at_seq,
             created_ms: r.created_ms,

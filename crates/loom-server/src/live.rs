@@ -804,6 +804,65 @@ mod tests {
     }
 
     #[test]
+    fn a_body_written_as_bytes_is_the_value_serialised_turn_after_turn() {
+        use crate::engine::RenderSpec;
+        use loom_core::render::Format;
+        let t = TestBackend::new(8);
+        let b = t.backend();
+        let engine = crate::Engine::built_in().unwrap();
+        for format in [
+            Format::OpenaiChat,
+            Format::OpenaiResponses,
+            Format::Anthropic,
+        ] {
+            // The same log twice: one rendered as values, one as bytes (which copies the
+            // messages a call shares with the last one's body).
+            let ids = ["values", "bytes"]
+                .map(|n| SessionId::new(format!("{n}-{}", format.as_str())).unwrap());
+            for id in &ids {
+                t.store
+                    .create_session(
+                        &NewSession {
+                            id: id.clone(),
+                            agent: AgentId::new("x").unwrap(),
+                            parent: None,
+                            created_ms: 1,
+                        },
+                        &[user("the task")],
+                    )
+                    .unwrap();
+            }
+            let spec = RenderSpec {
+                model: "gpt-4o".into(),
+                budget: Some(1_500),
+                format,
+                tools: Vec::new(),
+                always_record: true,
+                injections: Vec::new(),
+            };
+            let mut points = 0;
+            for i in 0..60 {
+                for id in &ids {
+                    let text = format!("message {i}: {}", "words \"quoted\"\n".repeat(30));
+                    t.store.append(id, &[user(&text)]).unwrap();
+                }
+                let value = engine.render_session(b, &ids[0], &spec).unwrap().unwrap();
+                let bytes = engine
+                    .render_session_bytes(b, &ids[1], &spec)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(
+                    String::from_utf8(bytes.body).unwrap(),
+                    value.body.to_string(),
+                    "{format:?}, render {i}"
+                );
+                points = bytes.receipt.points;
+            }
+            assert!(points > 0, "{format:?}: the sessions compacted");
+        }
+    }
+
+    #[test]
     fn the_cache_is_bounded_by_bytes_too() {
         let t = TestBackend::new(100);
         let big = "x".repeat(10_000);

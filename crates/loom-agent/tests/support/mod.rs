@@ -35,10 +35,13 @@ impl Model for Recording {
     }
     fn call(
         &mut self,
-        body: &Value,
+        body: &[u8],
         on_text: &mut dyn FnMut(&str),
     ) -> Result<AssistantReply, String> {
-        self.requests.lock().unwrap().push(body.clone());
+        self.requests
+            .lock()
+            .unwrap()
+            .push(serde_json::from_slice(body).expect("the body is JSON"));
         self.inner.call(body, on_text)
     }
 }

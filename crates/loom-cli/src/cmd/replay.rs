@@ -132,12 +132,18 @@ pub(crate) fn run(_ctx: &Context, args: Args) -> anyhow::Result<()> {
             let mut write_err: Option<std::io::Error> = None;
             let run = replayer.run(session, source, &mut |call, rendered| {
                 if let Some(w) = emit.as_mut() {
-                    let line = serde_json::json!({
-                        "trace_id": session.id.as_str(),
-                        "call": call,
-                        "request": rendered.body(),
-                    });
-                    if let Err(e) = writeln!(w, "{line}") {
+                    // `{"call", "request", "trace_id"}` in sorted key order, as a JSON value of
+                    // the line would write it; the request as the bytes a provider is sent.
+                    let mut line = || -> std::io::Result<()> {
+                        w.write_all(b"{\"call\":")?;
+                        serde_json::to_writer(&mut *w, &call)?;
+                        w.write_all(b",\"request\":")?;
+                        w.write_all(&rendered.body_bytes()?)?;
+                        w.write_all(b",\"trace_id\":")?;
+                        serde_json::to_writer(&mut *w, session.id.as_str())?;
+                        w.write_all(b"}\n")
+                    };
+                    if let Err(e) = line() {
                         write_err.get_or_insert(e);
                     }
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::format::Format;
+use super::format::{BodyMemo, Format};
 pub(crate) use super::hash::{Fx, FxBuild};
 use super::layout::{self, form_of, StepIndex, SummaryView};
 use super::meter::TokenMeter;
@@ -129,6 +129,8 @@ pub struct CostMemo {
     slots: layout::LineSlots,
     /// The messages of the units in place, by unit seq.
     msgs: Msgs,
+    /// The body last written, for the next to copy the messages they share.
+    pub(crate) body: BodyMemo,
 }
 
 /// A tool list in one format: its overhead tokens and the prefix hash's state after its wire form.

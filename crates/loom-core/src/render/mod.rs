@@ -311,6 +311,28 @@ impl Rendered {
         self.format.body(&self.request)
     }
 
+    /// [`Rendered::body`] as the JSON bytes sent, written without building the value tree (the
+    /// same bytes as serialising it).
+    pub fn body_bytes(&self) -> serde_json::Result<Vec<u8>> {
+        // About four bytes a token, so the buffer is seldom grown.
+        let guess = usize::try_from(self.tokens().saturating_mul(4)).unwrap_or(0);
+        let mut out = Vec::with_capacity(guess.saturating_add(1024));
+        self.format.write_body(&self.request, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Rendered::body_bytes`] for a session's next call: `memo` is the one its renders use,
+    /// and the messages this request shares with the last one written through it are copied
+    /// rather than written again (the same bytes either way).
+    pub fn body_bytes_with(&self, memo: &mut CostMemo) -> serde_json::Result<Vec<u8>> {
+        let guess = usize::try_from(self.tokens().saturating_mul(4)).unwrap_or(0);
+        let mut out = Vec::with_capacity(guess.saturating_add(1024));
+        let keys: Vec<u64> = self.pieces.iter().map(|p| p.key).collect();
+        self.format
+            .write_body_reusing(&self.request, &keys, &mut memo.body, &mut out)?;
+        Ok(out)
+    }
+
     /// Tokens of the whole request.
     pub fn tokens(&self) -> u64 {
         self.overhead + self.pieces.iter().map(|p| p.tokens).sum::<u64>()

@@ -590,6 +590,17 @@ fn check_session(case: &Case<'_>) -> Result<(), TestCaseError> {
                     if let Err(v) = check_request(format, &r.body()) {
                         prop_assert!(false, "{format:?}: {v}\n{}", r.body());
                     }
+                    // The bytes written straight from the request are the body serialised.
+                    let body = serde_json::to_vec(&r.body()).unwrap();
+                    prop_assert!(
+                        r.body_bytes().unwrap() == body,
+                        "{format:?}: the body's bytes differ from the body serialised"
+                    );
+                    prop_assert!(
+                        r.body_bytes_with(&mut memo).unwrap() == body,
+                        "{format:?}: the body's bytes, reusing the last call's, differ from the \
+                         body serialised"
+                    );
                     if let Some((seq, n)) = r.receipt.unaccounted() {
                         prop_assert!(
                             false,

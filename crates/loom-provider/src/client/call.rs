@@ -1,9 +1,12 @@
 //! One call: the body prepared, attempts made until a reply starts (or retrying must stop), then
 //! the reply read whole or streamed, under the idle and whole-call limits.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::time::{sleep, timeout_at, Instant};
 
@@ -22,11 +25,11 @@ const MAX_ERROR_BYTES: u64 = 64 << 10;
 /// Longest part of a body that is not the provider's error shape kept in an error's message.
 const MESSAGE_CHARS: usize = 500;
 
-/// The call, from body to [`Completion`].
+/// The call, from the body's JSON bytes to [`Completion`].
 pub(super) async fn run<F: FnMut(&Delta) + ?Sized>(
     client: &Client,
     http: &reqwest::Client,
-    body: &Value,
+    body: &[u8],
     stream: bool,
     on_delta: &mut F,
 ) -> Result<Completion, CallError> {
@@ -126,50 +129,73 @@ pub(super) async fn send(
     }
 }
 
-/// The body as sent: `model` and `stream` set, Chat's usage asked for when streaming.
-fn prepare(
-    api: Api,
-    model: Option<&str>,
-    body: &Value,
-    stream: bool,
-) -> Result<Vec<u8>, CallError> {
-    let Value::Object(map) = body else {
+/// A body given as a value, as JSON bytes for [`run`]: refused unless it is an object.
+pub(super) fn value_bytes(body: &Value) -> Result<Vec<u8>, CallError> {
+    if !body.is_object() {
         return Err(CallError::Request {
             reason: format!("expected a JSON object, got {}", kind(body)),
         });
-    };
-    let mut map = map.clone();
+    }
+    serde_json::to_vec(body).map_err(|e| CallError::Request {
+        reason: format!("cannot be serialised: {e}"),
+    })
+}
+
+/// The body as sent: `model` and `stream` set, Chat's usage asked for when streaming.
+///
+/// Only the top level is read: each field's value is checked and kept as the bytes it was given
+/// (a request's messages are most of its size, and are sent as they are), and the fields are
+/// written back in sorted order, as a body serialised from a `serde_json::Value` has them. A
+/// compact body, as serde writes it, comes out the same bytes but for the fields set here.
+fn prepare(api: Api, model: Option<&str>, body: &[u8], stream: bool) -> Result<Vec<u8>, CallError> {
+    let fields: BTreeMap<String, &RawValue> =
+        serde_json::from_slice(body).map_err(|e| CallError::Request {
+            reason: format!("expected a JSON object: {e}"),
+        })?;
+    let mut map: BTreeMap<String, Cow<'_, RawValue>> = fields
+        .into_iter()
+        .map(|(k, v)| (k, Cow::Borrowed(v)))
+        .collect();
     match model {
         Some(model) => {
-            map.insert("model".into(), Value::from(model));
+            map.insert("model".into(), raw(model)?);
         }
-        None if map.get("model").is_some_and(Value::is_string) => {}
+        None if map.get("model").is_some_and(|m| m.get().starts_with('"')) => {}
         None => {
             return Err(CallError::Request {
                 reason: "field `model`: missing, and no model is configured".into(),
             })
         }
     }
-    map.insert("stream".into(), Value::Bool(stream));
+    map.insert("stream".into(), raw(&stream)?);
     if api == Api::ChatCompletions {
         if stream {
-            let options = map
-                .entry("stream_options")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if !options.is_object() {
-                *options = Value::Object(Map::new());
-            }
-            if let Value::Object(options) = options {
-                options.insert("include_usage".into(), Value::Bool(true));
-            }
+            // Options the caller gave are kept, with the usage asked for.
+            let mut options = map
+                .get("stream_options")
+                .and_then(|o| serde_json::from_str::<Map<String, Value>>(o.get()).ok())
+                .unwrap_or_default();
+            options.insert("include_usage".into(), Value::Bool(true));
+            map.insert("stream_options".into(), raw(&options)?);
         } else {
             // OpenAI refuses `stream_options` on a call that does not stream.
             map.remove("stream_options");
         }
     }
-    serde_json::to_vec(&map).map_err(|e| CallError::Request {
+    let mut out = Vec::with_capacity(body.len().saturating_add(64));
+    serde_json::to_writer(&mut out, &map).map_err(|e| CallError::Request {
         reason: format!("cannot be serialised: {e}"),
-    })
+    })?;
+    Ok(out)
+}
+
+/// A value [`prepare`] sets, as raw JSON.
+fn raw<T: serde::Serialize + ?Sized>(value: &T) -> Result<Cow<'static, RawValue>, CallError> {
+    serde_json::value::to_raw_value(value)
+        .map(Cow::Owned)
+        .map_err(|e| CallError::Request {
+            reason: format!("cannot be serialised: {e}"),
+        })
 }
 
 /// The JSON type of `v`, for messages.
@@ -432,5 +458,87 @@ impl Reader<'_> {
             )),
             other => protocol(self, other),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// How the body was prepared from a value before bodies were taken as bytes: the reference
+    /// the bytes must match.
+    fn prepare_value(api: Api, model: Option<&str>, body: &Value, stream: bool) -> Vec<u8> {
+        let mut map = body.as_object().unwrap().clone();
+        match model {
+            Some(model) => {
+                map.insert("model".into(), Value::from(model));
+            }
+            None => assert!(map.get("model").is_some_and(Value::is_string)),
+        }
+        map.insert("stream".into(), Value::Bool(stream));
+        if api == Api::ChatCompletions {
+            if stream {
+                let options = map
+                    .entry("stream_options")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if !options.is_object() {
+                    *options = Value::Object(Map::new());
+                }
+                if let Value::Object(options) = options {
+                    options.insert("include_usage".into(), Value::Bool(true));
+                }
+            } else {
+                map.remove("stream_options");
+            }
+        }
+        serde_json::to_vec(&map).unwrap()
+    }
+
+    #[test]
+    fn a_body_given_as_bytes_is_sent_as_the_value_was() {
+        let messages = json!([
+            {"role": "system", "content": "Be \"brief\"\n\u{1}é 🦀"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "f", "arguments": "{\"a\": 1.5e3}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": [1.25, -0.0, 12345678901234567890u64]},
+        ]);
+        let bodies = [
+            json!({"model": "from-body", "messages": messages}),
+            json!({"model": "from-body", "messages": messages, "tools": [{"type": "function",
+                "function": {"name": "f", "parameters": {"type": "object"}}}], "stream": false}),
+            json!({"model": "m", "input": messages, "stream_options": {"zeta": 1, "alpha": [2]}}),
+            json!({"model": "m", "max_tokens": 16, "messages": messages, "stream_options": 3}),
+            json!({"model": "m", "a\"b": {"z": null, "y": true}, "\u{7f}": "x"}),
+        ];
+        for api in [Api::ChatCompletions, Api::Responses, Api::Messages] {
+            for body in &bodies {
+                for model in [None, Some("configured")] {
+                    for stream in [false, true] {
+                        let bytes = serde_json::to_vec(body).unwrap();
+                        let sent = prepare(api, model, &bytes, stream).unwrap();
+                        let expected = prepare_value(api, model, body, stream);
+                        assert_eq!(
+                            String::from_utf8(sent).unwrap(),
+                            String::from_utf8(expected).unwrap(),
+                            "{api} model={model:?} stream={stream}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_or_not_json_is_refused() {
+        for body in [&b"[1]"[..], b"\"x\"", b"{\"model\": ", b""] {
+            let err = prepare(Api::Messages, Some("m"), body, true).unwrap_err();
+            assert!(err.to_string().contains("JSON object"), "{err}");
+        }
+        let err = prepare(Api::Messages, None, br#"{"model": 3}"#, true).unwrap_err();
+        assert!(err.to_string().contains("model"), "{err}");
+        let err = value_bytes(&json!([1])).unwrap_err();
+        assert!(err.to_string().contains("an array"), "{err}");
     }
 }

@@ -163,6 +163,19 @@ impl Client {
         stream: bool,
         on_delta: &mut (dyn FnMut(&Delta) + Send),
     ) -> Result<Completion, CallError> {
+        self.complete_bytes(&call::value_bytes(body)?, stream, on_delta)
+    }
+
+    /// [`Client::complete`] of a body given as JSON bytes (a JSON object), as a caller that
+    /// writes its request straight to bytes has it: no value tree is built. Only the body's top
+    /// level is read, to set `model`, `stream` and `stream_options`; the rest is sent as it was
+    /// given, so a compact body (as serde writes it) goes out as the same bytes the value would.
+    pub fn complete_bytes(
+        &self,
+        body: &[u8],
+        stream: bool,
+        on_delta: &mut (dyn FnMut(&Delta) + Send),
+    ) -> Result<Completion, CallError> {
         let Some(runtime) = &self.runtime else {
             return Err(CallError::config("client", "already shut down"));
         };
@@ -186,6 +199,17 @@ impl Client {
     pub async fn complete_async(
         &self,
         body: &Value,
+        stream: bool,
+        on_delta: &mut (dyn FnMut(&Delta) + Send),
+    ) -> Result<Completion, CallError> {
+        let bytes = call::value_bytes(body)?;
+        call::run(self, &self.async_http, &bytes, stream, on_delta).await
+    }
+
+    /// [`Client::complete_async`] of a body given as JSON bytes (see [`Client::complete_bytes`]).
+    pub async fn complete_bytes_async(
+        &self,
+        body: &[u8],
         stream: bool,
         on_delta: &mut (dyn FnMut(&Delta) + Send),
     ) -> Result<Completion, CallError> {

@@ -8,11 +8,13 @@
 //! thinking blocks with the provider's signature); a turn that came from Anthropic sends its
 //! native `thinking` / `redacted_thinking` blocks back unchanged instead.
 
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{arguments_object, text_only};
+use super::{arguments_object, text_of, text_only};
 use crate::event::{ContentPart, MessageContent, NativeApi};
-use crate::render::request::{Msg, Request, ToolSpec};
+use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
 /// Text sent before a conversation that would otherwise open with the assistant.
 const OPENING: &str = "(conversation continues)";
@@ -192,4 +194,371 @@ pub(super) fn body(req: &Request) -> Value {
         body.insert("tools".into(), Value::Array(tools(&req.tools)));
     }
     Value::Object(body)
+}
+
+/// The body written straight from the request: the same bytes as [`body`] serialised. Every map
+/// writes its keys in sorted order, as the body's ordered maps do; the wire messages are laid
+/// out first (a few words each) so the cache breakpoints can be placed as [`body`] places them.
+pub(super) struct Body<'a>(pub(super) &'a Request);
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let req = self.0;
+        let leading = req
+            .messages
+            .iter()
+            .take_while(|m| matches!(m, Msg::System(_)))
+            .count();
+        let system: Vec<&MessageContent> = req.messages[..leading]
+            .iter()
+            .filter_map(|m| match m {
+                Msg::System(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let mut messages: Vec<Wire<'_>> = Vec::with_capacity(req.messages.len() * 2);
+        let mut stable_end: Option<usize> = None;
+        for (i, msg) in req.messages.iter().enumerate().skip(leading) {
+            match msg {
+                Msg::System(c) => messages.push(Wire::System(c)),
+                Msg::User { content, .. } => messages.push(Wire::User(content)),
+                Msg::Assistant {
+                    content,
+                    calls,
+                    native,
+                    ..
+                } => {
+                    let native = native
+                        .as_ref()
+                        .filter(|n| n.api == NativeApi::Anthropic)
+                        .map_or(&[][..], |n| &n.items);
+                    messages.push(Wire::Assistant {
+                        native,
+                        content: content.as_ref(),
+                        calls,
+                    });
+                    if !calls.is_empty() {
+                        messages.push(Wire::Results(calls));
+                    }
+                }
+            }
+            if i + 1 == req.stable_len {
+                stable_end = messages.len().checked_sub(1);
+            }
+        }
+        if !matches!(
+            messages.first(),
+            Some(Wire::System(_) | Wire::User(_) | Wire::Results(_) | Wire::Opening)
+        ) {
+            messages.insert(0, Wire::Opening);
+            stable_end = stable_end.map(|i| i + 1);
+        }
+        let mut marked = vec![None; messages.len()];
+        let mark_system = match stable_end {
+            Some(i) => {
+                marked[i] = messages[i].markable();
+                false
+            }
+            None => true,
+        };
+        if let Some(last) = messages.len().checked_sub(1) {
+            marked[last] = messages[last].markable();
+        }
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("max_tokens", &req.max_output_tokens)?;
+        m.serialize_entry(
+            "messages",
+            &Messages {
+                messages: &messages,
+                marked: &marked,
+            },
+        )?;
+        m.serialize_entry("model", &req.model)?;
+        if !system.is_empty() {
+            m.serialize_entry(
+                "system",
+                &System {
+                    blocks: &system,
+                    mark_last: mark_system,
+                },
+            )?;
+        }
+        if !req.tools.is_empty() {
+            m.serialize_entry("tools", &Tools(&req.tools))?;
+        }
+        m.end()
+    }
+}
+
+/// One wire message, as [`wire`] and [`body`] lay them out.
+#[derive(Clone, Copy)]
+enum Wire<'a> {
+    /// The user text sent before a conversation that would open with the assistant.
+    Opening,
+    /// A system message after the leading ones, sent as user text.
+    System(&'a MessageContent),
+    User(&'a MessageContent),
+    Assistant {
+        native: &'a [Value],
+        content: Option<&'a MessageContent>,
+        calls: &'a [RenderedCall],
+    },
+    /// The user message holding an assistant turn's results.
+    Results(&'a [RenderedCall]),
+}
+
+impl<'a> Wire<'a> {
+    /// The content blocks, in order.
+    fn blocks(&self) -> Vec<Block<'a>> {
+        match *self {
+            Wire::Opening => vec![Block::Text(OPENING)],
+            Wire::System(c) => vec![Block::SystemText(c)],
+            Wire::User(c) => content_blocks(c).collect(),
+            Wire::Assistant {
+                native,
+                content,
+                calls,
+            } => {
+                let mut out: Vec<Block<'a>> = native.iter().map(Block::Native).collect();
+                out.extend(content.into_iter().flat_map(content_blocks));
+                // An assistant message must not be empty.
+                if out.is_empty() && calls.is_empty() {
+                    out.push(Block::Text(""));
+                }
+                out.extend(calls.iter().map(Block::ToolUse));
+                out
+            }
+            Wire::Results(calls) => calls.iter().map(Block::Result).collect(),
+        }
+    }
+
+    /// The index of the last block that may carry a cache breakpoint ([`mark_last_block`]).
+    fn markable(&self) -> Option<usize> {
+        self.blocks().iter().rposition(|b| match b {
+            Block::Native(Value::Object(block)) => !matches!(
+                block.get("type").and_then(Value::as_str),
+                Some("thinking" | "redacted_thinking")
+            ),
+            Block::Native(_) => false,
+            _ => true,
+        })
+    }
+}
+
+fn content_blocks(c: &MessageContent) -> impl Iterator<Item = Block<'_>> {
+    let (text, parts): (Option<&str>, &[ContentPart]) = match c {
+        MessageContent::Text(t) => (Some(t.as_str()), &[]),
+        MessageContent::Parts(parts) => (None, parts),
+    };
+    text.into_iter()
+        .map(Block::Text)
+        .chain(parts.iter().map(|p| match p {
+            ContentPart::Text { text } => Block::Text(text),
+            ContentPart::Image { url, .. } => Block::Image(url),
+        }))
+}
+
+/// One content block.
+#[derive(Clone, Copy)]
+enum Block<'a> {
+    /// A block as Anthropic sent it (thinking).
+    Native(&'a Value),
+    Text(&'a str),
+    /// A system message's text, labelled.
+    SystemText(&'a MessageContent),
+    Image(&'a str),
+    ToolUse(&'a RenderedCall),
+    Result(&'a RenderedCall),
+}
+
+/// A block with or without the cache breakpoint.
+struct Marked<'a> {
+    block: Block<'a>,
+    mark: bool,
+}
+
+#[derive(Serialize)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
+
+impl Serialize for Marked<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Block::Native(v) = self.block {
+            return match (v, self.mark) {
+                (Value::Object(block), true) => {
+                    let mut block = block.clone();
+                    block.insert("cache_control".into(), json!({"type": "ephemeral"}));
+                    block.serialize(s)
+                }
+                _ => v.serialize(s),
+            };
+        }
+        let mut m = s.serialize_map(None)?;
+        if self.mark {
+            m.serialize_entry("cache_control", &EPHEMERAL)?;
+        }
+        match self.block {
+            Block::Native(_) => {}
+            Block::Text(text) => {
+                m.serialize_entry("text", text)?;
+                m.serialize_entry("type", "text")?;
+            }
+            Block::SystemText(c) => {
+                m.serialize_entry("text", &format!("[system]\n{}", text_of(c)))?;
+                m.serialize_entry("type", "text")?;
+            }
+            Block::Image(url) => {
+                m.serialize_entry("source", &Source(url))?;
+                m.serialize_entry("type", "image")?;
+            }
+            Block::ToolUse(rc) => {
+                m.serialize_entry("id", &rc.call.id)?;
+                m.serialize_entry("input", &arguments_object(&rc.call.arguments))?;
+                m.serialize_entry("name", &rc.call.name)?;
+                m.serialize_entry("type", "tool_use")?;
+            }
+            Block::Result(rc) => {
+                m.serialize_entry("content", &text_of(&rc.content))?;
+                if rc.is_error {
+                    m.serialize_entry("is_error", &true)?;
+                }
+                m.serialize_entry("tool_use_id", &rc.call.id)?;
+                m.serialize_entry("type", "tool_result")?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// An image's source: inline data, or a URL.
+struct Source<'a>(&'a str);
+
+impl Serialize for Source<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        let inline = self
+            .0
+            .strip_prefix("data:")
+            .and_then(|rest| rest.split_once(";base64,"));
+        match inline {
+            Some((media_type, data)) => {
+                m.serialize_entry("data", data)?;
+                m.serialize_entry("media_type", media_type)?;
+                m.serialize_entry("type", "base64")?;
+            }
+            None => {
+                m.serialize_entry("type", "url")?;
+                m.serialize_entry("url", self.0)?;
+            }
+        }
+        m.end()
+    }
+}
+
+struct Messages<'a> {
+    messages: &'a [Wire<'a>],
+    /// Per message, the block that carries a cache breakpoint.
+    marked: &'a [Option<usize>],
+}
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.messages
+                .iter()
+                .zip(self.marked)
+                .map(|(&wire, &mark)| Message { wire, mark }),
+        )
+    }
+}
+
+struct Message<'a> {
+    wire: Wire<'a>,
+    mark: Option<usize>,
+}
+
+impl Serialize for Message<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let role = match self.wire {
+            Wire::Assistant { .. } => "assistant",
+            _ => "user",
+        };
+        let blocks = self.wire.blocks();
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry(
+            "content",
+            &Blocks {
+                blocks: &blocks,
+                mark: self.mark,
+            },
+        )?;
+        m.serialize_entry("role", role)?;
+        m.end()
+    }
+}
+
+struct Blocks<'a> {
+    blocks: &'a [Block<'a>],
+    mark: Option<usize>,
+}
+
+impl Serialize for Blocks<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.blocks.iter().enumerate().map(|(i, &block)| Marked {
+            block,
+            mark: self.mark == Some(i),
+        }))
+    }
+}
+
+/// The leading system messages as text blocks, the last one marked when no message is.
+struct System<'a> {
+    blocks: &'a [&'a MessageContent],
+    mark_last: bool,
+}
+
+impl Serialize for System<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let last = self.blocks.len().saturating_sub(1);
+        s.collect_seq(self.blocks.iter().enumerate().map(|(i, c)| {
+            let text = text_of(c);
+            SystemBlock {
+                cache_control: (self.mark_last && i == last).then_some(EPHEMERAL),
+                text,
+                kind: "text",
+            }
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+    text: std::borrow::Cow<'a, str>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+struct Tools<'a>(&'a [ToolSpec]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|t| Tool {
+            description: &t.description,
+            input_schema: &t.parameters,
+            name: &t.name,
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    description: &'a str,
+    input_schema: &'a Value,
+    name: &'a str,
 }

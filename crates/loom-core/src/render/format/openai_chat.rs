@@ -1,10 +1,12 @@
 //! OpenAI Chat Completions: `{"model", "messages", "tools"}`.
 
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::text_only;
+use super::{text_of, text_only};
 use crate::event::{ContentPart, MessageContent};
-use crate::render::request::{Msg, Request, ToolSpec};
+use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
 fn content(c: &MessageContent) -> Value {
     match c {
@@ -104,4 +106,189 @@ pub(super) fn body(req: &Request) -> Value {
         body.insert("tools".into(), Value::Array(tools(&req.tools)));
     }
     Value::Object(body)
+}
+
+/// The body written straight from the request: the same bytes as [`body`] serialised. Every map
+/// writes its keys in sorted order, as the body's ordered maps do.
+pub(super) struct Body<'a>(pub(super) &'a Request);
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let req = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("messages", &Messages(&req.messages))?;
+        m.serialize_entry("model", &req.model)?;
+        if !req.tools.is_empty() {
+            m.serialize_entry("tools", &Tools(&req.tools))?;
+        }
+        m.end()
+    }
+}
+
+struct Messages<'a>(&'a [Msg]);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().flat_map(items))
+    }
+}
+
+/// The wire messages one neutral message becomes, in [`wire`]'s order.
+pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
+    let calls: &[RenderedCall] = match msg {
+        Msg::Assistant { calls, .. } => calls,
+        _ => &[],
+    };
+    std::iter::once(Item::Msg(msg)).chain(calls.iter().map(Item::Result))
+}
+
+/// One wire message: a neutral message, or one result of an assistant turn's calls.
+pub(super) enum Item<'a> {
+    Msg(&'a Msg),
+    Result(&'a RenderedCall),
+}
+
+impl Serialize for Item<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        match self {
+            Item::Msg(Msg::System(c)) => {
+                m.serialize_entry("content", &Content(c))?;
+                m.serialize_entry("role", "system")?;
+            }
+            Item::Msg(Msg::User { content, name }) => {
+                m.serialize_entry("content", &Content(content))?;
+                if let Some(n) = name {
+                    m.serialize_entry("name", n)?;
+                }
+                m.serialize_entry("role", "user")?;
+            }
+            Item::Msg(Msg::Assistant {
+                content,
+                name,
+                calls,
+                ..
+            }) => {
+                match content {
+                    Some(c) => m.serialize_entry("content", &Content(c))?,
+                    None if calls.is_empty() => m.serialize_entry("content", "")?,
+                    None => m.serialize_entry("content", &())?,
+                }
+                if let Some(n) = name {
+                    m.serialize_entry("name", n)?;
+                }
+                m.serialize_entry("role", "assistant")?;
+                if !calls.is_empty() {
+                    m.serialize_entry("tool_calls", &Calls(calls))?;
+                }
+            }
+            Item::Result(rc) => {
+                m.serialize_entry("content", &text_of(&rc.content))?;
+                m.serialize_entry("role", "tool")?;
+                m.serialize_entry("tool_call_id", &rc.call.id)?;
+            }
+        }
+        m.end()
+    }
+}
+
+struct Content<'a>(&'a MessageContent);
+
+impl Serialize for Content<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            MessageContent::Text(text) => s.serialize_str(text),
+            MessageContent::Parts(parts) => s.collect_seq(parts.iter().map(Part)),
+        }
+    }
+}
+
+struct Part<'a>(&'a ContentPart);
+
+impl Serialize for Part<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        match self.0 {
+            ContentPart::Text { text } => {
+                m.serialize_entry("text", text)?;
+                m.serialize_entry("type", "text")?;
+            }
+            ContentPart::Image { url, detail } => {
+                m.serialize_entry(
+                    "image_url",
+                    &ImageUrl {
+                        detail: detail.as_deref(),
+                        url,
+                    },
+                )?;
+                m.serialize_entry("type", "image_url")?;
+            }
+        }
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+struct ImageUrl<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a str>,
+    url: &'a str,
+}
+
+struct Calls<'a>(&'a [RenderedCall]);
+
+impl Serialize for Calls<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|rc| Call {
+            function: Function {
+                arguments: &rc.call.arguments,
+                name: &rc.call.name,
+            },
+            id: &rc.call.id,
+            kind: "function",
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct Call<'a> {
+    function: Function<'a>,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    arguments: &'a str,
+    name: &'a str,
+}
+
+pub(super) struct Tools<'a>(pub(super) &'a [ToolSpec]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|t| Tool {
+            function: ToolFunction {
+                description: &t.description,
+                name: &t.name,
+                parameters: &t.parameters,
+            },
+            kind: "function",
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    function: ToolFunction<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct ToolFunction<'a> {
+    description: &'a str,
+    name: &'a str,
+    parameters: &'a Value,
 }

@@ -1,10 +1,12 @@
 //! OpenAI Responses: `{"model", "input": [items], "tools"}`.
 
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::text_only;
+use super::{text_of, text_only};
 use crate::event::{ContentPart, MessageContent, NativeApi};
-use crate::render::request::{Msg, Request, ToolSpec};
+use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
 fn message(role: &str, c: &MessageContent) -> Value {
     let parts: Vec<Value> = match c {
@@ -100,4 +102,171 @@ pub(super) fn body(req: &Request) -> Value {
         body.insert("tools".into(), Value::Array(tools(&req.tools)));
     }
     Value::Object(body)
+}
+
+/// The body written straight from the request: the same bytes as [`body`] serialised. Every map
+/// writes its keys in sorted order, as the body's ordered maps do.
+pub(super) struct Body<'a>(pub(super) &'a Request);
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let req = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("input", &Input(&req.messages))?;
+        m.serialize_entry("model", &req.model)?;
+        if !req.tools.is_empty() {
+            m.serialize_entry("tools", &Tools(&req.tools))?;
+        }
+        m.end()
+    }
+}
+
+struct Input<'a>(&'a [Msg]);
+
+impl Serialize for Input<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().flat_map(items))
+    }
+}
+
+/// The items one neutral message becomes, in [`wire`]'s order.
+pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
+    let (native, head, calls): (&[Value], Option<Item<'_>>, &[RenderedCall]) = match msg {
+        Msg::System(c) => (&[], Some(Item::Message("system", c)), &[]),
+        Msg::User { content, .. } => (&[], Some(Item::Message("user", content)), &[]),
+        Msg::Assistant {
+            content,
+            calls,
+            native,
+            ..
+        } => {
+            let native = native
+                .as_ref()
+                .filter(|n| n.api == NativeApi::OpenaiResponses)
+                .map_or(&[][..], |n| &n.items);
+            let head = match content {
+                Some(c) => Some(Item::Assistant(Some(c))),
+                None if calls.is_empty() => Some(Item::Assistant(None)),
+                None => None,
+            };
+            (native, head, calls)
+        }
+    };
+    native
+        .iter()
+        .map(Item::Native)
+        .chain(head)
+        .chain(calls.iter().map(Item::Call))
+        .chain(calls.iter().map(Item::Output))
+}
+
+/// One input item.
+pub(super) enum Item<'a> {
+    /// A reasoning item as the API returned it.
+    Native(&'a Value),
+    /// A system or user message.
+    Message(&'static str, &'a MessageContent),
+    /// An earlier assistant turn's text (`None`: an empty turn).
+    Assistant(Option<&'a MessageContent>),
+    Call(&'a RenderedCall),
+    Output(&'a RenderedCall),
+}
+
+impl Serialize for Item<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Item::Native(v) = self {
+            return v.serialize(s);
+        }
+        let mut m = s.serialize_map(None)?;
+        match self {
+            Item::Native(_) => {}
+            Item::Message(role, c) => {
+                m.serialize_entry("content", &Parts(c))?;
+                m.serialize_entry("role", role)?;
+                m.serialize_entry("type", "message")?;
+            }
+            Item::Assistant(c) => {
+                match c {
+                    Some(c) => m.serialize_entry("content", &text_of(c))?,
+                    None => m.serialize_entry("content", "")?,
+                }
+                m.serialize_entry("role", "assistant")?;
+                m.serialize_entry("type", "message")?;
+            }
+            Item::Call(rc) => {
+                m.serialize_entry("arguments", &rc.call.arguments)?;
+                m.serialize_entry("call_id", &rc.call.id)?;
+                m.serialize_entry("name", &rc.call.name)?;
+                m.serialize_entry("type", "function_call")?;
+            }
+            Item::Output(rc) => {
+                m.serialize_entry("call_id", &rc.call.id)?;
+                m.serialize_entry("output", &text_of(&rc.content))?;
+                m.serialize_entry("type", "function_call_output")?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// A message's content as input parts.
+struct Parts<'a>(&'a MessageContent);
+
+impl Serialize for Parts<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            MessageContent::Text(text) => s.collect_seq(std::iter::once(InputText(text))),
+            MessageContent::Parts(parts) => s.collect_seq(parts.iter().map(Part)),
+        }
+    }
+}
+
+struct InputText<'a>(&'a str);
+
+impl Serialize for InputText<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("text", self.0)?;
+        m.serialize_entry("type", "input_text")?;
+        m.end()
+    }
+}
+
+struct Part<'a>(&'a ContentPart);
+
+impl Serialize for Part<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            ContentPart::Text { text } => InputText(text).serialize(s),
+            ContentPart::Image { url, detail } => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("detail", detail.as_deref().unwrap_or("auto"))?;
+                m.serialize_entry("image_url", url)?;
+                m.serialize_entry("type", "input_image")?;
+                m.end()
+            }
+        }
+    }
+}
+
+pub(super) struct Tools<'a>(pub(super) &'a [ToolSpec]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|t| Tool {
+            description: &t.description,
+            name: &t.name,
+            parameters: &t.parameters,
+            kind: "function",
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    description: &'a str,
+    name: &'a str,
+    parameters: &'a Value,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
