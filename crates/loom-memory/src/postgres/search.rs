@@ -96,23 +96,31 @@ pub(super) fn lexeme(term: &str) -> String {
 }
 
 /// The query's terms for [`bm25_sql`], from parameters `$1` (the terms as [`lexeme`]s) and `$2`
-/// (their weights): `t`, each term's stemmed lexeme with its weight, and `a`, the `tsquery`
-/// matching any of them.
-pub(super) const TERMS: &str = "t AS (SELECT v.lexeme, u.w
+/// (their weights), as one row `a`: `q`, the `tsquery` matching any of them, and `lx` and `w`,
+/// their stemmed lexemes and each lexeme's weight (the sum of its terms' weights, for terms
+/// that stem alike).
+pub(super) const TERMS: &str = "t AS (SELECT v.lexeme, sum(u.w) AS w
                     FROM unnest($1::text[], $2::float8[]) AS u(q, w),
-                         LATERAL unnest(to_tsvector('english', u.q)) AS v),
-              a AS (SELECT to_tsquery('english', string_agg(q, ' | ')) AS q
-                    FROM unnest($1::text[]) AS q)";
+                         LATERAL unnest(to_tsvector('english', u.q)) AS v
+                    GROUP BY v.lexeme),
+              a AS (SELECT (SELECT to_tsquery('english', string_agg(q, ' | '))
+                            FROM unnest($1::text[]) AS q) AS q,
+                           coalesce((SELECT array_agg(lexeme ORDER BY lexeme) FROM t), '{}') AS lx,
+                           coalesce((SELECT array_agg(w ORDER BY lexeme) FROM t), '{}') AS w)";
 
 /// The BM25 score of the row `row` (its `tsv` and `words` columns) for the terms of [`TERMS`],
 /// with `avg` the SQL of the average length: each term's frequency read from the positions
 /// the vector keeps, saturated at the row's length.
+///
+/// The row's vector is first cut down to the query's lexemes (marked with weight A, then
+/// filtered on it; every lexeme of a generated vector has positions, which carry the weight),
+/// so that only those are unnested: unnesting the whole vector and joining it to the terms cost
+/// several times more per row, and a search scores up to [`SCORED_MATCHES`] rows.
 pub(super) fn bm25_sql(row: &str, avg: &str) -> String {
     format!(
-        "(SELECT coalesce(sum(t.w * f.tf * {k1p1}
+        "(SELECT coalesce(sum(a.w[array_position(a.lx, d.lexeme)] * f.tf * {k1p1}
                               / (f.tf + {K1} * (1 - {B} + {B} * {row}.words / {avg}))), 0)
-          FROM unnest({row}.tsv) AS d
-          JOIN t ON t.lexeme = d.lexeme,
+          FROM unnest(ts_filter(setweight({row}.tsv, 'A', a.lx), '{{a}}')) AS d,
           LATERAL (SELECT coalesce(array_length(d.positions, 1), 1)::float8 AS tf) AS f)",
         k1p1 = K1 + 1.0,
     )
@@ -216,6 +224,11 @@ pub(super) fn search(
     if (terms.is_empty() && query.is_none()) || search.limit == 0 || search.budget == 0 {
         return Ok(Vec::new());
     }
+    // A search's statements run for milliseconds, but a plan PostgreSQL overestimates (as it
+    // does before its statistics catch up with a large write) gets compiled by JIT first, which
+    // took over half a second.
+    tx.batch_execute("SET LOCAL jit = off")
+        .map_err(backend("setting up a search"))?;
     let candidates = search
         .limit
         .saturating_mul(CANDIDATES_PER_HIT)
@@ -323,6 +336,12 @@ fn smoothed(
               ORDER BY s.from_seq {order} LIMIT 1)"
         )
     };
+    // The nearest neighbour is the first passing row of an index walk from `p`; but when its
+    // statistics are behind (after a large write) PostgreSQL expects a handful of rows per
+    // session and reads them all through a bitmap to sort them. Without bitmap scans it walks
+    // the index; only lookups by id follow in this transaction.
+    tx.batch_execute("SET LOCAL enable_bitmapscan = off")
+        .map_err(backend("reading neighbours"))?;
     let sql = format!(
         "SELECT DISTINCT m.id, nb.item FROM unnest($1::bigint[]) AS m(id)
          JOIN memory_sources p ON p.item = m.id
