@@ -28,8 +28,8 @@ const CANDIDATES_PER_HIT: usize = 4;
 const MIN_CANDIDATES: usize = 64;
 /// The share of a neighbour's own score an item gains for standing next to it.
 const NEIGHBOUR_WEIGHT: f64 = 0.5;
-/// Items a term may match and still be ranked on when the query has rarer terms.
-const COMMON_MATCHES: i64 = 5_000;
+/// The most matches the ranking terms may have together (see [`weights`]).
+const SCORED_MATCHES: i64 = 2_000;
 /// BM25's term-frequency saturation and length normalization.
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -96,23 +96,31 @@ pub(super) fn lexeme(term: &str) -> String {
 }
 
 /// The query's terms for [`bm25_sql`], from parameters `$1` (the terms as [`lexeme`]s) and `$2`
-/// (their weights): `t`, each term's stemmed lexeme with its weight, and `a`, the `tsquery`
-/// matching any of them.
-pub(super) const TERMS: &str = "t AS (SELECT v.lexeme, u.w
+/// (their weights), as one row `a`: `q`, the `tsquery` matching any of them, and `lx` and `w`,
+/// their stemmed lexemes and each lexeme's weight (the sum of its terms' weights, for terms
+/// that stem alike).
+pub(super) const TERMS: &str = "t AS (SELECT v.lexeme, sum(u.w) AS w
                     FROM unnest($1::text[], $2::float8[]) AS u(q, w),
-                         LATERAL unnest(to_tsvector('english', u.q)) AS v),
-              a AS (SELECT to_tsquery('english', string_agg(q, ' | ')) AS q
-                    FROM unnest($1::text[]) AS q)";
+                         LATERAL unnest(to_tsvector('english', u.q)) AS v
+                    GROUP BY v.lexeme),
+              a AS (SELECT (SELECT to_tsquery('english', string_agg(q, ' | '))
+                            FROM unnest($1::text[]) AS q) AS q,
+                           coalesce((SELECT array_agg(lexeme ORDER BY lexeme) FROM t), '{}') AS lx,
+                           coalesce((SELECT array_agg(w ORDER BY lexeme) FROM t), '{}') AS w)";
 
 /// The BM25 score of the row `row` (its `tsv` and `words` columns) for the terms of [`TERMS`],
 /// with `avg` the SQL of the average length: each term's frequency read from the positions
 /// the vector keeps, saturated at the row's length.
+///
+/// The row's vector is first cut down to the query's lexemes (marked with weight A, then
+/// filtered on it; every lexeme of a generated vector has positions, which carry the weight),
+/// so that only those are unnested: unnesting the whole vector and joining it to the terms cost
+/// several times more per row, and a search scores up to [`SCORED_MATCHES`] rows.
 pub(super) fn bm25_sql(row: &str, avg: &str) -> String {
     format!(
-        "(SELECT coalesce(sum(t.w * f.tf * {k1p1}
+        "(SELECT coalesce(sum(a.w[array_position(a.lx, d.lexeme)] * f.tf * {k1p1}
                               / (f.tf + {K1} * (1 - {B} + {B} * {row}.words / {avg}))), 0)
-          FROM unnest({row}.tsv) AS d
-          JOIN t ON t.lexeme = d.lexeme,
+          FROM unnest(ts_filter(setweight({row}.tsv, 'A', a.lx), '{{a}}')) AS d,
           LATERAL (SELECT coalesce(array_length(d.positions, 1), 1)::float8 AS tf) AS f)",
         k1p1 = K1 + 1.0,
     )
@@ -124,13 +132,21 @@ pub(super) fn idf(n: i64, df: i64) -> f64 {
     (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
 }
 
-/// The weight of each term worth ranking on (BM25's IDF), in the query's order; terms that
-/// match nothing are dropped, and very common ones too when rarer ones exist.
+/// The terms worth ranking on, each with its weight (BM25's IDF), in the query's order, and the
+/// id above which matches are ranked (0: all of them).
+///
+/// As in the SQLite backend's ranking (`sqlite/rank.rs`): a frequent term adds little to any
+/// item's score, and scoring its thousands of matches (each item's vector unnested in SQL) was
+/// most of a search's time; so the query is ranked on its rarest terms, as many as have at most
+/// [`SCORED_MATCHES`] matches together (the rarest always), and when even the rarest has more,
+/// on its newest matches only. Matches are counted up to one past the bound, so the counting is
+/// bounded too; a capped count only ever weighs a term ranked alone, whose weight scales every
+/// score alike and so leaves the order unchanged.
 fn weights(
     tx: &mut Transaction<'_>,
-    search: &Search,
     terms: &[String],
-) -> Result<Vec<(String, f64)>> {
+    total: i64,
+) -> Result<(Vec<(String, f64)>, i64)> {
     let lexemes: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
     let counts = tx
         .query(
@@ -138,46 +154,53 @@ fn weights(
                 "SELECT t.n, (SELECT count(*) FROM (SELECT 1 FROM memory_items
                                 WHERE tsv @@ to_tsquery('english', t.q) LIMIT {}) x)
                  FROM unnest($1::text[]) WITH ORDINALITY AS t(q, n) ORDER BY t.n",
-                COMMON_MATCHES + 1
+                SCORED_MATCHES + 1
             ),
             &[&lexemes],
         )
         .map_err(backend("counting a term's matches"))?;
-    let total: i64 = match &search.filters.agent {
-        Some(agent) => tx
-            .query_opt(
-                "SELECT items FROM memory_stats WHERE agent = $1",
-                &[&agent.as_str()],
-            )
-            .map_err(backend("reading an agent's memory size"))?
-            .map_or(0, |r| r.get(0)),
-        None => tx
-            .query_one(
-                "SELECT coalesce(sum(items), 0)::bigint FROM memory_stats",
-                &[],
-            )
-            .map_err(backend("reading the memory size"))?
-            .get(0),
-    };
-    let df: Vec<(String, i64)> = counts
+    // Rarest first (ties in query order); terms that match nothing are dropped.
+    let mut counted: Vec<(i64, usize)> = counts
         .iter()
         .filter_map(|r| {
             let n: i64 = r.get(0);
-            let term = usize::try_from(n - 1).ok().and_then(|i| lexemes.get(i))?;
-            Some((term.clone(), r.get::<_, i64>(1)))
+            let i = usize::try_from(n - 1).ok().filter(|&i| i < lexemes.len())?;
+            Some((r.get::<_, i64>(1), i))
         })
-        .filter(|&(_, n)| n > 0)
+        .filter(|&(df, _)| df > 0)
         .collect();
-    let rare: Vec<(String, i64)> = df
-        .iter()
-        .filter(|&&(_, n)| n <= COMMON_MATCHES)
-        .cloned()
-        .collect();
-    let kept = if rare.is_empty() { df } else { rare };
-    Ok(kept
+    counted.sort_unstable();
+    let rarest = counted.first().map_or(0, |c| c.0);
+    let mut together = 0_i64;
+    let mut kept: Vec<(usize, i64)> = Vec::new();
+    for (df, i) in counted {
+        together = together.saturating_add(df);
+        if kept.is_empty() || together <= SCORED_MATCHES {
+            kept.push((i, df));
+        }
+    }
+    kept.sort_unstable();
+    let floor: i64 = if rarest > SCORED_MATCHES {
+        let term = kept
+            .first()
+            .and_then(|&(i, _)| lexemes.get(i))
+            .cloned()
+            .unwrap_or_default();
+        tx.query_opt(
+            "SELECT id FROM memory_items WHERE tsv @@ to_tsquery('english', $1)
+             ORDER BY id DESC LIMIT 1 OFFSET $2",
+            &[&term, &SCORED_MATCHES],
+        )
+        .map_err(backend("finding a frequent term's newest matches"))?
+        .map_or(0, |r| r.get(0))
+    } else {
+        0
+    };
+    let weights = kept
         .into_iter()
-        .map(|(t, df)| (t, idf(total, df)))
-        .collect())
+        .filter_map(|(i, df)| Some((lexemes.get(i)?.clone(), idf(total, df))))
+        .collect();
+    Ok((weights, floor))
 }
 
 /// Items matching `search`, best first, as many as fit its budget and limit; the same contract
@@ -201,6 +224,11 @@ pub(super) fn search(
     if (terms.is_empty() && query.is_none()) || search.limit == 0 || search.budget == 0 {
         return Ok(Vec::new());
     }
+    // A search's statements run for milliseconds, but a plan PostgreSQL overestimates (as it
+    // does before its statistics catch up with a large write) gets compiled by JIT first, which
+    // took over half a second.
+    tx.batch_execute("SET LOCAL jit = off")
+        .map_err(backend("setting up a search"))?;
     let candidates = search
         .limit
         .saturating_mul(CANDIDATES_PER_HIT)
@@ -228,36 +256,45 @@ fn bm25(
     terms: &[String],
     candidates: usize,
 ) -> Result<Vec<(ItemId, f64)>> {
-    let weights = weights(tx, search, terms)?;
-    if weights.is_empty() {
-        return Ok(Vec::new());
-    }
-    let avg_words: f64 = match &search.filters.agent {
+    // The agent's (or everyone's) item count, for the IDF, and average length, in one trip.
+    let (total, avg_words): (i64, f64) = match &search.filters.agent {
         Some(agent) => tx
             .query_opt(
-                "SELECT words::float8 / greatest(items, 1) FROM memory_stats WHERE agent = $1",
+                "SELECT items, words::float8 / greatest(items, 1) FROM memory_stats
+                 WHERE agent = $1",
                 &[&agent.as_str()],
             )
             .map_err(backend("reading an agent's memory size"))?
-            .map_or(1.0_f64, |r| r.get(0)),
+            .map_or((0, 1.0), |r| (r.get(0), r.get(1))),
         None => tx
             .query_one(
-                "SELECT coalesce(sum(words)::float8 / greatest(sum(items), 1), 1) FROM memory_stats",
+                "SELECT coalesce(sum(items), 0)::bigint,
+                        coalesce(sum(words)::float8 / greatest(sum(items), 1), 1)
+                 FROM memory_stats",
                 &[],
             )
-            .map_err(backend("reading the memory size"))?
-            .get::<_, f64>(0),
+            .map(|r| (r.get(0), r.get(1)))
+            .map_err(backend("reading the memory size"))?,
+    };
+    let avg_words = avg_words.max(1.0);
+    let (weights, floor) = weights(tx, terms, total)?;
+    if weights.is_empty() {
+        return Ok(Vec::new());
     }
-    .max(1.0);
 
     let (lexemes, idf): (Vec<String>, Vec<f64>) = weights.into_iter().unzip();
-    let mut params: Vec<Param> = vec![Box::new(lexemes), Box::new(idf), Box::new(avg_words)];
+    let mut params: Vec<Param> = vec![
+        Box::new(lexemes),
+        Box::new(idf),
+        Box::new(avg_words),
+        Box::new(floor),
+    ];
     let filters = filter_sql(search, &mut params);
     let sql = format!(
         "WITH {TERMS}
          SELECT i.id, {score} AS score
          FROM memory_items i, a
-         WHERE i.tsv @@ a.q{filters}
+         WHERE i.tsv @@ a.q AND i.id > $4::bigint{filters}
          ORDER BY score DESC, i.id LIMIT {candidates}",
         score = bm25_sql("i", "$3::float8"),
     );
@@ -285,14 +322,26 @@ fn smoothed(
     let best: Vec<ItemId> = list.iter().take(search.limit).map(|m| m.0).collect();
     let mut params: Vec<Param> = vec![Box::new(best)];
     let filters = filter_sql(search, &mut params);
+    // A single event is `from_seq >= to_seq` (the schema keeps `from_seq <= to_seq`), not
+    // `from_seq = to_seq`: PostgreSQL guesses that an equality of two columns keeps one row in
+    // two hundred, so it expected one neighbour candidate, read and joined the session's
+    // every source to sort them (a hundred milliseconds per search at 20,000 items); an
+    // inequality it guesses keeps a third, and it walks the index from `p` and stops at the
+    // first that passes.
     let side = |cmp: &str, order: &str, edge: &str| {
         format!(
             "(SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
               WHERE s.session = p.session AND s.from_seq {cmp} p.{edge}
-                AND s.from_seq = s.to_seq{filters}
+                AND s.from_seq >= s.to_seq{filters}
               ORDER BY s.from_seq {order} LIMIT 1)"
         )
     };
+    // The nearest neighbour is the first passing row of an index walk from `p`; but when its
+    // statistics are behind (after a large write) PostgreSQL expects a handful of rows per
+    // session and reads them all through a bitmap to sort them. Without bitmap scans it walks
+    // the index; only lookups by id follow in this transaction.
+    tx.batch_execute("SET LOCAL enable_bitmapscan = off")
+        .map_err(backend("reading neighbours"))?;
     let sql = format!(
         "SELECT DISTINCT m.id, nb.item FROM unnest($1::bigint[]) AS m(id)
          JOIN memory_sources p ON p.item = m.id

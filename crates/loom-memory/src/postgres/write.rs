@@ -1,10 +1,15 @@
 //! Writing items in PostgreSQL: the SQLite backend's rules ([`crate::dedup`]), one agent's
 //! writes serialized across processes by an advisory lock; and the LLM extractor's marks,
 //! written in the same transaction as the facts of their window.
+//!
+//! Each statement is a round trip, and on loopback the round trips were most of an item's cost:
+//! so the statements of a batch are prepared once, an item's three dedup lookups are one
+//! statement, its row, sketch keys and provenance are written by another, and the agents'
+//! counts are added up once per batch.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use postgres::Transaction;
+use postgres::{Statement, Transaction};
 
 use crate::dedup::{self, sketch, NEAR_DUPLICATE, NEAR_MIN_WORDS};
 use crate::error::{postgres as backend, Result};
@@ -14,6 +19,81 @@ use crate::notes::{NewNote, Saved};
 use crate::text;
 
 use super::search::load_item;
+
+/// What an item may already be, as [`Statements::lookup`] tags its rows.
+const KNOWN: i32 = 0;
+const EXACT: i32 = 1;
+const NEAR: i32 = 2;
+
+/// A batch's statements, prepared once for all its items.
+struct Statements {
+    /// An item's dedup candidates, tagged: the item already written from the same source
+    /// ([`KNOWN`]), the oldest current item with the same text ([`EXACT`]), and the current
+    /// items sharing a sketch key whose size the near-duplicate threshold allows ([`NEAR`],
+    /// with their text).
+    lookup: Statement,
+    /// A new item's row, its sketch keys and its first provenance; returns its id.
+    insert: Statement,
+    /// One more provenance for an existing item.
+    source: Statement,
+    /// The current items stating the same subject.
+    same_subject: Statement,
+    /// Marks an item superseded.
+    supersede: Statement,
+}
+
+impl Statements {
+    fn prepare(tx: &mut Transaction<'_>) -> Result<Self> {
+        let mut prepare = |sql: &str| {
+            tx.prepare(sql)
+                .map_err(backend("preparing the memory writes"))
+        };
+        Ok(Self {
+            lookup: prepare(
+                "(SELECT 0, s.item, NULL::text FROM memory_sources s
+                  JOIN memory_items i ON i.id = s.item
+                  WHERE s.session = $1 AND s.from_seq = $2 AND s.to_seq = $3
+                    AND i.agent = $4 AND i.kind = $5 AND ($6::text IS NULL OR i.hash = $6)
+                  LIMIT 1)
+                 UNION ALL
+                 (SELECT 1, id, NULL::text FROM memory_items
+                  WHERE agent = $4 AND hash = $7 AND superseded_by IS NULL AND tier <> 'L2'
+                  ORDER BY id LIMIT 1)
+                 UNION ALL
+                 (SELECT DISTINCT 2, i.id, i.text FROM memory_prefix p
+                  JOIN memory_items i ON i.id = p.item
+                  WHERE p.agent = $4 AND p.word = ANY($8) AND i.superseded_by IS NULL
+                    AND i.words BETWEEN $9 AND $10)",
+            )?,
+            insert: prepare(
+                "WITH ins AS (
+                   INSERT INTO memory_items
+                     (agent, tier, kind, text, tokens, hash, words, subject, value, valid_from)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id),
+                 keys AS (
+                   INSERT INTO memory_prefix (agent, word, item)
+                   SELECT $1, k, ins.id FROM ins, unnest($11::text[]) AS k
+                   ON CONFLICT DO NOTHING),
+                 src AS (
+                   INSERT INTO memory_sources (item, session, from_seq, to_seq, ts_ms)
+                   SELECT ins.id, $12, $13, $14, $10 FROM ins ON CONFLICT DO NOTHING)
+                 SELECT id FROM ins",
+            )?,
+            source: prepare(
+                "INSERT INTO memory_sources (item, session, from_seq, to_seq, ts_ms)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            )?,
+            same_subject: prepare(
+                "SELECT id, coalesce(value, ''), valid_from FROM memory_items
+                 WHERE agent = $1 AND subject = $2 AND superseded_by IS NULL AND id <> $3
+                 ORDER BY valid_from, id",
+            )?,
+            supersede: prepare(
+                "UPDATE memory_items SET superseded_by = $1, valid_to = $2 WHERE id = $3",
+            )?,
+        })
+    }
+}
 
 /// Writes `items` (with their token counts) in order.
 pub(super) fn write_items(
@@ -32,14 +112,43 @@ pub(super) fn write_items(
         )
         .map_err(backend("locking an agent's memory"))?;
     }
-    items
-        .iter()
-        .zip(tokens)
-        .map(|(item, &n)| write_item(tx, item, n))
-        .collect()
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let st = Statements::prepare(tx)?;
+    // Items and content words created per agent, added to `memory_stats` at the end (only
+    // searches read them, and they see the batch whole or not at all).
+    let mut counts: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    let mut written = Vec::with_capacity(items.len());
+    for (item, &n) in items.iter().zip(tokens) {
+        let (w, words) = write_item(tx, &st, item, n)?;
+        if let Written::Created(_) = w {
+            let c = counts.entry(item.agent.as_str()).or_default();
+            c.0 += 1;
+            c.1 += words;
+        }
+        written.push(w);
+    }
+    for (agent, (n, words)) in counts {
+        tx.execute(
+            "INSERT INTO memory_stats (agent, items, words) VALUES ($1, $2, $3)
+             ON CONFLICT (agent) DO UPDATE
+             SET items = memory_stats.items + excluded.items,
+                 words = memory_stats.words + excluded.words",
+            &[&agent, &n, &words],
+        )
+        .map_err(backend("counting an agent's memory"))?;
+    }
+    Ok(written)
 }
 
-fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<Written> {
+/// Writes one item; returns what became of it and, when it was created, its content words.
+fn write_item(
+    tx: &mut Transaction<'_>,
+    st: &Statements,
+    item: &NewItem,
+    tokens: u64,
+) -> Result<(Written, i64)> {
     let agent = item.agent.as_str();
     let src = &item.source;
     let (from, to) = (seq(src.from_seq), seq(src.to_seq));
@@ -47,12 +156,20 @@ fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<W
     // The same source seen again (re-indexing) changes nothing, whatever became of its item.
     // Many facts come from the same lines, so a fact is known only with the same text.
     let same_text = dedup::known_by_text(item.kind).then_some(hash.as_str());
-    let known = tx
-        .query_opt(
-            "SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
-             WHERE s.session = $1 AND s.from_seq = $2 AND s.to_seq = $3
-               AND i.agent = $4 AND i.kind = $5 AND ($6::text IS NULL OR i.hash = $6)
-             LIMIT 1",
+    let words = text::word_set(&item.text);
+    // Near duplicates are only looked for among items of a size the threshold allows, and
+    // never for short texts (no sketch keys, so no candidates).
+    let keys = if words.len() >= NEAR_MIN_WORDS {
+        sketch(&words)
+    } else {
+        Vec::new()
+    };
+    let size = words.len() as f64;
+    let lo = (size * NEAR_DUPLICATE).ceil() as i32;
+    let hi = (size / NEAR_DUPLICATE).floor() as i32;
+    let rows = tx
+        .query(
+            &st.lookup,
             &[
                 &src.session.as_str(),
                 &from,
@@ -60,31 +177,31 @@ fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<W
                 &agent,
                 &item.kind.as_str(),
                 &same_text,
+                &hash,
+                &keys,
+                &lo,
+                &hi,
             ],
         )
-        .map_err(backend("looking up a memory source"))?;
-    if let Some(row) = known {
-        return Ok(Written::Known(row.get(0)));
+        .map_err(backend("looking up a memory item's duplicates"))?;
+    let tagged = |tag: i32| rows.iter().filter(move |r| r.get::<_, i32>(0) == tag);
+    if let Some(row) = tagged(KNOWN).next() {
+        return Ok((Written::Known(row.get(1)), 0));
     }
-
-    let exact = tx
-        .query_opt(
-            "SELECT id FROM memory_items
-             WHERE agent = $1 AND hash = $2 AND superseded_by IS NULL AND tier <> 'L2'
-             ORDER BY id LIMIT 1",
-            &[&agent, &hash],
-        )
-        .map_err(backend("looking up an exact duplicate"))?;
-    if let Some(row) = exact {
-        let id: ItemId = row.get(0);
-        add_source(tx, id, item)?;
-        return Ok(Written::Duplicate(id));
+    if let Some(row) = tagged(EXACT).next() {
+        let id: ItemId = row.get(1);
+        add_source(tx, st, id, item)?;
+        return Ok((Written::Duplicate(id), 0));
     }
-
-    let words = text::word_set(&item.text);
-    if let Some(id) = near_duplicate(tx, agent, &words)? {
-        add_source(tx, id, item)?;
-        return Ok(Written::NearDuplicate(id));
+    // As the SQLite backend: the exact Jaccard decides; the lowest id wins.
+    let mut near: Vec<(ItemId, String)> = tagged(NEAR).map(|r| (r.get(1), r.get(2))).collect();
+    near.sort();
+    if let Some((id, _)) = near
+        .iter()
+        .find(|(_, other)| text::jaccard(&words, &text::word_set(other)) >= NEAR_DUPLICATE)
+    {
+        add_source(tx, st, *id, item)?;
+        return Ok((Written::NearDuplicate(*id), 0));
     }
 
     let key = text::subject_key(&item.text);
@@ -92,9 +209,7 @@ fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<W
     let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
     let id: ItemId = tx
         .query_one(
-            "INSERT INTO memory_items
-               (agent, tier, kind, text, tokens, hash, words, subject, value, valid_from)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+            &st.insert,
             &[
                 &agent,
                 &item.tier.as_str(),
@@ -106,31 +221,18 @@ fn write_item(tx: &mut Transaction<'_>, item: &NewItem, tokens: u64) -> Result<W
                 &key.as_ref().map(|(k, _)| k.as_str()),
                 &key.as_ref().map(|(_, v)| v.as_str()),
                 &src.ts_ms,
+                &keys,
+                &src.session.as_str(),
+                &from,
+                &to,
             ],
         )
         .map_err(backend("writing a memory item"))?
         .get(0);
-    if words.len() >= NEAR_MIN_WORDS {
-        let keys = sketch(&words);
-        tx.execute(
-            "INSERT INTO memory_prefix (agent, word, item)
-             SELECT $1, k, $3 FROM unnest($2::text[]) AS k ON CONFLICT DO NOTHING",
-            &[&agent, &keys, &id],
-        )
-        .map_err(backend("indexing a memory item's words"))?;
-    }
-    tx.execute(
-        "INSERT INTO memory_stats (agent, items, words) VALUES ($1, 1, $2)
-         ON CONFLICT (agent) DO UPDATE
-         SET items = memory_stats.items + 1, words = memory_stats.words + excluded.words",
-        &[&agent, &i64::from(n_words)],
-    )
-    .map_err(backend("counting an agent's memory"))?;
-    add_source(tx, id, item)?;
     if let Some((subject, value)) = key {
-        supersede(tx, agent, id, &subject, &value, src.ts_ms)?;
+        supersede(tx, st, agent, id, &subject, &value, src.ts_ms)?;
     }
-    Ok(Written::Created(id))
+    Ok((Written::Created(id), i64::from(n_words)))
 }
 
 /// A seq as PostgreSQL's BIGINT (seqs are far below its limit; a larger one saturates and then
@@ -139,11 +241,10 @@ fn seq(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn add_source(tx: &mut Transaction<'_>, id: ItemId, item: &NewItem) -> Result<()> {
+fn add_source(tx: &mut Transaction<'_>, st: &Statements, id: ItemId, item: &NewItem) -> Result<()> {
     let s = &item.source;
     tx.execute(
-        "INSERT INTO memory_sources (item, session, from_seq, to_seq, ts_ms)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        &st.source,
         &[
             &id,
             &s.session.as_str(),
@@ -156,40 +257,9 @@ fn add_source(tx: &mut Transaction<'_>, id: ItemId, item: &NewItem) -> Result<()
     Ok(())
 }
 
-/// As the SQLite backend: candidates share a sketch key and have a size the threshold allows;
-/// the exact Jaccard decides; the lowest id wins.
-fn near_duplicate(
-    tx: &mut Transaction<'_>,
-    agent: &str,
-    words: &BTreeSet<String>,
-) -> Result<Option<ItemId>> {
-    if words.len() < NEAR_MIN_WORDS {
-        return Ok(None);
-    }
-    let size = words.len() as f64;
-    let lo = (size * NEAR_DUPLICATE).ceil() as i32;
-    let hi = (size / NEAR_DUPLICATE).floor() as i32;
-    let rows = tx
-        .query(
-            "SELECT DISTINCT i.id, i.text FROM memory_prefix p
-             JOIN memory_items i ON i.id = p.item
-             WHERE p.agent = $1 AND p.word = ANY($2) AND i.superseded_by IS NULL
-               AND i.words BETWEEN $3 AND $4
-             ORDER BY i.id",
-            &[&agent, &sketch(words), &lo, &hi],
-        )
-        .map_err(backend("looking up near duplicates"))?;
-    for row in rows {
-        let other: String = row.get(1);
-        if text::jaccard(words, &text::word_set(&other)) >= NEAR_DUPLICATE {
-            return Ok(Some(row.get(0)));
-        }
-    }
-    Ok(None)
-}
-
 fn supersede(
     tx: &mut Transaction<'_>,
+    st: &Statements,
     agent: &str,
     id: ItemId,
     subject: &str,
@@ -197,12 +267,7 @@ fn supersede(
     ts: i64,
 ) -> Result<()> {
     let others: Vec<dedup::Stated> = tx
-        .query(
-            "SELECT id, coalesce(value, ''), valid_from FROM memory_items
-             WHERE agent = $1 AND subject = $2 AND superseded_by IS NULL AND id <> $3
-             ORDER BY valid_from, id",
-            &[&agent, &subject, &id],
-        )
+        .query(&st.same_subject, &[&agent, &subject, &id])
         .map_err(backend("looking up statements with the same subject"))?
         .iter()
         .map(|r| dedup::Stated {
@@ -212,11 +277,8 @@ fn supersede(
         })
         .collect();
     for m in dedup::supersession(&others, id, value, ts) {
-        tx.execute(
-            "UPDATE memory_items SET superseded_by = $1, valid_to = $2 WHERE id = $3",
-            &[&m.by, &m.at, &m.item],
-        )
-        .map_err(backend("marking a superseded item"))?;
+        tx.execute(&st.supersede, &[&m.by, &m.at, &m.item])
+            .map_err(backend("marking a superseded item"))?;
     }
     Ok(())
 }
