@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::embed::Embedder;
 use crate::error::Result;
-use crate::item::{ItemId, Search};
+use crate::item::{ItemId, NewItem, Search, Written};
 
 /// The query's vector, made by the memory's embedder, and that embedder's model id (only
 /// vectors of the same model are compared).
@@ -80,6 +80,30 @@ pub(crate) fn fuse(lists: &[&[(ItemId, f64)]]) -> Vec<(ItemId, f64)> {
     let mut out: Vec<(ItemId, f64)> = fused.into_iter().collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     out
+}
+
+/// The vectors of the items a write created (`written` answers `items` one for one), embedded in
+/// one call; empty when it created none. Both backends store them after their write transaction,
+/// so that a slow remote embedder never holds the database.
+pub(crate) fn embed_created(
+    embedder: &dyn Embedder,
+    written: &[Written],
+    items: &[NewItem],
+) -> Result<Vec<(ItemId, Vec<f32>)>> {
+    let created: Vec<(ItemId, &str)> = written
+        .iter()
+        .zip(items)
+        .filter_map(|(w, item)| match w {
+            Written::Created(id) => Some((*id, item.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    if created.is_empty() {
+        return Ok(Vec::new());
+    }
+    let texts: Vec<&str> = created.iter().map(|(_, t)| *t).collect();
+    let vectors = embedder.embed(&texts)?;
+    Ok(created.iter().map(|(id, _)| *id).zip(vectors).collect())
 }
 
 #[cfg(test)]

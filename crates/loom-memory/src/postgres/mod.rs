@@ -196,19 +196,8 @@ impl PgMemory {
         // may take seconds). Should it fail, the items stay, searchable by full text, and the
         // error is returned; `embed_missing` embeds them later.
         if let Some(embedder) = &self.embedder {
-            let created: Vec<(ItemId, &str)> = written
-                .iter()
-                .zip(items)
-                .filter_map(|(w, item)| match w {
-                    Written::Created(id) => Some((*id, item.text.as_str())),
-                    _ => None,
-                })
-                .collect();
-            if !created.is_empty() {
-                let texts: Vec<&str> = created.iter().map(|(_, t)| *t).collect();
-                let vs = embedder.embed(&texts)?;
-                let pairs: Vec<(ItemId, Vec<f32>)> =
-                    created.iter().map(|(id, _)| *id).zip(vs).collect();
+            let pairs = crate::hybrid::embed_created(embedder.as_ref(), &written, items)?;
+            if !pairs.is_empty() {
                 self.tx(|tx| vectors::store(tx, embedder.model_id(), &pairs, self.pgvector))?;
             }
         }
