@@ -10,6 +10,7 @@
 mod evidence;
 mod meter;
 mod metrics;
+mod parallel;
 mod report;
 mod run;
 mod window;
@@ -17,6 +18,7 @@ mod window;
 pub use evidence::{identifiers, Seen};
 pub use meter::{CachedMeter, EncodingMeter};
 pub use metrics::{summaries, summarize, StrategyStats, Summary, FORMULA_CACHED};
+pub use parallel::{replay_parallel, EmitFn, Job, ParallelError};
 pub use report::write_report;
 pub use run::{CallRecord, ReplayError, ReplayOptions, Replayer, Sent, TraceRun};
 pub use window::trim_last;

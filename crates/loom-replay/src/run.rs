@@ -35,6 +35,15 @@ pub struct ReplayOptions {
     pub reduce: ReduceConfig,
 }
 
+impl ReplayOptions {
+    /// These options with the policy's context window derived from the budget, as a replay
+    /// applies them.
+    pub fn derived(mut self) -> Self {
+        self.policy.context_window = self.budget + self.policy.response_reserve;
+        self
+    }
+}
+
 /// What one strategy sent for one call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Sent {
@@ -286,12 +295,8 @@ impl std::fmt::Debug for Replayer<'_> {
 impl<'a> Replayer<'a> {
     /// A replayer counting with `meter`; `blobs` holds the outputs the importer offloaded and
     /// receives the ones reduction offloads.
-    pub fn new(
-        mut opts: ReplayOptions,
-        meter: &'a dyn TokenMeter,
-        blobs: &'a dyn BlobStore,
-    ) -> Self {
-        opts.policy.context_window = opts.budget + opts.policy.response_reserve;
+    pub fn new(opts: ReplayOptions, meter: &'a dyn TokenMeter, blobs: &'a dyn BlobStore) -> Self {
+        let opts = opts.derived();
         // The full history never compacts: its window is as large as anything it will hold.
         let full_policy = Policy {
             context_window: u64::MAX / 4,

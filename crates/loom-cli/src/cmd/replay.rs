@@ -8,7 +8,9 @@ use anyhow::Context as _;
 use loom_core::render::{Format, Policy};
 use loom_core::ReduceConfig;
 use loom_import::{parse_file, ParseOptions};
-use loom_replay::{summaries, EncodingMeter, ReplayOptions, Replayer, Summary, TraceRun};
+use loom_replay::{
+    replay_parallel, summaries, EncodingMeter, Job, ParallelError, ReplayOptions, Summary, TraceRun,
+};
 use loom_store::MemoryBlobStore;
 
 use super::Context;
@@ -41,6 +43,10 @@ pub(crate) struct Args {
     /// Print the summaries as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Trajectories replayed at once, each on its own thread (default: the machine's cores).
+    /// Every figure and emitted request is the same for any number.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: Option<u32>,
 }
 
 pub(crate) fn parse_format(s: &str) -> Result<Format, String> {
@@ -92,9 +98,8 @@ pub(crate) fn run(_ctx: &Context, args: Args) -> anyhow::Result<()> {
         policy,
         format: args.format,
         reduce: ReduceConfig::default(),
-    };
-    let replayer = Replayer::new(opts, &meter, &blobs);
-
+    }
+    .derived();
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
@@ -103,7 +108,7 @@ pub(crate) fn run(_ctx: &Context, args: Args) -> anyhow::Result<()> {
         encoding.name(),
         args.budget,
         args.format.as_str(),
-        toml::to_string(&replayer.options().policy).unwrap_or_default()
+        toml::to_string(&opts.policy).unwrap_or_default()
     )?;
     drop(err);
 
@@ -117,46 +122,71 @@ pub(crate) fn run(_ctx: &Context, args: Args) -> anyhow::Result<()> {
             .unwrap_or_else(|| path.display().to_string());
         inputs.push((source, sessions));
     }
-    let total: u64 = inputs.iter().map(|(_, s)| s.len() as u64).sum();
-    let bar = crate::progress::bar(total, "replaying");
+    let jobs: Vec<Job<'_>> = inputs
+        .iter()
+        .flat_map(|(source, sessions)| {
+            sessions.iter().map(|session| Job {
+                source: source.as_str(),
+                session,
+            })
+        })
+        .collect();
+    let bar = crate::progress::bar(jobs.len() as u64, "replaying");
 
-    let mut emit = match &args.emit_requests {
+    let mut emit_file = match &args.emit_requests {
         Some(p) => Some(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
         None => None,
     };
-    let mut runs: Vec<TraceRun> = Vec::new();
-    for (source, sessions) in &inputs {
-        for session in sessions {
-            let mut write_err: Option<std::io::Error> = None;
-            let run = replayer.run(session, source, &mut |call, rendered| {
-                if let Some(w) = emit.as_mut() {
-                    // `{"call", "request", "trace_id"}` in sorted key order, as a JSON value of
-                    // the line would write it; the request as the bytes a provider is sent.
-                    let mut line = || -> std::io::Result<()> {
-                        w.write_all(b"{\"call\":")?;
-                        serde_json::to_writer(&mut *w, &call)?;
-                        w.write_all(b",\"request\":")?;
-                        w.write_all(&rendered.body_bytes()?)?;
-                        w.write_all(b",\"trace_id\":")?;
-                        serde_json::to_writer(&mut *w, session.id.as_str())?;
-                        w.write_all(b"}\n")
-                    };
-                    if let Err(e) = line() {
-                        write_err.get_or_insert(e);
-                    }
-                }
-            })?;
-            if let Some(e) = write_err {
-                return Err(e).context("writing --emit-requests");
+    // `{"call", "request", "trace_id"}` in sorted key order, as a JSON value of the line would
+    // write it; the request as the bytes a provider is sent.
+    let line = |session: &loom_import::ParsedSession,
+                call: usize,
+                rendered: &loom_core::render::Rendered,
+                w: &mut Vec<u8>|
+     -> std::io::Result<()> {
+        w.extend_from_slice(b"{\"call\":");
+        serde_json::to_writer(&mut *w, &call)?;
+        w.extend_from_slice(b",\"request\":");
+        w.extend_from_slice(&rendered.body_bytes()?);
+        w.extend_from_slice(b",\"trace_id\":");
+        serde_json::to_writer(&mut *w, session.id.as_str())?;
+        w.extend_from_slice(b"}\n");
+        Ok(())
+    };
+    let threads = match args.jobs {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let mut runs: Vec<TraceRun> = Vec::with_capacity(jobs.len());
+    let replayed = replay_parallel(
+        &opts,
+        &meter,
+        &blobs,
+        &jobs,
+        threads,
+        emit_file.is_some().then_some(&line as _),
+        &mut |_, run, bytes| -> std::io::Result<()> {
+            if let Some(w) = emit_file.as_mut() {
+                w.write_all(&bytes)?;
             }
             runs.push(run);
             bar.inc(1);
+            Ok(())
+        },
+    );
+    match replayed {
+        Ok(()) => {}
+        Err(ParallelError::Replay(e)) => return Err(e.into()),
+        Err(ParallelError::Emit { trace, source }) => {
+            return Err(anyhow::Error::new(source)
+                .context(format!("writing --emit-requests for trajectory `{trace}`")))
         }
+        Err(ParallelError::Done(e)) => return Err(e).context("writing --emit-requests"),
     }
     bar.finish_and_clear();
-    if let Some(mut w) = emit {
+    if let Some(mut w) = emit_file {
         w.flush().context("writing --emit-requests")?;
     }
     let sums = summaries(&runs, model.cached_read);

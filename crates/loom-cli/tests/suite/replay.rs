@@ -89,6 +89,54 @@ fn replay_of_the_sample_fits_and_recovers_every_reference() {
     }
 }
 
+/// The summaries without their render timings, which differ from run to run.
+fn untimed(stdout: &str) -> Value {
+    let mut sums: Value = serde_json::from_str(stdout.trim()).unwrap();
+    for s in sums.as_array_mut().unwrap() {
+        let s = s.as_object_mut().unwrap();
+        s.retain(|k, _| !k.starts_with("render_p"));
+    }
+    sums
+}
+
+#[test]
+fn replay_is_the_same_on_any_number_of_threads() {
+    let loom = Loom::new();
+    let replay = |jobs: &str| {
+        let out = loom.dir.path().join(format!("requests-{jobs}.jsonl"));
+        let run = loom
+            .run([
+                "replay",
+                SAMPLE,
+                SAMPLE,
+                "--budget",
+                "3000",
+                "--json",
+                "--jobs",
+                jobs,
+                "--emit-requests",
+                out.to_str().unwrap(),
+            ])
+            .ok();
+        (untimed(&run.stdout()), std::fs::read(&out).unwrap())
+    };
+    let (one, one_requests) = replay("1");
+    assert!(one.as_array().unwrap().len() > 1, "{one}");
+    assert!(!one_requests.is_empty());
+    for jobs in ["2", "5"] {
+        let (many, many_requests) = replay(jobs);
+        assert_eq!(many, one, "--jobs {jobs}");
+        // Byte for byte, in the order of the input.
+        assert!(
+            many_requests == one_requests,
+            "--jobs {jobs}: requests differ"
+        );
+    }
+    let run = loom.run(["replay", SAMPLE, "--budget", "3000", "--jobs", "0"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("--jobs"), "{}", run.stderr);
+}
+
 #[test]
 fn replay_refuses_bad_input_with_exit_2() {
     let loom = Loom::new();
