@@ -112,16 +112,15 @@ pub(crate) fn run(_ctx: &Context, args: Args) -> anyhow::Result<()> {
     )?;
     drop(err);
 
-    let parse_opts = ParseOptions::new(0);
-    let mut inputs = Vec::new();
-    for path in &args.files {
-        let sessions = parse_file(path, &parse_opts, &blobs).map_err(bad_input)?;
-        let source = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        inputs.push((source, sessions));
-    }
+    let threads = match args.jobs {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    // The tokenizer's tables load while the files parse.
+    let inputs = std::thread::scope(|scope| {
+        scope.spawn(|| loom_core::render::TokenMeter::count(&meter, "warm up"));
+        parse_all(&args.files, &blobs, threads)
+    })?;
     let jobs: Vec<Job<'_>> = inputs
         .iter()
         .flat_map(|(source, sessions)| {
@@ -154,10 +153,6 @@ pub(crate) fn run(_ctx: &Context, args: Args) -> anyhow::Result<()> {
         serde_json::to_writer(&mut *w, session.id.as_str())?;
         w.extend_from_slice(b"}\n");
         Ok(())
-    };
-    let threads = match args.jobs {
-        Some(n) => n as usize,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut runs: Vec<TraceRun> = Vec::with_capacity(jobs.len());
     let replayed = replay_parallel(
@@ -210,6 +205,58 @@ pub(crate) fn run(_ctx: &Context, args: Args) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Parses every file on up to `threads` threads; the sessions of each file under its stem, in the
+/// order given. The first file (in that order) that fails is the error.
+fn parse_all(
+    files: &[PathBuf],
+    blobs: &MemoryBlobStore,
+    threads: usize,
+) -> anyhow::Result<Vec<(String, Vec<loom_import::ParsedSession>)>> {
+    let parse_opts = ParseOptions::new(0);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let parsed: Vec<(usize, anyhow::Result<Vec<loom_import::ParsedSession>>)> =
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads.clamp(1, files.len().max(1)))
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(path) = files.get(i) else { break };
+                            done.push((i, parse_file(path, &parse_opts, blobs).map_err(bad_input)));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_default())
+                .collect()
+        });
+    let mut parsed: Vec<Option<anyhow::Result<_>>> = {
+        let mut slots: Vec<Option<_>> = (0..files.len()).map(|_| None).collect();
+        for (i, result) in parsed {
+            slots[i] = Some(result);
+        }
+        slots
+    };
+    files
+        .iter()
+        .zip(parsed.iter_mut())
+        .map(|(path, result)| {
+            let sessions = result
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("{}: not parsed", path.display()))??;
+            let source = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.display().to_string());
+            Ok((source, sessions))
+        })
+        .collect()
 }
 
 fn write_table(
