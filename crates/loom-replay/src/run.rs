@@ -302,6 +302,7 @@ impl<'a> Replayer<'a> {
             context_window: u64::MAX / 4,
             oversized_share: 1.0,
             supersede_snapshots: false,
+            output_diffs: false,
             ..opts.policy.clone()
         };
         // The first count loads the tokenizer's tables; do it here so no call's latency pays it.

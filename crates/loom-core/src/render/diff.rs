@@ -1,16 +1,53 @@
-//! A browser page sent as the lines that changed against an earlier page.
+//! A result sent as the lines that changed against an earlier one: a browser page against the
+//! page before it, or the output of a call made again against its earlier output.
 //!
 //! Every page action returns the whole page (an accessibility tree), and consecutive pages of one
-//! site mostly repeat each other. When the earlier page is still in the request, verbatim, a new
-//! page is sent as a line diff against it: the earlier page stays byte-stable in the cached
-//! prefix and only the changes are new input. Every line the new page adds or changes is in the
-//! diff, so no element the agent may act on is lost: the others are in the earlier page.
+//! site mostly repeat each other; a test suite run again after a fix, a reproduction script run
+//! again, a file shown again after an edit mostly repeat their earlier output. When the earlier
+//! result is still in the request, verbatim, the new one is sent as a line diff against it: the
+//! earlier result stays byte-stable in the cached prefix and only the changes are new input.
+//! Every line the new result adds or changes is in the diff, so nothing is lost: the others are
+//! in the earlier result (for a page, no element the agent may act on).
 
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
+/// What a diff is of: it names it in its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DiffOf {
+    /// A browser page after an action, against the page before it.
+    Page,
+    /// The output of a call made again, against the output of its earlier run.
+    Output,
+}
+
+impl DiffOf {
+    /// What a result of this step is diffed as: a page when the step acted on a browser.
+    pub(crate) fn of(step: Option<&crate::step::Step>) -> Self {
+        match step.map(|s| &s.kind) {
+            Some(crate::step::ToolKind::Navigate | crate::step::ToolKind::BrowserAction) => {
+                Self::Page
+            }
+            _ => Self::Output,
+        }
+    }
+}
+
 /// The new page `page` as its changes against `base` (rendered at `base_seq`), or `None` when
 /// the diff would not be smaller than the page itself.
+#[cfg(test)]
 pub(crate) fn page_diff(base: &str, page: &str, base_seq: u64, reference: &str) -> Option<String> {
+    diff(DiffOf::Page, base, page, base_seq, reference)
+}
+
+/// The new result `page` as its changes against `base` (rendered at `base_seq`), or `None` when
+/// the diff would not be smaller than the result itself.
+pub(crate) fn diff(
+    of: DiffOf,
+    base: &str,
+    page: &str,
+    base_seq: u64,
+    reference: &str,
+) -> Option<String> {
     let old: Vec<&str> = base.lines().collect();
     let new: Vec<&str> = page.lines().collect();
     let ops = capture_diff_slices(Algorithm::Myers, &old, &new);
@@ -21,12 +58,20 @@ pub(crate) fn page_diff(base: &str, page: &str, base_seq: u64, reference: &str) 
             _ => 0,
         })
         .sum();
-    let mut out = format!(
-        "[The page after this action, as its changes to the page shown at seq {base_seq} \
-         ({unchanged} of its {} lines unchanged and not repeated; the whole page: {reference}). \
-         \"-\" lines are gone, \"+\" lines are new:]\n",
-        new.len()
-    );
+    let mut out = match of {
+        DiffOf::Page => format!(
+            "[The page after this action, as its changes to the page shown at seq {base_seq} \
+             ({unchanged} of its {} lines unchanged and not repeated; the whole page: \
+             {reference}). \"-\" lines are gone, \"+\" lines are new:]\n",
+            new.len()
+        ),
+        DiffOf::Output => format!(
+            "[The output of this call, as its changes to the output of the same call at seq \
+             {base_seq} ({unchanged} of its {} lines unchanged and not repeated; the whole \
+             output: {reference}). \"-\" lines are gone, \"+\" lines are new:]\n",
+            new.len()
+        ),
+    };
     for op in &ops {
         match *op {
             DiffOp::Equal { .. } => {}

@@ -135,12 +135,14 @@ fn page_diff_of(paired: &Paired, seq: Seq, t: &Texts<'_>) -> Option<String> {
     let base_seq = *t.state.diffed.get(&seq)?;
     let base = t.proj.result_at(base_seq)?.result.as_ref()?;
     let page = paired.result.as_ref()?;
+    let step = t.steps.get(&paired.call.id);
     match (&base.output, &page.output) {
-        (ToolOutput::Text(base), ToolOutput::Text(page)) => super::diff::page_diff(
+        (ToolOutput::Text(base), ToolOutput::Text(page)) => super::diff::diff(
+            super::diff::DiffOf::of(step),
             base,
             page,
             base_seq,
-            &paired.reference(t.steps.get(&paired.call.id)),
+            &paired.reference(step),
         ),
         _ => None,
     }

@@ -84,6 +84,14 @@ pub struct Policy {
     pub page_diffs: bool,
     /// See `page_diffs`. Default: 0.5.
     pub page_diff_share: f64,
+    /// Whether the output of a call the agent made before (same tool, same arguments: a test
+    /// run again, a script rerun, a file shown again after an edit) is sent as its line diff
+    /// against the earlier output, while that output is still in the request verbatim; the
+    /// earlier output stays (byte-stable, cached). An output whose diff is not smaller than
+    /// `output_diff_share` of it is sent whole. Default: true.
+    pub output_diffs: bool,
+    /// See `output_diffs`. Default: 0.5.
+    pub output_diff_share: f64,
     /// Per-tier caps as shares of the compaction target. Only `tool_results` can be capped: when
     /// the results sent verbatim or stubbed exceed it, a compaction point stubs old results until
     /// they fit, so one fat result cannot starve the dialogue.
@@ -110,6 +118,8 @@ impl Default for Policy {
             supersede_snapshots: true,
             page_diffs: true,
             page_diff_share: 0.5,
+            output_diffs: true,
+            output_diff_share: 0.5,
             tier_caps: BTreeMap::new(),
         }
     }
@@ -167,6 +177,7 @@ impl Policy {
         share("low_watermark", self.low_watermark)?;
         share("oversized_share", self.oversized_share)?;
         share("page_diff_share", self.page_diff_share)?;
+        share("output_diff_share", self.output_diff_share)?;
         if self.low_watermark > self.high_watermark {
             return Err(LogError::invalid(
                 "low_watermark",

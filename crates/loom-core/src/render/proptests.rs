@@ -124,7 +124,7 @@ fn policy() -> impl Strategy<Value = Policy> {
             proptest::option::of(0.05f64..=1.0),
             any::<bool>(),
         ),
-        (any::<bool>(), 0.05f64..=1.0),
+        (any::<bool>(), 0.05f64..=1.0, any::<bool>(), 0.05f64..=1.0),
     )
         .prop_map(
             |(
@@ -139,7 +139,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 lines,
                 (h, t),
                 (injection, oversized, supersede, cap, group),
-                (page_diffs, page_diff_share),
+                (page_diffs, page_diff_share, output_diffs, output_diff_share),
             )| {
                 let mut retention = std::collections::BTreeMap::new();
                 retention.insert("bash".to_owned(), bash);
@@ -154,6 +154,8 @@ fn policy() -> impl Strategy<Value = Policy> {
                     supersede_snapshots: supersede,
                     page_diffs,
                     page_diff_share,
+                    output_diffs,
+                    output_diff_share,
                     tier_caps,
                     group_steps: group,
                     high_watermark: high,
@@ -329,10 +331,17 @@ fn build_log(actions: &[Action]) -> (Vec<Event>, Ingested) {
                     .map(|_| {
                         next_call += 1;
                         let name = ["read", "bash", "browser_action"][next_call % 3];
+                        // Shell commands repeat (a test run again): their outputs may be sent
+                        // as diffs, and earlier runs superseded.
+                        let n = if name == "bash" {
+                            next_call % 4
+                        } else {
+                            next_call
+                        };
                         ToolCall {
                             id: format!("call_{next_call}"),
                             name: name.to_owned(),
-                            arguments: format!("{{\"n\":{next_call}}}"),
+                            arguments: format!("{{\"n\":{n}}}"),
                         }
                     })
                     .collect();

@@ -1,6 +1,7 @@
 //! Tool-result retention: the per-tool rules (count, age, never evict), results superseded by a
 //! later run of the identical call, and the eager rules that apply on every render (results over
-//! the oversized share once answered, browser snapshots a newer one supersedes).
+//! the oversized share once answered, browser snapshots a newer one supersedes, pages and the
+//! outputs of calls made again sent as diffs).
 //!
 //! An expired result renders as its step's observation plus `outcome_ref`: the call stays, the
 //! pairing stays.
@@ -11,6 +12,7 @@ use super::{Cx, Goal};
 use crate::event::Seq;
 use crate::event::ToolOutput;
 use crate::render::cost::{fingerprint, Coster, Eager};
+use crate::render::diff::DiffOf;
 use crate::render::hash::FxBuild;
 use crate::render::layout;
 use crate::render::policy::{Budget, Policy, Retention};
@@ -117,13 +119,30 @@ pub(crate) fn expire_oversized(
     let mut base = progress.base;
     let mut superseded: Vec<Seq> = Vec::new();
     let mut changed = false;
-    for unit in &proj.units[progress.from..] {
+    for (index, unit) in proj.units.iter().enumerate().skip(progress.from) {
         let UnitBody::Turn(turn) = &unit.body else {
             continue;
         };
-        for paired in &turn.calls {
+        for (c, paired) in turn.calls.iter().enumerate() {
             let Some(r) = &paired.result else { continue };
-            if !snapshot(&paired.call.id) || newest.is_some_and(|n| n >= r.seq) {
+            if !snapshot(&paired.call.id) {
+                // Only outputs no request has held yet (the newest turn's): what was sent whole
+                // stays as it was sent. Nothing sent changes, so this is no compaction point.
+                if policy.output_diffs
+                    && index == last_turn
+                    && evictable(&paired.call.name)
+                    && layout::sent_whole(st, r.seq)
+                {
+                    if let Some(b) = earlier_run(proj, st, index, c) {
+                        if output_diff_pays(proj, policy, b, paired) {
+                            // Sent as its changes; the earlier output stays, byte-stable.
+                            st.diffed.insert(r.seq, b);
+                        }
+                    }
+                }
+                continue;
+            }
+            if newest.is_some_and(|n| n >= r.seq) {
                 continue;
             }
             let evictable = evictable(&paired.call.name);
@@ -225,14 +244,52 @@ fn latest_view(
 /// Whether the page `paired` is smaller as its diff against the page at `base` than
 /// `page_diff_share` of itself.
 fn diff_pays(proj: &Projection, policy: &Policy, base: Seq, paired: &Paired) -> bool {
+    smaller_as_diff(proj, DiffOf::Page, policy.page_diff_share, base, paired)
+}
+
+/// Whether the output `paired` is smaller as its diff against the output at `base` than
+/// `output_diff_share` of itself.
+fn output_diff_pays(proj: &Projection, policy: &Policy, base: Seq, paired: &Paired) -> bool {
+    smaller_as_diff(proj, DiffOf::Output, policy.output_diff_share, base, paired)
+}
+
+fn smaller_as_diff(proj: &Projection, of: DiffOf, share: f64, base: Seq, paired: &Paired) -> bool {
     let base = proj.result_at(base).and_then(|p| p.result.as_ref());
-    let (Some(base), Some(page)) = (base, paired.result.as_ref()) else {
+    let (Some(base), Some(new)) = (base, paired.result.as_ref()) else {
         return false;
     };
-    let (ToolOutput::Text(base_text), ToolOutput::Text(page_text)) = (&base.output, &page.output)
+    let (ToolOutput::Text(base_text), ToolOutput::Text(new_text)) = (&base.output, &new.output)
     else {
         return false;
     };
-    crate::render::diff::page_diff(base_text, page_text, base.seq, "")
-        .is_some_and(|d| (d.len() as f64) <= policy.page_diff_share * page_text.len() as f64)
+    crate::render::diff::diff(of, base_text, new_text, base.seq, "")
+        .is_some_and(|d| (d.len() as f64) <= share * new_text.len() as f64)
+}
+
+/// The result seq of the latest earlier run of call `c` of unit `index` (same tool, same
+/// arguments) whose output is still sent in place and whole, if any.
+fn earlier_run(proj: &Projection, st: &CompactionState, index: usize, c: usize) -> Option<Seq> {
+    let UnitBody::Turn(turn) = &proj.units[index].body else {
+        return None;
+    };
+    let call = &turn.calls[c].call;
+    let first = proj.first_at(st.boundary);
+    if index < first {
+        return None;
+    }
+    let earlier_in_unit = turn.calls[..c].iter().rev();
+    let earlier_units = proj.units[first..index]
+        .iter()
+        .rev()
+        .filter_map(|u| match &u.body {
+            UnitBody::Turn(t) => Some(t.calls.iter().rev()),
+            _ => None,
+        })
+        .flatten();
+    earlier_in_unit
+        .chain(earlier_units)
+        .filter(|p| p.call.name == call.name && p.call.arguments == call.arguments)
+        .filter_map(|p| p.result.as_ref())
+        .map(|r| r.seq)
+        .find(|&seq| layout::sent_whole(st, seq))
 }

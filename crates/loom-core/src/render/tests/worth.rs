@@ -211,3 +211,142 @@ fn a_view_goes_by_its_size_once_work_on_its_file_has_moved_on() {
         outline(last)
     );
 }
+
+/// A test suite's output with one failing case (or none), as `pytest -v` prints it.
+fn test_run(failing: Option<usize>) -> String {
+    let mut out: String = (0..60)
+        .map(|i| {
+            let verdict = if Some(i) == failing {
+                "FAILED"
+            } else {
+                "PASSED"
+            };
+            format!(
+                "tests/test_parser.py::test_case_{i} {verdict} [{}%]\n",
+                i * 100 / 60
+            )
+        })
+        .collect();
+    out.push_str(match failing {
+        Some(_) => "======== 1 failed, 59 passed in 0.42s ========\n",
+        None => "======== 60 passed in 0.41s ========\n",
+    });
+    out
+}
+
+/// The session of a fix: the tests fail, the agent edits, runs the same tests again, and answers.
+fn rerun_session() -> Log {
+    let mut log = Log::new();
+    log.system("You are a careful agent.");
+    log.user("Fix the failing test in tests/test_parser.py");
+    shell(
+        &mut log,
+        "c0",
+        "python -m pytest tests -v",
+        &test_run(Some(7)),
+    );
+    shell(
+        &mut log,
+        "c1",
+        "sed -i 's/offset_3/offset_4/' src/parser.py",
+        "",
+    );
+    shell(&mut log, "c2", "python -m pytest tests -v", &test_run(None));
+    log.push(EventBody::Assistant {
+        content: Some("All tests pass.".into()),
+        reasoning: None,
+        tool_calls: vec![],
+        name: None,
+        native: None,
+    });
+    log
+}
+
+fn result_text(r: &Rendered, id: &str) -> String {
+    r.request
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Msg::Assistant { calls, .. } => calls
+                .iter()
+                .find(|c| c.call.id == id)
+                .map(|c| c.content.text().into_owned()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result of {id}"))
+}
+
+#[test]
+fn the_output_of_a_call_made_again_is_sent_as_its_changes() {
+    let log = rerun_session();
+    let mut fx = Fixture::new(20_000);
+    fx.steps = steps_of(&log);
+    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let last = renders.last().unwrap();
+    // Nothing already sent changed: no compaction point, and every request extends the last.
+    assert_eq!(last.receipt.points, 0);
+    for pair in renders.windows(2) {
+        let (before, after) = (pair[0].body(), pair[1].body());
+        let (before, after) = (
+            before["messages"].as_array().unwrap(),
+            after["messages"].as_array().unwrap(),
+        );
+        assert_eq!(before[..], after[..before.len()], "not append-only");
+    }
+    // The first run stays whole; the second is the lines that changed, with its reference.
+    assert_eq!(result_text(last, "c0"), test_run(Some(7)));
+    let rerun = result_text(last, "c2");
+    assert!(rerun.len() * 4 < test_run(None).len(), "{rerun}");
+    let seq = |id: &str| {
+        log.events
+            .iter()
+            .find_map(|e| match &e.body {
+                EventBody::ToolResult { call_id, .. } if call_id == id => Some(e.seq),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(last.state.diffed.get(&seq("c2")), Some(&seq("c0")));
+    assert_eq!(
+        last.receipt.diffed,
+        vec![SeqRange {
+            from: seq("c2"),
+            to: seq("c2")
+        }]
+    );
+    insta::assert_snapshot!("rerun_output_diff", rerun);
+
+    // Without the rule the second run is sent whole.
+    fx.policy.output_diffs = false;
+    let whole = replay(&fx, &log, Format::OpenaiChat);
+    assert_eq!(result_text(whole.last().unwrap(), "c2"), test_run(None));
+}
+
+#[test]
+fn a_rerun_is_sent_whole_once_its_earlier_run_is_stubbed() {
+    let log = rerun_session();
+    let mut fx = Fixture::new(20_000);
+    fx.steps = steps_of(&log);
+    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let mut state = renders.last().unwrap().state.clone();
+    let (&rerun, &base) = state.diffed.iter().next().expect("the rerun is diffed");
+    // A later point stubs the earlier run (superseded by the rerun): the diff would have
+    // nothing to be read against, so the rerun is sent whole.
+    state.stubbed.insert(base);
+    let events = &log.events[..log.events.len() - 1];
+    let r = render(
+        &fx.input(events, Format::OpenaiChat),
+        &state,
+        &mut CostMemo::new(),
+    )
+    .unwrap();
+    assert_eq!(result_text(&r, "c2"), test_run(None));
+    assert!(result_text(&r, "c0").contains("(See "), "{}", outline(&r));
+    assert!(r.receipt.diffed.is_empty());
+    assert!(r
+        .receipt
+        .verbatim
+        .iter()
+        .any(|s| (s.from..=s.to).contains(&rerun)));
+    crate::render::check_request(r.format, &r.body()).unwrap();
+}
