@@ -191,13 +191,17 @@ pub(crate) fn expire_oversized(
             // The page sent whole that later pages are diffs of stays while it is their base.
             if st.stubbed.contains(&r.seq)
                 || st.elided.contains(&r.seq)
-                || st.diffed.contains_key(&r.seq)
                 || base == Some(r.seq)
                 || !evictable(&paired.call.name)
             {
                 continue;
             }
-            let tokens = coster.result(proj, st, i, c, ResultForm::Verbatim);
+            // A result sent as a diff is measured as its diff.
+            let form = match layout::form_of(paired, st) {
+                ResultForm::Diff => ResultForm::Diff,
+                _ => ResultForm::Verbatim,
+            };
+            let tokens = coster.result(proj, st, i, c, form);
             // The latest view of a file is what the agent edits or rewrites from: it waits for
             // a compaction point, which cuts it first unless the agent is editing that file.
             let view = tokens <= budget.oversized.saturating_mul(2)

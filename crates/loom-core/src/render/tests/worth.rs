@@ -350,3 +350,56 @@ fn a_rerun_is_sent_whole_once_its_earlier_run_is_stubbed() {
         .any(|s| (s.from..=s.to).contains(&rerun)));
     crate::render::check_request(r.format, &r.body()).unwrap();
 }
+
+#[test]
+fn a_diff_over_the_oversized_share_is_stubbed_once_answered() {
+    // The rerun prints the whole suite again and 300 lines of warnings: its diff is the
+    // warnings, too large to keep once the agent has read them.
+    let mut log = Log::new();
+    log.system("You are a careful agent.");
+    log.user("Fix the failing test in tests/test_parser.py");
+    shell(
+        &mut log,
+        "c0",
+        "python -m pytest tests -v",
+        &test_run(Some(7)),
+    );
+    let mut noisy = test_run(Some(7));
+    for i in 0..300 {
+        noisy.push_str(&format!(
+            "src/parser.py:{i}: DeprecationWarning: offset_{i} is deprecated\n"
+        ));
+    }
+    shell(&mut log, "c2", "python -m pytest tests -v", &noisy);
+    shell(&mut log, "c3", "git status", "nothing to commit");
+    log.push(EventBody::Assistant {
+        content: Some("Done.".into()),
+        reasoning: None,
+        tool_calls: vec![],
+        name: None,
+        native: None,
+    });
+    let mut fx = Fixture::new(12_000);
+    fx.policy.output_diff_share = 0.9;
+    fx.steps = steps_of(&log);
+    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let seq = |id: &str| {
+        log.events
+            .iter()
+            .find_map(|e| match &e.body {
+                EventBody::ToolResult { call_id, .. } if call_id == id => Some(e.seq),
+                _ => None,
+            })
+            .unwrap()
+    };
+    // Sent as its diff when it arrived, then stubbed by its size once the agent answered it.
+    let arrived = &renders[renders.len() - 2];
+    assert!(result_text(arrived, "c2").starts_with("[The output of this call"));
+    let last = renders.last().unwrap();
+    assert!(last.state.stubbed.contains(&seq("c2")), "{}", outline(last));
+    assert_eq!(
+        last.receipt.rules.get(&seq("c2")),
+        Some(&CutRule::Oversized)
+    );
+    assert_eq!(result_text(last, "c0"), test_run(Some(7)));
+}
