@@ -26,6 +26,17 @@ fn shell(log: &mut Log, id: &str, command: &str, output: &str) {
     });
 }
 
+/// The seq of the result of call `id`.
+fn result_seq(log: &Log, id: &str) -> Seq {
+    log.events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::ToolResult { call_id, .. } if call_id == id => Some(e.seq),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result of {id}"))
+}
+
 /// The steps ingest derives for the log's results.
 fn steps_of(log: &Log) -> StepIndex {
     let mut ingest = Ingest::new();
@@ -133,15 +144,7 @@ fn the_view_of_the_file_being_edited_stays_verbatim() {
     let renders = replay(&fx, &log, Format::OpenaiChat);
     let last = renders.last().unwrap();
     assert!(last.receipt.points >= 1, "the session must compact");
-    let result_seq = |id: &str| {
-        log.events
-            .iter()
-            .find_map(|e| match &e.body {
-                EventBody::ToolResult { call_id, .. } if call_id == id => Some(e.seq),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let result_seq = |id: &str| result_seq(&log, id);
     let cut = |id: &str| {
         let seq = result_seq(id);
         last.state.stubbed.contains(&seq) || seq < last.state.boundary
@@ -234,8 +237,8 @@ fn test_run(failing: Option<usize>) -> String {
     out
 }
 
-/// The session of a fix: the tests fail, the agent edits, runs the same tests again, and answers.
-fn rerun_session() -> Log {
+/// The start of a fix: the task, and the tests failing.
+fn failing_tests() -> Log {
     let mut log = Log::new();
     log.system("You are a careful agent.");
     log.user("Fix the failing test in tests/test_parser.py");
@@ -245,6 +248,23 @@ fn rerun_session() -> Log {
         "python -m pytest tests -v",
         &test_run(Some(7)),
     );
+    log
+}
+
+/// A final answer without calls: the render before it holds every result.
+fn answer(log: &mut Log, text: &str) {
+    log.push(EventBody::Assistant {
+        content: Some(text.into()),
+        reasoning: None,
+        tool_calls: vec![],
+        name: None,
+        native: None,
+    });
+}
+
+/// The session of a fix: the tests fail, the agent edits, runs the same tests again, and answers.
+fn rerun_session() -> Log {
+    let mut log = failing_tests();
     shell(
         &mut log,
         "c1",
@@ -252,13 +272,7 @@ fn rerun_session() -> Log {
         "",
     );
     shell(&mut log, "c2", "python -m pytest tests -v", &test_run(None));
-    log.push(EventBody::Assistant {
-        content: Some("All tests pass.".into()),
-        reasoning: None,
-        tool_calls: vec![],
-        name: None,
-        native: None,
-    });
+    answer(&mut log, "All tests pass.");
     log
 }
 
@@ -297,15 +311,7 @@ fn the_output_of_a_call_made_again_is_sent_as_its_changes() {
     assert_eq!(result_text(last, "c0"), test_run(Some(7)));
     let rerun = result_text(last, "c2");
     assert!(rerun.len() * 4 < test_run(None).len(), "{rerun}");
-    let seq = |id: &str| {
-        log.events
-            .iter()
-            .find_map(|e| match &e.body {
-                EventBody::ToolResult { call_id, .. } if call_id == id => Some(e.seq),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let seq = |id: &str| result_seq(&log, id);
     assert_eq!(last.state.diffed.get(&seq("c2")), Some(&seq("c0")));
     assert_eq!(
         last.receipt.diffed,
@@ -355,15 +361,7 @@ fn a_rerun_is_sent_whole_once_its_earlier_run_is_stubbed() {
 fn a_diff_over_the_oversized_share_is_stubbed_once_answered() {
     // The rerun prints the whole suite again and 300 lines of warnings: its diff is the
     // warnings, too large to keep once the agent has read them.
-    let mut log = Log::new();
-    log.system("You are a careful agent.");
-    log.user("Fix the failing test in tests/test_parser.py");
-    shell(
-        &mut log,
-        "c0",
-        "python -m pytest tests -v",
-        &test_run(Some(7)),
-    );
+    let mut log = failing_tests();
     let mut noisy = test_run(Some(7));
     for i in 0..300 {
         noisy.push_str(&format!(
@@ -372,26 +370,12 @@ fn a_diff_over_the_oversized_share_is_stubbed_once_answered() {
     }
     shell(&mut log, "c2", "python -m pytest tests -v", &noisy);
     shell(&mut log, "c3", "git status", "nothing to commit");
-    log.push(EventBody::Assistant {
-        content: Some("Done.".into()),
-        reasoning: None,
-        tool_calls: vec![],
-        name: None,
-        native: None,
-    });
+    answer(&mut log, "Done.");
     let mut fx = Fixture::new(12_000);
     fx.policy.output_diff_share = 0.9;
     fx.steps = steps_of(&log);
     let renders = replay(&fx, &log, Format::OpenaiChat);
-    let seq = |id: &str| {
-        log.events
-            .iter()
-            .find_map(|e| match &e.body {
-                EventBody::ToolResult { call_id, .. } if call_id == id => Some(e.seq),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let seq = |id: &str| result_seq(&log, id);
     // Sent as its diff when it arrived, then stubbed by its size once the agent answered it.
     let arrived = &renders[renders.len() - 2];
     assert!(result_text(arrived, "c2").starts_with("[The output of this call"));
