@@ -128,7 +128,10 @@ pub(crate) fn expire_oversized(
             if !snapshot(&paired.call.id) {
                 // Only outputs no request has held yet (the newest turn's): what was sent whole
                 // stays as it was sent. Nothing sent changes, so this is no compaction point.
+                // Only once the session has needed a point: while everything fits, the request
+                // is the history as it happened.
                 if policy.output_diffs
+                    && st.points > 0
                     && index == last_turn
                     && evictable(&paired.call.name)
                     && layout::sent_whole(st, r.seq)

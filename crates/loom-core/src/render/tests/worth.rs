@@ -237,11 +237,16 @@ fn test_run(failing: Option<usize>) -> String {
     out
 }
 
-/// The start of a fix: the task, and the tests failing.
+/// The start of a fix: the task, a listing of the tree too large to keep once read (stubbed by
+/// the oversized rule, the session's first point), and the tests failing.
 fn failing_tests() -> Log {
     let mut log = Log::new();
     log.system("You are a careful agent.");
     log.user("Fix the failing test in tests/test_parser.py");
+    let listing: String = (0..600)
+        .map(|i| format!("src/module_{i}/file_{i}.py\n"))
+        .collect();
+    shell(&mut log, "ls", "ls -R", &listing);
     shell(
         &mut log,
         "c0",
@@ -293,13 +298,16 @@ fn result_text(r: &Rendered, id: &str) -> String {
 #[test]
 fn the_output_of_a_call_made_again_is_sent_as_its_changes() {
     let log = rerun_session();
-    let mut fx = Fixture::new(20_000);
+    let mut fx = Fixture::new(8_000);
     fx.steps = steps_of(&log);
     let renders = replay(&fx, &log, Format::OpenaiChat);
     let last = renders.last().unwrap();
-    // Nothing already sent changed: no compaction point, and every request extends the last.
-    assert_eq!(last.receipt.points, 0);
-    for pair in renders.windows(2) {
+    // The listing's stub was the one point; nothing sent changed after it: the rerun's diff is
+    // no point, and every request from then on extends the last.
+    assert_eq!(last.receipt.points, 1);
+    assert!(last.state.stubbed.contains(&result_seq(&log, "ls")));
+    let first_point = renders.iter().position(|r| r.receipt.points == 1).unwrap();
+    for pair in renders[first_point..].windows(2) {
         let (before, after) = (pair[0].body(), pair[1].body());
         let (before, after) = (
             before["messages"].as_array().unwrap(),
@@ -326,12 +334,21 @@ fn the_output_of_a_call_made_again_is_sent_as_its_changes() {
     fx.policy.output_diffs = false;
     let whole = replay(&fx, &log, Format::OpenaiChat);
     assert_eq!(result_text(whole.last().unwrap(), "c2"), test_run(None));
+
+    // While everything fits (no point yet: the listing is small enough to keep), the request is
+    // the history as it happened, the rerun included.
+    fx.policy.output_diffs = true;
+    fx.policy.context_window = 40_000;
+    let fits = replay(&fx, &log, Format::OpenaiChat);
+    let fits = fits.last().unwrap();
+    assert_eq!(fits.receipt.points, 0);
+    assert_eq!(result_text(fits, "c2"), test_run(None));
 }
 
 #[test]
 fn a_rerun_is_sent_whole_once_its_earlier_run_is_stubbed() {
     let log = rerun_session();
-    let mut fx = Fixture::new(20_000);
+    let mut fx = Fixture::new(8_000);
     fx.steps = steps_of(&log);
     let renders = replay(&fx, &log, Format::OpenaiChat);
     let mut state = renders.last().unwrap().state.clone();
