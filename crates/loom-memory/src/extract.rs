@@ -275,7 +275,8 @@ pub fn extract(
     let events = store
         .read(session, mark + 1..=info.event_count)
         .map_err(log)?;
-    let steps = store.steps(session).map_err(log)?;
+    // Only the steps of results after the mark: a rerun reads what is new.
+    let steps = store.steps_after(session, mark).map_err(log)?;
     let lines = lines(&events, &steps, mark);
     let windows = windows(memory, &lines, window_tokens.max(1));
     let count = windows.len();

@@ -197,6 +197,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Every step of the session, ordered by the seq of its result.
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>>;
 
+    /// The steps whose result came after `after` (a seq), ordered as [`Store::steps`]: what a
+    /// reader that has seen the log up to `after` has not seen yet. The default filters
+    /// [`Store::steps`]; a backend with an index reads only the range.
+    fn steps_after(&self, session: &SessionId, after: Seq) -> Result<Vec<StepRecord>> {
+        let mut steps = self.steps(session)?;
+        steps.retain(|s| s.result_seq > after);
+        Ok(steps)
+    }
+
     /// Names a blob with a human-readable alias within the session (`outputs/search_001.json`).
     ///
     /// An alias, once set, points at one blob forever: setting it again to the same blob is a

@@ -568,12 +568,17 @@ impl Store for PgStore {
     }
 
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
+        self.steps_after(session, 0)
+    }
+
+    fn steps_after(&self, session: &SessionId, after: Seq) -> Result<Vec<StepRecord>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
         tx::read(&self.pool, "listing steps", |db| {
             db.records_of(
                 "SELECT t.session IS NOT NULL, t.id, t.call_id, t.result_seq, t.body
-                 FROM sessions s LEFT JOIN steps t ON t.session = s.pk
+                 FROM sessions s LEFT JOIN steps t ON t.session = s.pk AND t.result_seq > $2
                  WHERE s.id = $1 ORDER BY t.result_seq, t.id",
-                &[&session.as_str()],
+                &[&session.as_str(), &after],
                 ("steps", "listing steps"),
                 |row| {
                     Ok(StepRecord {

@@ -570,13 +570,18 @@ impl Store for SqliteStore {
     }
 
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
+        self.steps_after(session, 0)
+    }
+
+    fn steps_after(&self, session: &SessionId, after: Seq) -> Result<Vec<StepRecord>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
             query_all(
                 tx,
                 "SELECT id, call_id, result_seq, body FROM steps
-                 WHERE session = ?1 ORDER BY result_seq, id",
-                [pk],
+                 WHERE session = ?1 AND result_seq > ?2 ORDER BY result_seq, id",
+                rusqlite::params![pk, after],
                 ("steps", "listing steps"),
                 |row| {
                     Ok(StepRecord {

@@ -330,6 +330,25 @@ pub(crate) fn steps_are_keyed_and_checked<H: StoreHarness>(h: &mut H) {
     );
     store.put_steps(&id, &[]).unwrap();
     assert_eq!(store.steps(&id).unwrap().len(), 2);
+    // What came after a seq: the range a reader that has seen the log up to it still needs.
+    let ids = |after: Seq| -> Vec<String> {
+        store
+            .steps_after(&id, after)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    };
+    assert_eq!(ids(0), ["step_001", "step_002"]);
+    assert_eq!(ids(2), ["step_002"]);
+    assert_eq!(ids(3), ["step_002"]);
+    assert!(ids(4).is_empty());
+    assert!(ids(Seq::MAX).is_empty());
+    let ghost = sid("nobody");
+    assert!(matches!(
+        store.steps_after(&ghost, 0),
+        Err(StoreError::SessionNotFound(_))
+    ));
 }
 
 pub(crate) fn aliases_point_at_one_blob<H: StoreHarness>(h: &mut H) {
