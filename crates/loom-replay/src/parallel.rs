@@ -63,13 +63,13 @@ pub fn replay_parallel<M, E>(
 ) -> Result<(), ParallelError<E>>
 where
     M: TokenMeter + Sync,
+    E: Send,
 {
     let threads = threads.clamp(1, jobs.len().max(1));
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    type Outcome = Result<(TraceRun, Vec<u8>), ParallelError<std::convert::Infallible>>;
     std::thread::scope(|scope| {
-        let (tx, rx) = mpsc::channel::<(usize, Outcome)>();
+        let (tx, rx) = mpsc::channel::<(usize, Outcome<E>)>();
         for _ in 0..threads {
             let tx = tx.clone();
             let (next, stop) = (&next, &stop);
@@ -87,18 +87,13 @@ where
         }
         drop(tx);
         // Runs that finished ahead of an earlier one wait here for their turn.
-        let mut waiting: BTreeMap<usize, Outcome> = BTreeMap::new();
+        let mut waiting: BTreeMap<usize, Outcome<E>> = BTreeMap::new();
         let mut turn = 0;
         for (i, outcome) in rx {
             waiting.insert(i, outcome);
             while let Some(outcome) = waiting.remove(&turn) {
-                let handed = match outcome {
-                    Ok((run, bytes)) => done(turn, run, bytes).map_err(ParallelError::Done),
-                    Err(ParallelError::Replay(e)) => Err(ParallelError::Replay(e)),
-                    Err(ParallelError::Emit { trace, source }) => {
-                        Err(ParallelError::Emit { trace, source })
-                    }
-                };
+                let handed = outcome
+                    .and_then(|(run, bytes)| done(turn, run, bytes).map_err(ParallelError::Done));
                 if let Err(e) = handed {
                     stop.store(true, Ordering::Relaxed);
                     return Err(e);
@@ -110,12 +105,11 @@ where
     })
 }
 
+/// A trajectory's run and the bytes emitted for it, or why it stopped.
+type Outcome<E> = Result<(TraceRun, Vec<u8>), ParallelError<E>>;
+
 /// Replays one trajectory, collecting what `emit` writes.
-fn one(
-    replayer: &Replayer<'_>,
-    job: &Job<'_>,
-    emit: Option<&EmitFn<'_>>,
-) -> Result<(TraceRun, Vec<u8>), ParallelError<std::convert::Infallible>> {
+fn one<E>(replayer: &Replayer<'_>, job: &Job<'_>, emit: Option<&EmitFn<'_>>) -> Outcome<E> {
     let mut bytes = Vec::new();
     let mut failed: Option<std::io::Error> = None;
     let run = replayer.run(job.session, job.source, &mut |call, rendered| {

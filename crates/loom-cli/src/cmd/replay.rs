@@ -214,49 +214,35 @@ fn parse_all(
     blobs: &MemoryBlobStore,
     threads: usize,
 ) -> anyhow::Result<Vec<(String, Vec<loom_import::ParsedSession>)>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let parse_opts = ParseOptions::new(0);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let parsed: Vec<(usize, anyhow::Result<Vec<loom_import::ParsedSession>>)> =
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads.clamp(1, files.len().max(1)))
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut done = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(path) = files.get(i) else { break };
-                            done.push((i, parse_file(path, &parse_opts, blobs).map_err(bad_input)));
-                        }
-                        done
-                    })
+    let next = AtomicUsize::new(0);
+    let mut parsed: Vec<(usize, anyhow::Result<_>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.clamp(1, files.len().max(1)))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(path) = files.get(i) else { break };
+                        let sessions = parse_file(path, &parse_opts, blobs).map_err(bad_input);
+                        let source = path
+                            .file_stem()
+                            .map(|s| s.to_string_lossy().into_owned())
+                            .unwrap_or_else(|| path.display().to_string());
+                        done.push((i, sessions.map(|s| (source, s))));
+                    }
+                    done
                 })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().unwrap_or_default())
-                .collect()
-        });
-    let mut parsed: Vec<Option<anyhow::Result<_>>> = {
-        let mut slots: Vec<Option<_>> = (0..files.len()).map(|_| None).collect();
-        for (i, result) in parsed {
-            slots[i] = Some(result);
-        }
-        slots
-    };
-    files
-        .iter()
-        .zip(parsed.iter_mut())
-        .map(|(path, result)| {
-            let sessions = result
-                .take()
-                .ok_or_else(|| anyhow::anyhow!("{}: not parsed", path.display()))??;
-            let source = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| path.display().to_string());
-            Ok((source, sessions))
-        })
-        .collect()
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    parsed.sort_by_key(|(i, _)| *i);
+    parsed.into_iter().map(|(_, r)| r).collect()
 }
 
 fn write_table(
