@@ -628,6 +628,7 @@ impl<'a> Runner<'a> {
                 tools: specs.clone(),
                 always_record: true,
                 injections: Vec::new(),
+                limits: Default::default(),
             };
             spec.injections = match self.pre_hooks(agent, &spec)? {
                 Ok(injections) => injections,

@@ -179,7 +179,7 @@ pub fn joined_text(parts: &[ContentPart]) -> String {
         .iter()
         .filter_map(|p| match p {
             ContentPart::Text { text } => Some(text.as_str()),
-            ContentPart::Image { .. } => None,
+            ContentPart::Image { .. } | ContentPart::Opaque { .. } => None,
         })
         .collect();
     texts.join("\n")
@@ -214,6 +214,47 @@ pub enum ContentPart {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// What Loom does not model (a block, part or whole item of a type it does not know, or a
+    /// role it does not know), kept exactly as the client sent it and sent back unchanged to the
+    /// API it came from (DESIGN.md, principle 9). Another API gets it as text.
+    Opaque {
+        /// The API it came from.
+        api: NativeApi,
+        /// Whether `value` is a whole message or item of the conversation (for instance a
+        /// Responses item of a new type), rather than one block of a message's content.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        whole: bool,
+        /// The JSON as it came.
+        value: serde_json::Value,
+    },
+}
+
+impl ContentPart {
+    /// The `type` an opaque part's value names (`"document"`, `"additional_tools"`), for notes
+    /// and counts; `None` for modelled parts.
+    pub fn opaque_type(&self) -> Option<&str> {
+        match self {
+            Self::Opaque { value, .. } => Some(
+                value
+                    .get("type")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("item"),
+            ),
+            _ => None,
+        }
+    }
+
+    /// An opaque part as text, for an API other than the one it came from.
+    pub fn opaque_text(api: NativeApi, value: &serde_json::Value) -> String {
+        format!(
+            "[{} content from {}]\n{value}",
+            value
+                .get("type")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("item"),
+            api.as_str()
+        )
+    }
 }
 
 /// A call the assistant made. Parallel calls share one assistant event.
@@ -264,6 +305,12 @@ impl NativeReasoning {
                         "expected `reasoning` for the openai-responses api",
                     ))
                 }
+                (NativeApi::OpenaiChat, _) => {
+                    return Err(LogError::invalid(
+                        field("type"),
+                        "the openai-chat api has no native reasoning items",
+                    ))
+                }
             };
             if !item.get(required).is_some_and(serde_json::Value::is_string) {
                 return Err(LogError::invalid(
@@ -284,6 +331,19 @@ pub enum NativeApi {
     Anthropic,
     /// OpenAI Responses: `reasoning` input/output items.
     OpenaiResponses,
+    /// OpenAI Chat Completions (no native reasoning; its opaque parts and messages).
+    OpenaiChat,
+}
+
+impl NativeApi {
+    /// The API's name as the JSON form writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Anthropic => "anthropic",
+            Self::OpenaiResponses => "openai-responses",
+            Self::OpenaiChat => "openai-chat",
+        }
+    }
 }
 
 /// Where a tool result's content lives.

@@ -34,7 +34,9 @@ pub(crate) fn convert(
         match item.role.as_deref() {
             Some("user") => user(b, &spot, item.content)?,
             Some("assistant") => assistant(b, &spot, item.content)?,
-            Some("system") => {
+            // A system message of text (a beta puts them among the messages) is a system
+            // event; one with other blocks travels as it came.
+            Some("system") if text_only(item.content.as_ref()) => {
                 let content = match item.content {
                     Some(c) => b.message_content(&spot, "content", c, |b, i, block| {
                         text_part(b, &spot, &format!("content[{i}]"), block).map(Some)
@@ -45,17 +47,38 @@ pub(crate) fn convert(
                     content.ok_or_else(|| b.invalid(&spot, "content", "missing or null"))?;
                 b.push(&spot, "", EventBody::System { content })?;
             }
+            // A role Loom does not model is kept as it came, in place.
+            Some(_) if b.keep_unknown => {
+                let content = crate::opaque::whole(b.blobs(), NativeApi::Anthropic, item);
+                b.push(
+                    &spot,
+                    "",
+                    EventBody::User {
+                        content,
+                        name: None,
+                    },
+                )?;
+            }
             Some(other) => {
                 return Err(b.invalid(
                     &spot,
                     "role",
-                    format!("unknown role `{other}`; expected user or assistant"),
+                    format!("unknown role `{other}`; expected user, assistant or system"),
                 ))
             }
             None => return Err(b.invalid(&spot, "role", "missing; every message needs a role")),
         }
     }
     Ok(())
+}
+
+/// Whether a message's content is text only (a string, or text blocks).
+fn text_only(content: Option<&Content>) -> bool {
+    match content {
+        Some(Content::Text(_)) => true,
+        Some(Content::Blocks(blocks)) => blocks.iter().all(|b| b.kind.as_deref() == Some("text")),
+        None | Some(Content::Null) => false,
+    }
 }
 
 fn user(b: &mut Builder<'_>, spot: &Spot, content: Option<Content>) -> Result<()> {
@@ -212,6 +235,8 @@ fn user_part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Resu
     text_or_image(b, spot, field, block, "user")
 }
 
+/// A text or image block as Loom models it; any other block (a `document`, a server tool's
+/// blocks, a `compaction`, types added later) is kept as it came.
 fn text_or_image(
     b: &Builder<'_>,
     spot: &Spot,
@@ -224,6 +249,9 @@ fn text_or_image(
             Ok(part) => Ok(part),
             Err(block) => Err(unsupported(b, spot, field, &block, role)),
         },
+        Some(_) if b.keep_unknown => {
+            Ok(crate::opaque::part(b.blobs(), NativeApi::Anthropic, block))
+        }
         _ => Err(unsupported(b, spot, field, &block, role)),
     }
 }

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::io::Read;
 
 use loom_core::{
-    ContentPart, ContentStats, EventBody, Ledger, LogError, MessageContent, NewEvent, Seq,
-    StatsBuilder, ToolCall, ToolOutput,
+    ContentPart, ContentStats, EventBody, Ledger, LogError, MessageContent, NativeApi, NewEvent,
+    Seq, StatsBuilder, ToolCall, ToolOutput,
 };
 use loom_store::BlobStore;
 use serde_json::value::RawValue;
@@ -33,6 +33,11 @@ pub(crate) struct Builder<'a> {
     offloaded: u64,
     /// The index of the first item read in the whole conversation.
     pub(crate) first_item: usize,
+    /// The API the conversation is written for: what it holds that Loom does not model is
+    /// kept as that API's opaque parts.
+    pub(crate) api: NativeApi,
+    /// Whether what Loom does not model is kept as opaque parts rather than refused.
+    pub(crate) keep_unknown: bool,
 }
 
 /// Where a value is: the line its item starts on and its path (`messages[3]`).
@@ -56,10 +61,20 @@ impl Spot {
 /// One piece of converted content.
 enum Segment {
     Text(Text),
-    Image { url: String, detail: Option<String> },
+    Image {
+        url: String,
+        detail: Option<String>,
+    },
+    /// A block Loom does not model (a document, a search result), kept as it came.
+    Opaque(ContentPart),
 }
 
 impl<'a> Builder<'a> {
+    /// The blob store content is offloaded to.
+    pub(crate) fn blobs(&self) -> &'a dyn BlobStore {
+        self.blobs
+    }
+
     pub(crate) fn new(
         blobs: &'a dyn BlobStore,
         inline_limit: usize,
@@ -78,6 +93,8 @@ impl<'a> Builder<'a> {
             ids: HashMap::new(),
             assistant_seen: false,
             offloaded: 0,
+            api: NativeApi::OpenaiChat,
+            keep_unknown: false,
             first_item: 0,
         }
     }
@@ -414,6 +431,10 @@ impl<'a> Builder<'a> {
                     segments.push(Segment::Image { url, detail });
                 }
                 Ok(ContentPart::Text { text }) => segments.push(Segment::Text(Text::Inline(text))),
+                Ok(part @ ContentPart::Opaque { .. }) => segments.push(Segment::Opaque(part)),
+                Err(block) if self.keep_unknown => segments.push(Segment::Opaque(
+                    crate::opaque::part(self.blobs, self.api, block),
+                )),
                 Err(block) => {
                     return Err(self.invalid(
                         spot,
@@ -435,12 +456,14 @@ impl<'a> Builder<'a> {
         field: &str,
         mut segments: Vec<Segment>,
     ) -> Result<(ToolOutput, ContentStats)> {
-        let has_image = segments.iter().any(|s| matches!(s, Segment::Image { .. }));
+        let has_image = segments
+            .iter()
+            .any(|s| matches!(s, Segment::Image { .. } | Segment::Opaque(_)));
         let text_len: u64 = segments
             .iter()
             .map(|s| match s {
                 Segment::Text(t) => t.len(),
-                Segment::Image { .. } => 0,
+                Segment::Image { .. } | Segment::Opaque(_) => 0,
             })
             .sum();
         if let [Segment::Text(_)] = segments.as_slice() {
@@ -481,6 +504,7 @@ impl<'a> Builder<'a> {
                     parts.push(ContentPart::Text { text });
                 }
                 Segment::Image { url, detail } => parts.push(ContentPart::Image { url, detail }),
+                Segment::Opaque(part) => parts.push(part),
             }
         }
         Ok((ToolOutput::Parts(parts), stats.finish()))

@@ -16,6 +16,7 @@ mod detect;
 mod error;
 mod import;
 mod input;
+mod opaque;
 mod openai;
 mod parse;
 mod raw;

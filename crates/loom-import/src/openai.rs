@@ -4,7 +4,7 @@
 //! assistant (its `tool_calls` in one event), `tool` → tool_result. The legacy `function_call` /
 //! `function` pair is read too: the call gets the id `fc_<message index>`, since it has none.
 
-use loom_core::{ContentPart, EventBody, MessageContent, ToolCall};
+use loom_core::{ContentPart, EventBody, MessageContent, NativeApi, ToolCall};
 
 use crate::build::{arguments_text, Builder, Spot};
 use crate::error::{ImportError, Result};
@@ -80,6 +80,18 @@ fn message(b: &mut Builder<'_>, spot: &Spot, index: usize, item: RawItem) -> Res
                     content,
                     is_error: false,
                     stats,
+                },
+            )
+        }
+        // A role Loom does not model is kept as it came, in place.
+        _ if b.keep_unknown => {
+            let content = crate::opaque::whole(b.blobs(), NativeApi::OpenaiChat, item);
+            b.push(
+                spot,
+                "",
+                EventBody::User {
+                    content,
+                    name: None,
                 },
             )
         }
@@ -176,6 +188,11 @@ fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<Co
             Ok(part) => Ok(part),
             Err(block) => Err(unsupported(b, spot, field, &block)),
         },
+        // A part Loom does not model (`input_audio`, `file`, types added later) is kept as it
+        // came.
+        Some(_) if b.keep_unknown => {
+            Ok(crate::opaque::part(b.blobs(), NativeApi::OpenaiChat, block))
+        }
         _ => Err(unsupported(b, spot, field, &block)),
     }
 }

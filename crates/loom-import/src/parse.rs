@@ -49,6 +49,11 @@ pub struct ParseOptions {
     /// an input that continues a stored log (an agent framework adding its next items) may
     /// answer them. The store checks the answers against its own ledger when they are appended.
     pub open_calls: Vec<(String, String)>,
+    /// Keep what Loom does not model (a role, block, item or content part of a type it does not
+    /// know) as opaque parts, in place, instead of refusing it: what a proxy does with a
+    /// client's request (DESIGN.md, principle 9). A file imported in a named format is held to
+    /// that format, where an unknown type is more often a mistake than news.
+    pub keep_unknown: bool,
 }
 
 impl ParseOptions {
@@ -62,6 +67,7 @@ impl ParseOptions {
             ts_ms,
             first_item: 0,
             open_calls: Vec::new(),
+            keep_unknown: false,
         }
     }
 }
@@ -429,6 +435,12 @@ fn convert(
     let mut b = Builder::new(blobs, opts.inline_limit, opts.ts_ms, at.clone(), key);
     b.first_item = opts.first_item;
     b.open_calls(&opts.open_calls);
+    b.keep_unknown = opts.keep_unknown;
+    b.api = match format {
+        Format::Anthropic => loom_core::NativeApi::Anthropic,
+        Format::Responses => loom_core::NativeApi::OpenaiResponses,
+        Format::OpenAi | Format::Auto => loom_core::NativeApi::OpenaiChat,
+    };
     match format {
         Format::Anthropic => anthropic::convert(&mut b, raw.system, items)?,
         Format::Responses => responses::convert(&mut b, raw.instructions, items)?,

@@ -64,6 +64,9 @@ pub(crate) struct RawBlock {
     /// The encrypted payload of an Anthropic `redacted_thinking` block.
     pub(crate) data: Option<String>,
     pub(crate) refusal: Option<String>,
+    /// Fields none of the above names, as they came: what makes a block Loom does not model
+    /// whole again (see `opaque`).
+    pub(crate) extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// An OpenAI Chat `tool_calls` entry.
@@ -104,6 +107,8 @@ pub(crate) struct RawItem {
     pub(crate) id: Option<String>,
     /// A Responses reasoning item's `encrypted_content`, as given (a string or null).
     pub(crate) encrypted_content: Option<serde_json::Value>,
+    /// Fields none of the above names, as they came (see `RawBlock::extra`).
+    pub(crate) extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Where a record keeps its items, for error paths.
@@ -310,20 +315,26 @@ impl Field {
 
 struct FieldSeed;
 
+/// A key: the field it names, and its text when it names none the raw shapes know.
+type Key = (Field, Option<String>);
+
 impl<'de> DeserializeSeed<'de> for FieldSeed {
-    type Value = Field;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Field, D::Error> {
+    type Value = Key;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
         d.deserialize_identifier(self)
     }
 }
 
 impl Visitor<'_> for FieldSeed {
-    type Value = Field;
+    type Value = Key;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a field name")
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
-        Ok(Field::of(v))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        Ok(match Field::of(v) {
+            Field::Other => (Field::Other, Some(v.to_owned())),
+            known => (known, None),
+        })
     }
 }
 
@@ -441,7 +452,7 @@ impl<'de> Visitor<'de> for BlockSeed<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawBlock, A::Error> {
         let ctx = self.0;
         let mut b = RawBlock::default();
-        while let Some(key) = map.next_key_seed(FieldSeed)? {
+        while let Some((key, other)) = map.next_key_seed(FieldSeed)? {
             field(ctx, &mut map, key, |map| {
                 match key {
                     Field::Type => b.kind = map.next_value()?,
@@ -460,8 +471,11 @@ impl<'de> Visitor<'de> for BlockSeed<'_, '_> {
                     Field::Signature => b.signature = string_only(map.next_value()?),
                     Field::Data => b.data = string_only(map.next_value()?),
                     Field::Refusal => b.refusal = map.next_value()?,
+                    // Any other field, kept for a block Loom does not model.
                     _ => {
-                        map.next_value::<IgnoredAny>()?;
+                        let value = map.next_value()?;
+                        let name = other.unwrap_or_else(|| key.name().to_owned());
+                        b.extra.insert(name, value);
                     }
                 }
                 Ok(())
@@ -491,7 +505,7 @@ impl<'de> Visitor<'de> for ItemSeed<'_, '_> {
             line: ctx.tracker.line(),
             ..RawItem::default()
         };
-        while let Some(key) = map.next_key_seed(FieldSeed)? {
+        while let Some((key, other)) = map.next_key_seed(FieldSeed)? {
             field(ctx, &mut map, key, |map| {
                 match key {
                     Field::Role => it.role = map.next_value()?,
@@ -511,8 +525,11 @@ impl<'de> Visitor<'de> for ItemSeed<'_, '_> {
                     Field::Input => it.input = Some(map.next_value()?),
                     Field::Id => it.id = string_only(map.next_value()?),
                     Field::EncryptedContent => it.encrypted_content = Some(map.next_value()?),
+                    // Any other field, kept for an item Loom does not model.
                     _ => {
-                        map.next_value::<IgnoredAny>()?;
+                        let value = map.next_value()?;
+                        let name = other.unwrap_or_else(|| key.name().to_owned());
+                        it.extra.insert(name, value);
                     }
                 }
                 Ok(())
@@ -588,7 +605,7 @@ impl<'de> Visitor<'de> for RecordSeed<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRecord, A::Error> {
         let ctx = self.0;
         let mut r = RawRecord::default();
-        while let Some(key) = map.next_key_seed(FieldSeed)? {
+        while let Some((key, _)) = map.next_key_seed(FieldSeed)? {
             field(ctx, &mut map, key, |map| {
                 match key {
                     Field::Id => r.id = scalar_text(map.next_value()?),

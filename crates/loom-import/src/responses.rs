@@ -145,6 +145,20 @@ pub(crate) fn convert(
                     },
                 )?;
             }
+            // An item Loom does not model (`additional_tools`, `compaction`, a built-in tool's
+            // call, types added later) is kept as it came, in place.
+            _ if b.keep_unknown => {
+                flush(b, &mut turn)?;
+                let content = crate::opaque::whole(b.blobs(), NativeApi::OpenaiResponses, item);
+                b.push(
+                    &spot,
+                    "",
+                    EventBody::User {
+                        content,
+                        name: None,
+                    },
+                )?;
+            }
             other => {
                 return Err(b.invalid(
                     &spot,
@@ -165,6 +179,19 @@ fn message(b: &mut Builder<'_>, spot: &Spot, turn: &mut Option<Turn>, item: RawI
     let Some(role) = item.role.as_deref() else {
         return Err(b.invalid(spot, "role", "missing on a message item"));
     };
+    if b.keep_unknown && !matches!(role, "assistant" | "system" | "developer" | "user") {
+        // A role Loom does not model travels as it came.
+        flush(b, turn)?;
+        let content = crate::opaque::whole(b.blobs(), NativeApi::OpenaiResponses, item);
+        return b.push(
+            spot,
+            "",
+            EventBody::User {
+                content,
+                name: None,
+            },
+        );
+    }
     let content = match item.content {
         Some(c) => b.message_content(spot, "content", c, |b, i, bl| {
             part(b, spot, &format!("content[{i}]"), bl).map(Some)
@@ -277,6 +304,13 @@ fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<Co
                 Err(block) => Err(unsupported(b, spot, field, &block)),
             }
         }
+        // A part Loom does not model (`input_file`, `input_audio`, types added later) is kept
+        // as it came.
+        Some(_) if b.keep_unknown => Ok(crate::opaque::part(
+            b.blobs(),
+            NativeApi::OpenaiResponses,
+            block,
+        )),
         _ => Err(unsupported(b, spot, field, &block)),
     }
 }

@@ -71,6 +71,12 @@ pub struct Recorded {
     pub method: String,
     /// The path, without the query string.
     pub path: String,
+    /// The query string, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// The body's bytes exactly as they arrived, for byte-for-byte comparisons.
+    #[serde(skip)]
+    pub raw: Vec<u8>,
     /// Every header in arrival order, names lowercase, values decoded lossily.
     pub headers: Vec<(String, String)>,
     /// The body parsed as JSON; a body that is not JSON is kept as a string (lossily decoded),
@@ -547,6 +553,7 @@ fn record(
             )
         })
         .collect();
+    let raw = body.to_vec();
     let body = match parsed {
         Ok(value) => value.clone(),
         Err(_) => Value::String(String::from_utf8_lossy(body).into_owned()),
@@ -554,6 +561,8 @@ fn record(
     Recorded {
         method: method.as_str().to_owned(),
         path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        raw,
         headers,
         body,
     }

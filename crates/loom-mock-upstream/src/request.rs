@@ -279,11 +279,12 @@ fn messages(
     let messages = non_empty_array(record, body, "messages")?;
     for (i, message) in messages.iter().enumerate() {
         let role = role(record, message, &format!("messages[{i}]"))?;
-        if role != "user" && role != "assistant" {
+        // `system` messages among the others are an Anthropic beta that Claude Code uses.
+        if !matches!(role, "user" | "assistant" | "system") {
             return Err(MockError::field(
                 record,
                 format!("messages[{i}].role"),
-                "expected \"user\" or \"assistant\"",
+                "expected \"user\", \"assistant\" or \"system\"",
             ));
         }
     }
@@ -574,7 +575,7 @@ mod tests {
             ),
             (
                 Api::Messages,
-                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "narrator", "content": "x"}]}),
                 "messages[0].role",
             ),
             (Api::Messages, json!([1, 2]), "(body)"),

@@ -530,6 +530,7 @@ impl Database {
                 tools,
                 always_record: false,
                 injections: Vec::new(),
+                limits: Default::default(),
             };
             let out = inner
                 .engine

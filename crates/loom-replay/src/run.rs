@@ -217,7 +217,8 @@ fn msg_texts(msg: &Msg) -> Vec<&str> {
                 .iter()
                 .filter_map(|p| match p {
                     loom_core::ContentPart::Text { text } => Some(text.as_str()),
-                    loom_core::ContentPart::Image { .. } => None,
+                    loom_core::ContentPart::Image { .. }
+                    | loom_core::ContentPart::Opaque { .. } => None,
                 })
                 .collect(),
         }

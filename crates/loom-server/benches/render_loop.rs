@@ -70,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         tools: Vec::new(),
         always_record: false,
         injections: Vec::new(),
+        limits: Default::default(),
     };
     let mut times = Vec::with_capacity(turns);
     for i in 0..turns {

@@ -53,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         tools: Vec::new(),
         always_record: false,
         injections: Vec::new(),
+        limits: Default::default(),
     };
     let (mut calls, mut bytes, mut refused) = (0usize, 0usize, 0usize);
     let started = Instant::now();

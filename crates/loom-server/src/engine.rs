@@ -34,6 +34,19 @@ pub struct RenderSpec {
     /// Content the turn's pre-hooks inject at the tail, under the injection reserve (the agent
     /// runtime's hooks; none for the proxy and the API).
     pub injections: Vec<render::Injection>,
+    /// What the request itself says of the model's limits.
+    pub limits: ModelLimits,
+}
+
+/// What a request says of its model's limits, over the registry's figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelLimits {
+    /// The reply's reserve: the request's own `max_tokens` / `max_output_tokens`, so that a
+    /// fitted request and the longest reply it asks for fit the window together.
+    pub reserve: Option<u64>,
+    /// The window, when the request asks for a larger one than the model's usual (Anthropic's
+    /// 1M-context beta).
+    pub window: Option<u64>,
 }
 
 /// A rendered request and its record; the body as a JSON value, or as the JSON bytes sent
@@ -82,21 +95,51 @@ impl Engine {
     ) -> Result<(Tokenizer, u64)> {
         let info = match self.registry.lookup(model) {
             Ok(info) => info,
-            Err(_) if estimate_unknown => {
-                return Ok((Tokenizer::Estimate(Default::default()), u64::MAX));
-            }
-            Err(e) => return Err(ApiError::invalid_field(field, e.to_string())),
+            Err(e) => match self.registry.lookup_family(model) {
+                Some(info) => info,
+                None if estimate_unknown => {
+                    return Ok((Tokenizer::Estimate(Default::default()), u64::MAX));
+                }
+                None => return Err(ApiError::invalid_field(field, e.to_string())),
+            },
         };
         let tokenizer = Tokenizer::for_model(info)
             .map_err(|e| ApiError::invalid_field(field, format!("model `{model}`: {e}")))?;
         Ok((tokenizer, info.context_window))
     }
 
+    /// What to tell the caller of how `model` was found: `Some` when the registry knows it only
+    /// by its family (a new model of a known provider), naming the model whose figures apply.
+    pub fn model_note(&self, model: &str) -> Option<String> {
+        if self.registry.lookup(model).is_ok() {
+            return None;
+        }
+        let info = self.registry.lookup_family(model)?;
+        Some(format!(
+            "model `{model}` is not in Loom's registry: counted and fitted as its family's `{}` \
+             ({} tokens)",
+            info.name, info.context_window
+        ))
+    }
+
+    /// The registry's entry for `model`, by name or by family.
+    pub fn model_info(&self, model: &str) -> Result<&loom_tokens::ModelInfo> {
+        self.registry
+            .lookup(model)
+            .or_else(|e| self.registry.lookup_family(model).ok_or(e))
+            .map_err(|e| ApiError::invalid_field("model", e.to_string()))
+    }
+
     /// The counter and policy `spec` renders with; checking them before anything is written
     /// lets a request with an unknown model or an impossible budget change nothing.
     pub fn prepare(&self, spec: &RenderSpec) -> Result<(Tokenizer, Policy)> {
         let (meter, window) = self.model(&spec.model, "model", spec.budget.is_some())?;
+        let window = spec.limits.window.unwrap_or(window);
         let mut policy = self.policy.clone();
+        if let Some(reserve) = spec.limits.reserve {
+            // The request's own reserve, within what leaves the window room for a request.
+            policy.response_reserve = reserve.min(window / 2).max(1);
+        }
         policy.context_window = match spec.budget {
             Some(budget) => budget.saturating_add(policy.response_reserve),
             None => window,

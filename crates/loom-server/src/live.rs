@@ -756,6 +756,7 @@ mod tests {
             tools: Vec::new(),
             always_record: true,
             injections: Vec::new(),
+            limits: Default::default(),
         };
         let mut points = 0;
         for i in 0..60 {
@@ -839,6 +840,7 @@ mod tests {
                 tools: Vec::new(),
                 always_record: true,
                 injections: Vec::new(),
+                limits: Default::default(),
             };
             let mut points = 0;
             for i in 0..60 {

@@ -182,6 +182,8 @@ fn add_parts(counter: &dyn CountTokens, t: &mut EventTokens, parts: &[ContentPar
         match p {
             ContentPart::Text { text } => t.content += counter.count(text),
             ContentPart::Image { .. } => t.images += 1,
+            // What Loom does not model is counted as the JSON it is sent as.
+            ContentPart::Opaque { value, .. } => t.content += counter.count(&value.to_string()),
         }
     }
 }

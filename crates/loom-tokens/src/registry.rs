@@ -179,6 +179,34 @@ impl Registry {
         })
     }
 
+    /// The entry for a model the table does not name, by its family: the newest known model
+    /// whose name starts with the same words before the first version number (`gpt-6.2-sol` →
+    /// the newest `gpt-…`; `claude-fable-5` → the newest `claude-fable-…`, else `claude-…`).
+    /// A provider's new model is most like its newest in the family; the caller says it guessed.
+    pub fn lookup_family(&self, model: &str) -> Option<&ModelInfo> {
+        let wanted = model.trim().to_lowercase();
+        let wanted = wanted
+            .rsplit_once('/')
+            .map_or(wanted.as_str(), |(_, tail)| tail);
+        let words = family_words(wanted);
+        // The most specific family first: all words, then fewer.
+        for n in (1..=words.len()).rev() {
+            let newest = self
+                .models
+                .iter()
+                .filter(|m| family_words(&m.name.to_lowercase()).starts_with(&words[..n]))
+                .max_by(|a, b| {
+                    version_key(&a.name)
+                        .cmp(&version_key(&b.name))
+                        .then_with(|| b.name.len().cmp(&a.name.len()))
+                });
+            if let Some(info) = newest {
+                return Some(info);
+            }
+        }
+        None
+    }
+
     fn longest_prefix(&self, wanted: &str) -> Option<usize> {
         // Walk back from the whole name to each boundary: the first known prefix is the longest.
         let mut end = wanted.len();
@@ -327,6 +355,27 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// The words of a model name before its first version number: `gpt-6.2-sol` → `[gpt]`,
+/// `claude-opus-4-8` → `[claude, opus]`, `o4-mini` → `[o]`.
+fn family_words(name: &str) -> Vec<&str> {
+    let head = name
+        .find(|c: char| c.is_ascii_digit())
+        .map_or(name, |i| &name[..i]);
+    head.split(['-', '_', '.', ':'])
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// The version numbers in a model name, for ordering a family's models (`gpt-5.1` after
+/// `gpt-5`, `gpt-4.1` before both).
+fn version_key(name: &str) -> Vec<u64> {
+    name.split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| p.parse().ok())
+        .take(3)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,6 +383,19 @@ mod tests {
 
     fn reg() -> Registry {
         Registry::built_in().unwrap()
+    }
+
+    #[test]
+    fn a_new_name_of_a_known_family_gets_the_newest_of_that_family() {
+        let r = reg();
+        assert!(r.lookup("gpt-6.2-sol").is_err());
+        assert_eq!(r.lookup_family("gpt-6.2-sol").unwrap().name, "gpt-5.1");
+        assert_eq!(r.lookup_family("openai/gpt-7").unwrap().name, "gpt-5.1");
+        let opus = r.lookup_family("claude-opus-9").unwrap();
+        assert!(opus.name.starts_with("claude-opus"), "{}", opus.name);
+        let claude = r.lookup_family("claude-fable-5").unwrap();
+        assert!(claude.name.starts_with("claude"), "{}", claude.name);
+        assert!(r.lookup_family("zyx-99").is_none());
     }
 
     #[test]

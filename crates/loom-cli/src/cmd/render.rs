@@ -203,6 +203,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         tools: loaded.tools,
         always_record: false,
         injections: Vec::new(),
+        limits: Default::default(),
     };
     let live = LiveSessions::new(1);
     let backend = Backend {

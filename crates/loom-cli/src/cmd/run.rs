@@ -334,6 +334,7 @@ fn prepared(
         tools: Vec::new(),
         always_record: false,
         injections: Vec::new(),
+        limits: Default::default(),
     };
     let (meter, policy) = env
         .engine

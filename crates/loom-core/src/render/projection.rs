@@ -107,8 +107,43 @@ pub struct Projection {
     /// compact block says of a folded unit changes when one arrives.
     late: Vec<usize>,
     calls: HashMap<String, (usize, usize)>,
+    /// Harness messages kept before the task was found.
+    opening_notes: usize,
     /// Where each paired result is: its unit and call.
     results: HashMap<Seq, (usize, usize)>,
+}
+
+/// Harness messages before the task kept in place at most.
+const MAX_OPENING_NOTES: usize = 16;
+
+/// Whether a user message states something of the user's own: not only harness context a client
+/// wraps in one tag (`<environment_context>…</environment_context>`, `<system-reminder>…`) or
+/// parts Loom does not model.
+pub(crate) fn is_task(content: &MessageContent) -> bool {
+    match content {
+        MessageContent::Text(text) => !is_harness_text(text),
+        MessageContent::Parts(parts) => parts.iter().any(|p| match p {
+            crate::event::ContentPart::Text { text } => !is_harness_text(text),
+            crate::event::ContentPart::Image { .. } => true,
+            crate::event::ContentPart::Opaque { .. } => false,
+        }),
+    }
+}
+
+/// Text that is empty or one element of markup a client adds around its own context.
+fn is_harness_text(text: &str) -> bool {
+    let t = text.trim();
+    if t.is_empty() {
+        return true;
+    }
+    let Some(rest) = t.strip_prefix('<') else {
+        return false;
+    };
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .collect();
+    !name.is_empty() && t.ends_with(&format!("</{name}>"))
 }
 
 /// Who the projection is for and when, which decides the direct messages it includes.
@@ -142,8 +177,16 @@ impl Projection {
             },
             EventBody::User { content, name } => {
                 if self.first_user.is_none() {
-                    self.first_user = Some(index);
-                    self.kept.push(index);
+                    // Harness context a client sends before the task (`<environment_context>`,
+                    // a reminder, an item Loom does not model) stays with the opening too, so
+                    // the task is what it is about; a bounded number of them.
+                    if is_task(content) {
+                        self.first_user = Some(index);
+                        self.kept.push(index);
+                    } else if self.opening_notes < MAX_OPENING_NOTES {
+                        self.opening_notes += 1;
+                        self.kept.push(index);
+                    }
                 }
                 UnitBody::User {
                     content: content.clone(),

@@ -18,6 +18,22 @@ use super::parse_as;
 fn import_and_render(input: &Value, format: Format, wire: Wire) -> (Vec<Event>, Value) {
     let blobs = MemoryBlobStore::new();
     let sessions = parse_as(&input.to_string(), format, &blobs).unwrap();
+    render_sessions(&sessions, wire)
+}
+
+/// [`import_and_render`] as the proxy reads a client's request: keeping what Loom does not model.
+fn import_kept_and_render(input: &Value, format: Format, wire: Wire) -> (Vec<Event>, Value) {
+    let blobs = MemoryBlobStore::new();
+    let mut opts = loom_import::ParseOptions::new(0);
+    opts.format = format;
+    opts.keep_unknown = true;
+    let text = input.to_string();
+    let sessions =
+        loom_import::parse_slice("request", "request", text.as_bytes(), &opts, &blobs).unwrap();
+    render_sessions(&sessions, wire)
+}
+
+fn render_sessions(sessions: &[loom_import::ParsedSession], wire: Wire) -> (Vec<Event>, Value) {
     let events: Vec<Event> = sessions[0]
         .events
         .iter()
@@ -224,4 +240,52 @@ fn a_reasoning_item_without_id_is_reasoning_text_only() {
     };
     assert_eq!(reasoning.as_deref(), Some("no id"));
     assert!(native.is_none());
+}
+
+/// What Loom does not model (a role, a block, an item, a part) is kept as it came and sent back
+/// unchanged to the API it came from, in place (DESIGN.md, principle 9).
+#[test]
+fn what_loom_does_not_model_comes_back_as_it_came() {
+    let narrator = json!({"role": "narrator", "content": "b"});
+    let input = json!([{"role": "user", "content": "a"}, narrator]);
+    let (_, body) = import_kept_and_render(&input, Format::OpenAi, Wire::OpenaiChat);
+    assert_eq!(body["messages"][1], narrator, "{body}");
+
+    let document = json!({"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes"}, "title": "notes.txt", "citations": {"enabled": true}});
+    let server_use = json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}});
+    let server_result = json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+        {"type": "web_search_result", "url": "https://x.y", "title": "X", "encrypted_content": "enc", "page_age": null}]});
+    let input = json!({"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "look"}, document]},
+        {"role": "assistant", "content": [server_use, server_result, {"type": "text", "text": "found"}]},
+        {"role": "user", "content": "thanks"}
+    ]});
+    let (events, body) = import_kept_and_render(&input, Format::Anthropic, Wire::Anthropic);
+    assert_eq!(events.len(), 3);
+    let blocks = |i: usize| body["messages"][i]["content"].clone();
+    assert_eq!(blocks(0)[1], document, "{body}");
+    assert_eq!(blocks(1)[0], server_use, "{body}");
+    assert_eq!(blocks(1)[1], server_result, "{body}");
+    // Another API gets it as text, never as a block it would refuse.
+    let (_, chat) = import_kept_and_render(&input, Format::Anthropic, Wire::OpenaiChat);
+    assert!(
+        chat.to_string()
+            .contains("[document content from anthropic]"),
+        "{chat}"
+    );
+
+    let extra = json!({"type": "additional_tools", "tools": [{"type": "function", "name": "x", "parameters": {"type": "object"}}]});
+    let compaction = json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "abc"});
+    let file = json!({"type": "input_file", "file_id": "file-1"});
+    let input = json!({"input": [
+        extra,
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read it"}, file]},
+        compaction,
+        {"type": "message", "role": "user", "content": "go on"}
+    ]});
+    let (_, body) = import_kept_and_render(&input, Format::Responses, Wire::OpenaiResponses);
+    let items = body["input"].as_array().unwrap();
+    assert_eq!(items[0], extra, "{body}");
+    assert_eq!(items[1]["content"][1], file, "{body}");
+    assert_eq!(items[2], compaction, "{body}");
 }

@@ -377,7 +377,7 @@ fn messages_refusals_name_the_field() {
         ),
         (edit(messages(), "/messages", Some(json!([]))), "messages"),
         (
-            edit(messages(), "/messages/0/role", Some(json!("system"))),
+            edit(messages(), "/messages/0/role", Some(json!(5))),
             "messages[0].role",
         ),
         (

@@ -446,6 +446,7 @@ async fn render(
         tools,
         always_record: false,
         injections: Vec::new(),
+        limits: Default::default(),
     };
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;

@@ -321,6 +321,8 @@ fn import(
     };
     opts.session = Some(session.clone());
     opts.first_item = first_item;
+    // A client's request: what Loom does not model travels as it came.
+    opts.keep_unknown = true;
     let mut sessions = loom_import::parse_slice("request", "request", doc, &opts, b.blobs)?;
     Ok(sessions.pop().map(|s| s.events).unwrap_or_default())
 }

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -39,7 +39,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Principal;
 use crate::config::AuthMode;
-use crate::engine::RenderSpec;
+use crate::engine::{ModelLimits, RenderSpec};
 use crate::error::ApiError;
 use crate::metrics::Phase;
 use crate::state::{now_ms, AppState};
@@ -105,16 +105,26 @@ pub(crate) fn provider_error(api: Api, e: &ApiError) -> Response {
     (e.status, Json(body)).into_response()
 }
 
-async fn chat(state: State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    proxy(state.0, Api::ChatCompletions, headers, body).await
+async fn chat(state: State<Arc<AppState>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    proxy(state.0, Api::ChatCompletions, uri, headers, body).await
 }
 
-async fn responses(state: State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    proxy(state.0, Api::Responses, headers, body).await
+async fn responses(
+    state: State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    proxy(state.0, Api::Responses, uri, headers, body).await
 }
 
-async fn messages(state: State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    proxy(state.0, Api::Messages, headers, body).await
+async fn messages(
+    state: State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    proxy(state.0, Api::Messages, uri, headers, body).await
 }
 
 /// What one proxied call decided before it goes upstream.
@@ -126,7 +136,13 @@ struct Prepared {
     reply_headers: HeaderMap,
 }
 
-async fn proxy(state: Arc<AppState>, api: Api, headers: HeaderMap, raw: Bytes) -> Response {
+async fn proxy(
+    state: Arc<AppState>,
+    api: Api,
+    uri: Uri,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
     let started = Instant::now();
     let deadline = started + state.config.limits.request_timeout;
     let principal = match state.authenticate(&headers).await {
@@ -153,7 +169,14 @@ async fn proxy(state: Arc<AppState>, api: Api, headers: HeaderMap, raw: Bytes) -
         Err(e) => return provider_error(api, &e),
     };
     state.metrics.overhead(route(api), started.elapsed());
-    let request = match upstream_request(&state, api, &principal, &headers, prepared.body) {
+    let request = match upstream_request(
+        &state,
+        api,
+        &principal,
+        &headers,
+        uri.query(),
+        prepared.body,
+    ) {
         Ok(r) => r,
         Err(e) => return provider_error(api, &e),
     };
@@ -272,21 +295,15 @@ async fn prepare(
         );
     }
     let tools = match client.get("tools") {
-        Some(list) if mode == ProxyMode::Fit => match ToolSpec::parse_list(list) {
-            Ok(tools) => tools,
-            Err(e) => {
-                mode = ProxyMode::Observe;
-                warnings.push(format!(
-                    "tools Loom cannot budget ({e}): forwarded unfitted"
-                ));
-                Vec::new()
-            }
-        },
+        Some(list) if mode == ProxyMode::Fit => budget_tools(list),
         _ => Vec::new(),
     };
     let client_session = match header(headers, "x-loom-session") {
         Some(id) => id.to_owned(),
-        None => derived_session(principal, api, &body, state).await?,
+        None => match client_session_id(headers, client) {
+            Some(id) => id,
+            None => derived_session(principal, api, &body, state).await?,
+        },
     };
     let base = principal.scope(&client_session, "X-Loom-Session")?;
     let agent = match &principal.agent {
@@ -302,15 +319,21 @@ async fn prepare(
         tools,
         always_record: true,
         injections: Vec::new(),
+        limits: limits(api, client, headers),
     };
+    if let Some(note) = state.engine.model_note(&model) {
+        warnings.push(note);
+    }
     if mode == ProxyMode::Fit {
         // An unknown model or an impossible budget is refused before anything is stored.
         state.engine.prepare(&spec)?;
     }
     let lock = state.session_locks.get(&base).lock_owned().await;
+    let unread_raw = body.raw().clone();
+    let unread_session = base.clone();
     let observe_receipt = json!({"observe": {"model": model, "api": route(api)}});
     let synced_body = Arc::clone(&body);
-    let (synced, outcome, call, live) = state
+    let synced = state
         .blocking("syncing the conversation", move |s| {
             // The history's new events are held by the live session and written with the
             // call's receipt as one turn. A turn the store refuses because another writer moved
@@ -361,7 +384,42 @@ async fn prepare(
                 }
             }
         })
-        .await?;
+        .await;
+    let (synced, outcome, call, live) = match synced {
+        Ok(s) => s,
+        // `observe` forwards what the provider would judge: a history Loom cannot read is
+        // forwarded as it came, unlogged, and says so.
+        Err(e)
+            if mode == ProxyMode::Observe
+                && e.status.is_client_error()
+                && provider_accepts(api, &unread_raw) =>
+        {
+            state
+                .metrics
+                .upstream_error(upstream::provider(api), "observe_unread");
+            let why = format!(
+                "the history could not be read into the log ({}): forwarded unlogged",
+                e.message
+            );
+            tracing::warn!("{unread_session}: {why}");
+            let mut reply_headers = HeaderMap::new();
+            set(&mut reply_headers, "x-loom-warning", &why);
+            return Ok(Prepared {
+                body: unread_raw,
+                model,
+                mode,
+                target: LogTarget {
+                    session: unread_session,
+                    call: None,
+                    live: None,
+                    guard: Some(lock),
+                    logged: false,
+                },
+                reply_headers,
+            });
+        }
+        Err(e) => return Err(e),
+    };
     let (session, diverged_from) = synced;
     // The history's new events become memory off the request path.
     crate::api::memory::index_later(state, principal, &session);
@@ -370,6 +428,24 @@ async fn prepare(
             let assembling = Instant::now();
             if out.receipt.compaction.is_some() {
                 state.metrics.compaction_point();
+            }
+            if whole(&out.receipt) {
+                // Nothing was left out or changed: the client's own bytes go, in its own shape
+                // (its system blocks and cache breakpoints, ids, fields Loom does not model).
+                state.metrics.phase(Phase::Assemble, assembling.elapsed());
+                return finish(
+                    state,
+                    principal,
+                    body.raw().clone(),
+                    model,
+                    mode,
+                    session,
+                    diverged_from,
+                    call,
+                    live,
+                    lock,
+                    warnings,
+                );
             }
             let merged = fit::merge(api, &body.fields, &out.body);
             // The render pairs every call with its result by construction; this check is the
@@ -400,6 +476,55 @@ async fn prepare(
         }
         None => body.raw().clone(),
     };
+    finish(
+        state,
+        principal,
+        body,
+        model,
+        mode,
+        session,
+        diverged_from,
+        call,
+        live,
+        lock,
+        warnings,
+    )
+}
+
+/// Whether the provider's published rules accept `raw` (Loom's check of them): what `observe`
+/// forwards even when Loom cannot read it into its log.
+fn provider_accepts(api: Api, raw: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(raw).is_ok_and(|body| check_request(api, &body).is_ok())
+}
+
+/// Whether a render sent every event of the log as it is: nothing stubbed, folded, summarised
+/// or dropped, and no compaction point yet.
+fn whole(receipt: &loom_core::render::Receipt) -> bool {
+    receipt.points == 0
+        && receipt
+            .lists()
+            .iter()
+            .all(|(name, runs)| *name == "verbatim" || runs.is_empty())
+}
+
+/// The prepared call: its body, the reply's headers and what the reply is logged against.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the parts of one call, each used once"
+)]
+fn finish(
+    state: &Arc<AppState>,
+    principal: &Principal,
+    body: Bytes,
+    model: String,
+    mode: ProxyMode,
+    session: SessionId,
+    diverged_from: Option<SessionId>,
+    call: Option<u64>,
+    live: Arc<std::sync::Mutex<crate::live::Live>>,
+    lock: tokio::sync::OwnedMutexGuard<()>,
+    warnings: Vec<String>,
+) -> Result<Prepared, ApiError> {
     let mut reply_headers = HeaderMap::new();
     let shown = principal
         .unscope(&session)
@@ -432,9 +557,63 @@ async fn prepare(
             call,
             live: Some(live),
             guard: Some(lock),
+            logged: true,
         },
         reply_headers,
     })
+}
+
+/// The client's tools as the render budgets them. Tools go upstream exactly as the client sent
+/// them; here they are only counted. A tool Loom does not model (Codex's `namespace` tools, a
+/// provider's built-in `web_search`, a kind added later) is counted as the JSON it is.
+fn budget_tools(list: &Value) -> Vec<ToolSpec> {
+    if let Ok(tools) = ToolSpec::parse_list(list) {
+        return tools;
+    }
+    let Some(list) = list.as_array() else {
+        return Vec::new();
+    };
+    list.iter()
+        .enumerate()
+        .map(
+            |(i, entry)| match ToolSpec::parse_list(&Value::Array(vec![entry.clone()])) {
+                Ok(mut one) if one.len() == 1 => one.remove(0),
+                _ => ToolSpec {
+                    name: format!(
+                        "{}_{i}",
+                        entry.get("type").and_then(Value::as_str).unwrap_or("tool")
+                    ),
+                    description: String::new(),
+                    parameters: entry.clone(),
+                },
+            },
+        )
+        .collect()
+}
+
+/// The window Anthropic's 1M-context beta gives.
+const ONE_MILLION: u64 = 1_000_000;
+
+/// What the request says of its model's limits: the reply it asks for (its reserve) and a
+/// larger window when it opts into one.
+fn limits(api: Api, client: &serde_json::Map<String, Value>, headers: &HeaderMap) -> ModelLimits {
+    let asked = |key: &str| client.get(key).and_then(Value::as_u64).filter(|n| *n > 0);
+    let reserve = match api {
+        Api::Messages => asked("max_tokens"),
+        Api::ChatCompletions => asked("max_completion_tokens").or_else(|| asked("max_tokens")),
+        Api::Responses => asked("max_output_tokens"),
+    };
+    let one_million = api == Api::Messages
+        && headers
+            .get_all("anthropic-beta")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|beta| beta.trim().starts_with("context-1m"));
+    ModelLimits {
+        reserve,
+        window: one_million.then_some(ONE_MILLION),
+    }
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -442,6 +621,36 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
+}
+
+/// Headers in which clients name their own session: Claude Code, opencode, Codex.
+const CLIENT_SESSION_HEADERS: [&str; 3] =
+    ["x-claude-code-session-id", "x-session-id", "session_id"];
+
+/// The session id a client gives its conversation itself, in a header or in the body's
+/// `client_metadata.session_id` (Codex), prefixed with where it came from so that ids of
+/// different clients never meet. Each run of a client has its own, so parallel runs of one task
+/// are separate sessions.
+fn client_session_id(
+    headers: &HeaderMap,
+    client: &serde_json::Map<String, Value>,
+) -> Option<String> {
+    let valid = |id: &str| {
+        let id = id.trim();
+        (!id.is_empty() && id.len() <= 200 && !id.chars().any(char::is_control))
+            .then(|| id.to_owned())
+    };
+    for name in CLIENT_SESSION_HEADERS {
+        if let Some(id) = header(headers, name).and_then(valid) {
+            return Some(format!("client-{id}"));
+        }
+    }
+    client
+        .get("client_metadata")
+        .and_then(|m| m.get("session_id"))
+        .and_then(Value::as_str)
+        .and_then(valid)
+        .map(|id| format!("client-{id}"))
 }
 
 /// A stable session id for a conversation that names none: the key and the conversation's
@@ -476,6 +685,7 @@ fn upstream_request(
     api: Api,
     principal: &Principal,
     headers: &HeaderMap,
+    query: Option<&str>,
     body: Bytes,
 ) -> Result<reqwest::RequestBuilder, ApiError> {
     let base = match api {
@@ -484,8 +694,12 @@ fn upstream_request(
     };
     // The config checked the URL at start-up; this only fails if that check and the client's
     // rules ever disagree.
-    let url = endpoint(api, &base.base_url)
+    let mut url = endpoint(api, &base.base_url)
         .map_err(|e| ApiError::internal(format!("building the upstream URL: {e}")))?;
+    // The client's query (Anthropic's `?beta=true`) goes on as it came.
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        url.set_query(Some(q));
+    }
     let mut req = state
         .http
         .post(url)
@@ -571,12 +785,7 @@ async fn count_tokens(
             ));
         }
         let (tokenizer, _) = state.engine.model(model, "model", false)?;
-        let images = state
-            .engine
-            .registry
-            .lookup(model)
-            .map(|info| info.image)
-            .map_err(|e| ApiError::invalid_field("model", e.to_string()))?;
+        let images = state.engine.model_info(model)?.image;
         let count = loom_tokens::count_request(
             loom_tokens::WireFormat::AnthropicMessages,
             &value,

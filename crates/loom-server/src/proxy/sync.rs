@@ -26,8 +26,10 @@ use crate::state::now_ms;
 /// Forks of one conversation are named `ID~2`, `ID~3`, ...
 const FORK_MARK: char = '~';
 
-/// Most forks searched for one that the history extends; past it a new fork is made.
-const MAX_FORKS: u32 = 64;
+/// Most forks searched (newest first) for one that the history extends; when none of them is, a
+/// new fork is made. There is no cap on forks: a conversation is never refused for having
+/// diverged often (a client that rewrites its history every turn would otherwise be locked out).
+const FORKS_SEARCHED: u32 = 64;
 
 /// Where a history landed.
 #[derive(Debug)]
@@ -56,7 +58,7 @@ pub(crate) fn sync(
     let mut cached = Vec::new();
     if b.live.contains(base) {
         cached.push(base.clone());
-        for n in 2..=MAX_FORKS {
+        for n in 2.. {
             let id = fork_id(base, n)?;
             if !b.live.contains(&id) {
                 break;
@@ -64,6 +66,8 @@ pub(crate) fn sync(
             cached.push(id);
         }
     }
+    let skip = cached.len().saturating_sub(FORKS_SEARCHED as usize);
+    let cached: Vec<SessionId> = cached.into_iter().skip(skip).collect();
     for id in cached.iter().rev() {
         let Some(live) = b.live.get(b, id)? else {
             continue;
@@ -87,13 +91,18 @@ pub(crate) fn sync(
     }
     // The newest fork first: a conversation most often continues where it was last seen.
     let mut forks = vec![base.clone()];
-    for n in 2..=MAX_FORKS {
+    for n in 2.. {
         let id = fork_id(base, n)?;
         if b.store.session(&id)?.is_none() {
             break;
         }
         forks.push(id);
     }
+    let count = forks.len();
+    let forks: Vec<SessionId> = forks
+        .into_iter()
+        .skip(count.saturating_sub(FORKS_SEARCHED as usize))
+        .collect();
     let mut whole: Option<Read> = None;
     for id in forks.iter().rev() {
         let live = loaded(b, id)?;
@@ -127,15 +136,8 @@ pub(crate) fn sync(
         None => body.read_whole(b, base)?,
     };
     let newest = forks.last().unwrap_or(base).clone();
-    let next = u32::try_from(forks.len() + 1).unwrap_or(u32::MAX);
+    let next = u32::try_from(count + 1).unwrap_or(u32::MAX);
     let id = fork_id(base, next)?;
-    if next > MAX_FORKS || b.store.session(&id)?.is_some() {
-        return Err(ApiError::conflict(format!(
-            "session `{base}`: the history diverged from all of its {} forks; name a new \
-             session with X-Loom-Session",
-            forks.len()
-        )));
-    }
     create(b.store, &id, agent, Some(newest.clone()), &read.events)?;
     let live = loaded(b, &id)?;
     let appended = read.events.len();
@@ -243,11 +245,58 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
                     a.id == b.id && a.name == b.name && same_arguments(&a.arguments, &b.arguments)
                 })
         }
+        (
+            EventBody::User {
+                content: c1,
+                name: n1,
+            },
+            EventBody::User {
+                content: c2,
+                name: n2,
+            },
+        ) => n1 == n2 && same_content(c1, c2),
+        (EventBody::System { content: c1 }, EventBody::System { content: c2 }) => {
+            same_content(c1, c2)
+        }
         _ => logged == sent,
     }
 }
 
-/// Arguments are the same text, or the same JSON value (a client may re-serialise them).
+/// Content equal by meaning: a text and a list holding only that text are the same message
+/// (clients move between the two forms), and opaque parts compare as JSON by meaning.
+fn same_content(a: &loom_core::MessageContent, b: &loom_core::MessageContent) -> bool {
+    use loom_core::{ContentPart, MessageContent};
+    let parts = |c: &MessageContent| -> Vec<ContentPart> {
+        match c {
+            MessageContent::Text(t) => vec![ContentPart::Text { text: t.clone() }],
+            MessageContent::Parts(p) => p.clone(),
+        }
+    };
+    if a == b {
+        return true;
+    }
+    let (x, y) = (parts(a), parts(b));
+    x.len() == y.len()
+        && x.iter().zip(&y).all(|(p, q)| match (p, q) {
+            (
+                ContentPart::Opaque {
+                    api: a1,
+                    whole: w1,
+                    value: v1,
+                },
+                ContentPart::Opaque {
+                    api: a2,
+                    whole: w2,
+                    value: v2,
+                },
+            ) => a1 == a2 && w1 == w2 && same_value(v1, v2),
+            _ => p == q,
+        })
+}
+
+/// Arguments are the same text, or the same JSON value by meaning (a client may re-serialise
+/// them, and add fields with their default value: Claude Code re-sends an Edit call's input with
+/// `"replace_all": false` added).
 fn same_arguments(a: &str, b: &str) -> bool {
     a == b
         || matches!(
@@ -255,8 +304,27 @@ fn same_arguments(a: &str, b: &str) -> bool {
                 serde_json::from_str::<serde_json::Value>(a),
                 serde_json::from_str::<serde_json::Value>(b),
             ),
-            (Ok(x), Ok(y)) if x == y
+            (Ok(x), Ok(y)) if same_value(&x, &y)
         )
+}
+
+/// JSON values equal by meaning: key order aside, an object field present on one side only is
+/// the same as absent when it holds a default (`false`, `null`).
+pub(crate) fn same_value(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    let default = |v: &Value| matches!(v, Value::Null | Value::Bool(false));
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            x.iter().all(|(k, v)| match y.get(k) {
+                Some(w) => same_value(v, w),
+                None => default(v),
+            }) && y.iter().all(|(k, w)| x.contains_key(k) || default(w))
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_value(v, w))
+        }
+        _ => a == b,
+    }
 }
 
 #[cfg(test)]

@@ -40,7 +40,32 @@ fn relayed(name: &str) -> bool {
 
 /// Request headers of the client that are forwarded upstream (credentials are handled apart).
 pub(crate) fn forwarded(name: &str) -> bool {
-    name.starts_with("anthropic-") || name.starts_with("openai-") || name == "accept"
+    // Hop-by-hop headers are the connection's, not the request's (RFC 9110, 7.6.1); the
+    // credentials are put on by `credentials`; the body's framing and encoding are the upstream
+    // request's own (a compressed reply could not be read into the log); Loom's own headers
+    // are for Loom. Everything else a client sends (its version and beta headers, `x-app`,
+    // `user-agent`, its own session ids) goes on as it came.
+    !matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+            | "content-type"
+            | "content-encoding"
+            | "accept-encoding"
+            | "authorization"
+            | "x-api-key"
+            | "api-key"
+            | "cookie"
+    ) && !name.starts_with("x-loom-")
 }
 
 /// What the call is logged against.
@@ -55,6 +80,9 @@ pub(crate) struct LogTarget {
     pub live: Option<Arc<Mutex<Live>>>,
     /// The conversation's lock, held until the reply is logged.
     pub guard: Option<OwnedMutexGuard<()>>,
+    /// Whether the reply is logged: not when the request's history could not be read (an
+    /// `observe` call forwarded as it came), since the reply would answer nothing in the log.
+    pub logged: bool,
 }
 
 /// The provider's name in metrics.
@@ -269,6 +297,9 @@ async fn log_reply(
     target: LogTarget,
     reply: AssistantReply,
 ) {
+    if !target.logged {
+        return;
+    }
     if let Some(u) = &reply.usage {
         state.metrics.tokens(
             model,
@@ -282,6 +313,7 @@ async fn log_reply(
         call,
         live,
         guard,
+        ..
     } = target;
     let event = assistant_event(api, reply.clone());
     let usage = reply.usage.map(|u| Usage {

@@ -1,4 +1,5 @@
 mod api;
+mod clients;
 mod isolation;
 mod memory;
 mod openapi;

@@ -455,7 +455,7 @@ async fn shutdown_lets_a_stream_in_flight_finish_and_be_logged() {
 async fn count_tokens_is_answered_locally_and_anchored_on_reported_usage() {
     let s = start(AuthMode::None, ProxyMode::Fit).await;
     let mut body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
-        "messages": [{"role": "user", "content": "count these words for me, all of them"}]});
+        "messages": [{"role": "user", "content": "count these words for me, all of them. ".repeat(40)}]});
     let count = |b: &Value| {
         let mut b = b.clone();
         b.as_object_mut().unwrap().remove("max_tokens");

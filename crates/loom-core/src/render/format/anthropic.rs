@@ -12,7 +12,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{arguments_object, text_of, text_only};
+use super::{arguments_object, text_of, text_only, whole_item};
 use crate::event::{ContentPart, MessageContent, NativeApi};
 use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
@@ -27,6 +27,12 @@ fn blocks(c: &MessageContent) -> Vec<Value> {
             .map(|p| match p {
                 ContentPart::Text { text } => json!({"type": "text", "text": text}),
                 ContentPart::Image { url, .. } => image_block(url),
+                ContentPart::Opaque { api, value, .. } if *api == NativeApi::Anthropic => {
+                    value.clone()
+                }
+                ContentPart::Opaque { api, value, .. } => {
+                    json!({"type": "text", "text": ContentPart::opaque_text(*api, value)})
+                }
             })
             .collect(),
     }
@@ -49,7 +55,10 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
         Msg::System(c) => vec![json!({"role": "user", "content": [
             {"type": "text", "text": format!("[system]\n{}", text_only(c))}
         ]})],
-        Msg::User { content, .. } => vec![json!({"role": "user", "content": blocks(content)})],
+        Msg::User { content, .. } => match whole_item(content, NativeApi::Anthropic) {
+            Some(item) => vec![item.clone()],
+            None => vec![json!({"role": "user", "content": blocks(content)})],
+        },
         Msg::Assistant {
             content,
             calls,
@@ -221,7 +230,10 @@ impl Serialize for Body<'_> {
         for (i, msg) in req.messages.iter().enumerate().skip(leading) {
             match msg {
                 Msg::System(c) => messages.push(Wire::System(c)),
-                Msg::User { content, .. } => messages.push(Wire::User(content)),
+                Msg::User { content, .. } => match whole_item(content, NativeApi::Anthropic) {
+                    Some(item) => messages.push(Wire::Raw(item)),
+                    None => messages.push(Wire::User(content)),
+                },
                 Msg::Assistant {
                     content,
                     calls,
@@ -246,10 +258,12 @@ impl Serialize for Body<'_> {
                 stable_end = messages.len().checked_sub(1);
             }
         }
-        if !matches!(
-            messages.first(),
-            Some(Wire::System(_) | Wire::User(_) | Wire::Results(_) | Wire::Opening)
-        ) {
+        let opens_with_user = match messages.first() {
+            Some(Wire::System(_) | Wire::User(_) | Wire::Results(_) | Wire::Opening) => true,
+            Some(Wire::Raw(item)) => item.get("role") == Some(&Value::from("user")),
+            _ => false,
+        };
+        if !opens_with_user {
             messages.insert(0, Wire::Opening);
             stable_end = stable_end.map(|i| i + 1);
         }
@@ -305,6 +319,8 @@ enum Wire<'a> {
     },
     /// The user message holding an assistant turn's results.
     Results(&'a [RenderedCall]),
+    /// A whole message Loom does not model, as the client sent it.
+    Raw(&'a Value),
 }
 
 impl<'a> Wire<'a> {
@@ -314,6 +330,7 @@ impl<'a> Wire<'a> {
             Wire::Opening => vec![Block::Text(OPENING)],
             Wire::System(c) => vec![Block::SystemText(c)],
             Wire::User(c) => content_blocks(c).collect(),
+            Wire::Raw(_) => Vec::new(),
             Wire::Assistant {
                 native,
                 content,
@@ -334,6 +351,11 @@ impl<'a> Wire<'a> {
 
     /// The index of the last block that may carry a cache breakpoint ([`mark_last_block`]).
     fn markable(&self) -> Option<usize> {
+        if let Wire::Raw(item) = self {
+            let mut marked = (*item).clone();
+            mark_last_block(&mut marked);
+            return (marked != **item).then_some(0);
+        }
         self.blocks().iter().rposition(|b| match b {
             Block::Native(Value::Object(block)) => !matches!(
                 block.get("type").and_then(Value::as_str),
@@ -355,14 +377,20 @@ fn content_blocks(c: &MessageContent) -> impl Iterator<Item = Block<'_>> {
         .chain(parts.iter().map(|p| match p {
             ContentPart::Text { text } => Block::Text(text),
             ContentPart::Image { url, .. } => Block::Image(url),
+            ContentPart::Opaque { api, value, .. } if *api == NativeApi::Anthropic => {
+                Block::Native(value)
+            }
+            ContentPart::Opaque { api, value, .. } => Block::Foreign(*api, value),
         }))
 }
 
 /// One content block.
 #[derive(Clone, Copy)]
 enum Block<'a> {
-    /// A block as Anthropic sent it (thinking).
+    /// A block as Anthropic sent it (thinking, or a block Loom does not model).
     Native(&'a Value),
+    /// A part Loom does not model that came from another API, sent as text.
+    Foreign(NativeApi, &'a Value),
     Text(&'a str),
     /// A system message's text, labelled.
     SystemText(&'a MessageContent),
@@ -414,6 +442,10 @@ impl Serialize for Marked<'_> {
             Block::Image(url) => {
                 m.serialize_entry("source", &Source(url))?;
                 m.serialize_entry("type", "image")?;
+            }
+            Block::Foreign(api, value) => {
+                m.serialize_entry("text", &ContentPart::opaque_text(api, value))?;
+                m.serialize_entry("type", "text")?;
             }
             Block::ToolUse(rc) => {
                 m.serialize_entry("id", &rc.call.id)?;
@@ -483,6 +515,14 @@ struct Message<'a> {
 
 impl Serialize for Message<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Wire::Raw(item) = self.wire {
+            if self.mark.is_none() {
+                return item.serialize(s);
+            }
+            let mut marked = item.clone();
+            mark_last_block(&mut marked);
+            return marked.serialize(s);
+        }
         let role = match self.wire {
             Wire::Assistant { .. } => "assistant",
             _ => "user",

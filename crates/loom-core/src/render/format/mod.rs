@@ -318,9 +318,26 @@ fn text_only(content: &MessageContent) -> String {
             .map(|p| match p {
                 ContentPart::Text { text } => text.clone(),
                 ContentPart::Image { .. } => "[image]".to_owned(),
+                ContentPart::Opaque { api, value, .. } => ContentPart::opaque_text(*api, value),
             })
             .collect::<Vec<_>>()
             .join("\n"),
+    }
+}
+
+/// The whole message or item that `content` stands for when it is one opaque item of `api`
+/// (a message of a role or an item of a type Loom does not model): it is sent as it came.
+fn whole_item(content: &MessageContent, api: crate::event::NativeApi) -> Option<&Value> {
+    match content {
+        MessageContent::Parts(parts) => match parts.as_slice() {
+            [ContentPart::Opaque {
+                api: from,
+                whole: true,
+                value,
+            }] if *from == api => Some(value),
+            _ => None,
+        },
+        MessageContent::Text(_) => None,
     }
 }
 

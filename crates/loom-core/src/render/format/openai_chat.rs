@@ -4,8 +4,8 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{text_of, text_only};
-use crate::event::{ContentPart, MessageContent};
+use super::{text_of, text_only, whole_item};
+use crate::event::{ContentPart, MessageContent, NativeApi};
 use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
 fn content(c: &MessageContent) -> Value {
@@ -24,6 +24,12 @@ fn content(c: &MessageContent) -> Value {
                         }
                         json!({"type": "image_url", "image_url": image})
                     }
+                    ContentPart::Opaque { api, value, .. } if *api == NativeApi::OpenaiChat => {
+                        value.clone()
+                    }
+                    ContentPart::Opaque { api, value, .. } => {
+                        json!({"type": "text", "text": ContentPart::opaque_text(*api, value)})
+                    }
                 })
                 .collect(),
         ),
@@ -33,6 +39,12 @@ fn content(c: &MessageContent) -> Value {
 pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     match msg {
         Msg::System(c) => vec![json!({"role": "system", "content": content(c)})],
+        Msg::User { content: c, .. } if whole_item(c, NativeApi::OpenaiChat).is_some() => {
+            whole_item(c, NativeApi::OpenaiChat)
+                .into_iter()
+                .cloned()
+                .collect()
+        }
         Msg::User { content: c, name } => {
             let mut m = Map::new();
             m.insert("role".into(), "user".into());
@@ -150,6 +162,11 @@ pub(super) enum Item<'a> {
 
 impl Serialize for Item<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Item::Msg(Msg::User { content, .. }) = self {
+            if let Some(item) = whole_item(content, NativeApi::OpenaiChat) {
+                return item.serialize(s);
+            }
+        }
         let mut m = s.serialize_map(None)?;
         match self {
             Item::Msg(Msg::System(c)) => {
@@ -207,6 +224,14 @@ struct Part<'a>(&'a ContentPart);
 
 impl Serialize for Part<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let ContentPart::Opaque {
+            api: NativeApi::OpenaiChat,
+            value,
+            ..
+        } = self.0
+        {
+            return value.serialize(s);
+        }
         let mut m = s.serialize_map(None)?;
         match self.0 {
             ContentPart::Text { text } => {
@@ -222,6 +247,10 @@ impl Serialize for Part<'_> {
                     },
                 )?;
                 m.serialize_entry("type", "image_url")?;
+            }
+            ContentPart::Opaque { api, value, .. } => {
+                m.serialize_entry("text", &ContentPart::opaque_text(*api, value))?;
+                m.serialize_entry("type", "text")?;
             }
         }
         m.end()

@@ -4,7 +4,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{text_of, text_only};
+use super::{text_of, text_only, whole_item};
 use crate::event::{ContentPart, MessageContent, NativeApi};
 use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
@@ -20,6 +20,12 @@ fn message(role: &str, c: &MessageContent) -> Value {
                     "image_url": url,
                     "detail": detail.as_deref().unwrap_or("auto"),
                 }),
+                ContentPart::Opaque { api, value, .. } if *api == NativeApi::OpenaiResponses => {
+                    value.clone()
+                }
+                ContentPart::Opaque { api, value, .. } => {
+                    json!({"type": "input_text", "text": ContentPart::opaque_text(*api, value)})
+                }
             })
             .collect(),
     };
@@ -37,7 +43,10 @@ fn assistant_message(c: &MessageContent) -> Value {
 pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     match msg {
         Msg::System(c) => vec![message("system", c)],
-        Msg::User { content, .. } => vec![message("user", content)],
+        Msg::User { content, .. } => match whole_item(content, NativeApi::OpenaiResponses) {
+            Some(item) => vec![item.clone()],
+            None => vec![message("user", content)],
+        },
         Msg::Assistant {
             content,
             calls,
@@ -133,7 +142,10 @@ impl Serialize for Input<'_> {
 pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
     let (native, head, calls): (&[Value], Option<Item<'_>>, &[RenderedCall]) = match msg {
         Msg::System(c) => (&[], Some(Item::Message("system", c)), &[]),
-        Msg::User { content, .. } => (&[], Some(Item::Message("user", content)), &[]),
+        Msg::User { content, .. } => match whole_item(content, NativeApi::OpenaiResponses) {
+            Some(item) => (&[], Some(Item::Native(item)), &[]),
+            None => (&[], Some(Item::Message("user", content)), &[]),
+        },
         Msg::Assistant {
             content,
             calls,
@@ -162,7 +174,8 @@ pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
 
 /// One input item.
 pub(super) enum Item<'a> {
-    /// A reasoning item as the API returned it.
+    /// A reasoning item as the API returned it, or an item Loom does not model as the client
+    /// sent it.
     Native(&'a Value),
     /// A system or user message.
     Message(&'static str, &'a MessageContent),
@@ -244,6 +257,14 @@ impl Serialize for Part<'_> {
                 m.serialize_entry("image_url", url)?;
                 m.serialize_entry("type", "input_image")?;
                 m.end()
+            }
+            ContentPart::Opaque {
+                api: NativeApi::OpenaiResponses,
+                value,
+                ..
+            } => value.serialize(s),
+            ContentPart::Opaque { api, value, .. } => {
+                InputText(&ContentPart::opaque_text(*api, value)).serialize(s)
             }
         }
     }

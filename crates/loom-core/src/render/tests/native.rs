@@ -23,7 +23,7 @@ fn reasoning_item(id: &str) -> Value {
 fn native_step(log: &mut Log, id: &str, api: NativeApi, output: &str) {
     let item = match api {
         NativeApi::Anthropic => thinking(id),
-        NativeApi::OpenaiResponses => reasoning_item(id),
+        NativeApi::OpenaiResponses | NativeApi::OpenaiChat => reasoning_item(id),
     };
     log.push(EventBody::Assistant {
         content: Some(format!("looking at {id}").into()),

@@ -1,0 +1,312 @@
+//! What the agents people run send, through the proxy: Claude Code's `system` messages, blocks
+//! and query string, Codex's items and tools, clients that re-send history with default fields
+//! added or rewrite it every turn, and the clients' own session ids. The rule is the robustness
+//! principle: a request a provider would accept is never refused, and what Loom does not model
+//! travels as it came.
+
+use loom_core::{EventBody, SessionId};
+use loom_server::AuthMode;
+use loom_store::ProxyMode;
+use serde_json::{json, Value};
+
+use super::support::{start, text, Server};
+
+fn events(s: &Server, id: &str) -> Vec<loom_core::Event> {
+    let id = SessionId::new(id).unwrap();
+    s.store().read(&id, 1..=u64::MAX).unwrap()
+}
+
+/// A first request shaped as Claude Code 2.1 sends it: three system blocks with their own cache
+/// breakpoints, a `system` message among the messages (a beta), a `document` block, a web
+/// search's server blocks in an earlier assistant turn, its query string and headers.
+fn claude_code_body() -> Value {
+    json!({
+        "model": "claude-opus-4-8",
+        "max_tokens": 32000,
+        "stream": false,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Use the tools to help the user.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>\nToday is Friday.\n</system-reminder>"},
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes"}, "title": "notes.txt"},
+                {"type": "text", "text": "what is new in rust 1.95?"}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust 1.95"}},
+                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+                    {"type": "web_search_result", "url": "https://blog.rust-lang.org", "title": "Rust 1.95", "encrypted_content": "enc", "page_age": null}
+                ]},
+                {"type": "text", "text": "Rust 1.95 adds things."}
+            ]},
+            {"role": "system", "content": "The user prefers short answers."},
+            {"role": "user", "content": [{"type": "text", "text": "and now fix calc.py", "cache_control": {"type": "ephemeral"}}]}
+        ],
+        "tools": [
+            {"name": "Read", "description": "Read a file", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+        ],
+        "metadata": {"user_id": "user_abc_account__session_123"}
+    })
+}
+
+#[tokio::test]
+async fn claude_codes_first_request_passes_as_it_came_in_both_modes() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        let s = start(AuthMode::None, mode).await;
+        let body = claude_code_body();
+        let raw = serde_json::to_vec_pretty(&body).unwrap();
+        let r = s
+            .http
+            .post(format!("{}/v1/messages?beta=true", s.url))
+            .header("content-type", "application/json")
+            .header("anthropic-version", "2023-06-01")
+            .header(
+                "anthropic-beta",
+                "context-1m-2025-08-07,interleaved-thinking-2025-05-14",
+            )
+            .header("x-app", "cli")
+            .header("user-agent", "claude-cli/2.1.0 (external, cli)")
+            .header("x-claude-code-session-id", "cc-run-1")
+            .body(raw.clone())
+            .send()
+            .await
+            .unwrap();
+        let warning = r
+            .headers()
+            .get("x-loom-warning")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(r.status(), 200, "{mode:?}: {}", text(r).await);
+        let sent = s.mock.requests().last().unwrap().clone();
+        // A conversation that fits goes upstream byte for byte, in both modes.
+        assert_eq!(sent.raw, raw, "{mode:?}: the body was rewritten");
+        assert_eq!(sent.query.as_deref(), Some("beta=true"), "{mode:?}");
+        for (name, value) in [
+            ("x-app", "cli"),
+            ("user-agent", "claude-cli/2.1.0 (external, cli)"),
+            (
+                "anthropic-beta",
+                "context-1m-2025-08-07,interleaved-thinking-2025-05-14",
+            ),
+        ] {
+            assert_eq!(sent.header(name), Some(value), "{mode:?}: {name}");
+        }
+        assert!(sent.header("x-loom-session").is_none());
+        // `claude-opus-4-8` is a new name of a family the registry knows: never a refusal.
+        assert!(
+            warning.as_deref().is_none_or(|w| !w.contains("unfitted")),
+            "{mode:?}: {warning:?}"
+        );
+        // The client's own session id names the session; what Loom does not model is logged
+        // as it came.
+        let log = events(&s, "client-cc-run-1");
+        assert!(log.len() >= 5, "{log:?}");
+        let opaque = log
+            .iter()
+            .filter(|e| {
+                serde_json::to_string(&e.body)
+                    .unwrap()
+                    .contains("\"opaque\"")
+            })
+            .count();
+        assert!(
+            opaque >= 2,
+            "the document and the server blocks are kept: {log:?}"
+        );
+        assert!(log
+            .iter()
+            .any(|e| matches!(&e.body, EventBody::System { content } if content.text().contains("short answers"))));
+    }
+}
+
+/// A first request shaped as Codex CLI sends it: an `additional_tools` item, a `developer`
+/// message, `<environment_context>` before the task, `namespace` and built-in tools, its session
+/// id in `client_metadata`.
+fn codex_body(task: &str) -> Value {
+    json!({
+        "model": "gpt-6.2-sol",
+        "instructions": "You are Codex.",
+        "input": [
+            {"type": "additional_tools", "tools": [{"type": "function", "name": "extra", "parameters": {"type": "object"}}]},
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions instructions>full</permissions instructions>"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>\n  <cwd>/repo</cwd>\n</environment_context>"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]}
+        ],
+        "tools": [
+            {"type": "function", "name": "shell", "description": "Run a command", "strict": false,
+             "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}}},
+            {"type": "namespace", "name": "mcp", "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]},
+            {"type": "web_search"}
+        ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": false,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "store": false,
+        "stream": false,
+        "include": ["reasoning.encrypted_content"],
+        "client_metadata": {"session_id": "codex-1"}
+    })
+}
+
+#[tokio::test]
+async fn codexs_items_and_tools_pass_and_fit_does_not_fall_back() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        let s = start(AuthMode::None, mode).await;
+        let body = codex_body("fix calc.py");
+        let r = s.post("/v1/responses", None, &[], &body).await;
+        let warning = r
+            .headers()
+            .get("x-loom-warning")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(
+            r.headers()["x-loom-mode"].to_str().unwrap(),
+            mode.as_str(),
+            "{warning:?}"
+        );
+        assert_eq!(r.status(), 200, "{mode:?}: {}", text(r).await);
+        assert!(
+            warning.as_deref().is_none_or(|w| !w.contains("unfitted")),
+            "{mode:?}: {warning:?}"
+        );
+        if mode == ProxyMode::Fit {
+            // A model new to the registry, of a family it knows: fitted, with a warning.
+            assert!(
+                warning
+                    .as_deref()
+                    .is_some_and(|w| w.contains("gpt-6.2-sol")),
+                "{warning:?}"
+            );
+        }
+        let sent = s.mock.requests().last().unwrap().clone();
+        assert_eq!(sent.body, body, "{mode:?}");
+        let log = events(&s, "client-codex-1");
+        assert_eq!(log.len(), 6, "{log:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_item_later_in_a_fitted_conversation_is_sent_back_as_it_came() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let mut body = codex_body("fix calc.py");
+    body["input"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque-summary"}));
+    body["input"].as_array_mut().unwrap().push(
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}),
+    );
+    // A budget far below the conversation: Loom renders, and the items it does not model keep
+    // their shape and place.
+    let big = "x ".repeat(3000);
+    for i in 0..6 {
+        body["input"].as_array_mut().unwrap().push(json!({"type": "function_call", "call_id": format!("c{i}"), "name": "shell", "arguments": "{\"command\":[\"cat\",\"big\"]}"}));
+        body["input"].as_array_mut().unwrap().push(
+            json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": big}),
+        );
+    }
+    let r = s
+        .post("/v1/responses", None, &[("x-loom-budget", "4000")], &body)
+        .await;
+    assert_eq!(r.status(), 200, "{}", text(r).await);
+    let sent = s.mock.requests().last().unwrap().body.clone();
+    let input = sent["input"].as_array().unwrap();
+    assert!(
+        input.iter().any(|i| i
+            == &json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque-summary"})),
+        "{sent}"
+    );
+    assert!(
+        input.iter().any(|i| i["type"] == "additional_tools"),
+        "{sent}"
+    );
+    // The task stays, behind the harness's context.
+    assert!(sent.to_string().contains("fix calc.py"), "{sent}");
+}
+
+/// Claude Code re-sends each Edit call's input with `"replace_all": false` added: the same call.
+#[tokio::test]
+async fn edits_resent_with_default_fields_continue_one_session() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        let s = start(AuthMode::None, mode).await;
+        let tools = json!([{"name": "Edit", "description": "Edit a file", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}]);
+        let mut messages = vec![json!({"role": "user", "content": "make 70 edits"})];
+        let call = |messages: &Vec<Value>, turn: usize| {
+            let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "tools": tools, "messages": messages});
+            let s = &s;
+            async move {
+                let r = s
+                    .post("/v1/messages", None, &[("x-loom-session", "edits")], &body)
+                    .await;
+                assert_eq!(r.status(), 200, "{mode:?} turn {turn}");
+                assert!(
+                    r.headers().get("x-loom-diverged").is_none(),
+                    "{mode:?} turn {turn} forked"
+                );
+                r.json::<Value>().await.unwrap()
+            }
+        };
+        for turn in 0..70 {
+            let reply = call(&messages, turn).await;
+            let mut content = reply["content"].as_array().unwrap().clone();
+            let mut id = None;
+            for block in &mut content {
+                if block["type"] == "tool_use" {
+                    block["input"]["replace_all"] = json!(false);
+                    id = Some(block["id"].clone());
+                }
+            }
+            messages.push(json!({"role": "assistant", "content": content}));
+            let id = id.expect("the mock calls the tool");
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": format!("edited {turn}"), "is_error": false}
+            ]}));
+            // The model says it is done with this edit; the user asks for the next.
+            let reply = call(&messages, turn).await;
+            messages.push(json!({"role": "assistant", "content": reply["content"]}));
+            messages.push(json!({"role": "user", "content": "next edit"}));
+        }
+        let sessions = s.store().sessions().unwrap();
+        assert_eq!(sessions.len(), 1, "{mode:?}: {sessions:?}");
+    }
+}
+
+/// A client that rewrites its history on every call is never locked out (no fork cap, no 409).
+#[tokio::test]
+async fn a_history_rewritten_on_every_call_is_never_refused() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    for turn in 0..70 {
+        let body = json!({"model": "gpt-4o", "messages": [
+            {"role": "system", "content": "You are aider."},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": format!("files in chat, version {turn}")},
+            {"role": "user", "content": "go on"}
+        ]});
+        let r = s
+            .post(
+                "/v1/chat/completions",
+                None,
+                &[("x-loom-session", "aider")],
+                &body,
+            )
+            .await;
+        assert_eq!(r.status(), 200, "turn {turn}: {}", text(r).await);
+    }
+}
+
+/// Chat clients send content part types and roles Loom does not model; they pass too.
+#[tokio::test]
+async fn chat_parts_loom_does_not_model_pass_in_fit() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let body = json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": "transcribe this"},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+        ]}
+    ]});
+    let r = s.post("/v1/chat/completions", None, &[], &body).await;
+    assert_eq!(r.status(), 200, "{}", text(r).await);
+    assert_eq!(s.mock.requests().last().unwrap().body, body);
+}
