@@ -38,6 +38,14 @@ pub enum Tokenizer {
     File(TokenizerFile),
     /// The calibrated estimate.
     Estimate(Calibration),
+    /// The calibrated estimate, never below an exact open tokenizer's count: what a model
+    /// without a public tokenizer (Claude) is counted with. The estimate alone undercounts text
+    /// it classes wrongly (a 60 KB log estimated at two thirds of what `o200k_base` and
+    /// `cl100k_base` both count), and an undercount breaks "every request fits"; the open
+    /// tokenizers agree with each other to a fraction of a percent on such text, so their count
+    /// is a floor the estimate must not go under. The provider's reported usage re-anchors it
+    /// per session.
+    Bounded(Calibration, Encoding),
 }
 
 impl Tokenizer {
@@ -47,9 +55,8 @@ impl Tokenizer {
         Ok(match &info.tokenizer {
             TokenizerSpec::Bpe(e) => Self::Bpe(*e),
             TokenizerSpec::File(Some(path)) => Self::File(TokenizerFile::open(path)?),
-            TokenizerSpec::File(None) | TokenizerSpec::Estimate => {
-                Self::Estimate(Calibration::default())
-            }
+            TokenizerSpec::File(None) => Self::Estimate(Calibration::default()),
+            TokenizerSpec::Estimate => Self::Bounded(Calibration::default(), Encoding::O200kBase),
         })
     }
 
@@ -58,7 +65,7 @@ impl Tokenizer {
         match self {
             Self::Bpe(e) => e.name(),
             Self::File(_) => "tokenizer.json",
-            Self::Estimate(_) => "estimate",
+            Self::Estimate(_) | Self::Bounded(..) => "estimate",
         }
     }
 }
@@ -68,18 +75,15 @@ impl CountTokens for Tokenizer {
         match self {
             Self::Bpe(e) => e.name().to_owned(),
             Self::File(f) => format!("tokenizer.json:{}", f.path().display()),
-            Self::Estimate(c) => {
-                let mut bits = c.margin.to_bits();
-                for t in c.tokens_per_unit {
-                    bits = bits.rotate_left(13) ^ t.to_bits();
-                }
-                format!("estimate:{bits:016x}")
+            Self::Estimate(c) => format!("estimate:{:016x}", calibration_bits(c)),
+            Self::Bounded(c, e) => {
+                format!("estimate:{:016x}>={}", calibration_bits(c), e.name())
             }
         }
     }
 
     fn exact(&self) -> bool {
-        !matches!(self, Self::Estimate(_))
+        !matches!(self, Self::Estimate(_) | Self::Bounded(..))
     }
 
     fn count(&self, text: &str) -> u64 {
@@ -90,6 +94,7 @@ impl CountTokens for Tokenizer {
             // within budget.
             Self::File(f) => f.count(text).map_or(text.len() as u64, |n| n as u64),
             Self::Estimate(c) => c.count(text),
+            Self::Bounded(c, e) => c.count(text).max(e.count(text) as u64),
         }
     }
 
@@ -100,9 +105,24 @@ impl CountTokens for Tokenizer {
                 e.count_till_limit(text, limit).map(|n| n as u64)
             }
             Self::Estimate(c) => c.count_till_limit(text, limit),
+            Self::Bounded(c, e) => {
+                let exact = e
+                    .count_till_limit(text, usize::try_from(limit).unwrap_or(usize::MAX))
+                    .map(|n| n as u64)?;
+                c.count_till_limit(text, limit).map(|n| n.max(exact))
+            }
             Self::File(_) => chunked_till_limit(self, text, limit),
         }
     }
+}
+
+/// A calibration's numbers folded into one, for the counter's id.
+fn calibration_bits(c: &Calibration) -> u64 {
+    let mut bits = c.margin.to_bits();
+    for t in c.tokens_per_unit {
+        bits = bits.rotate_left(13) ^ t.to_bits();
+    }
+    bits
 }
 
 impl loom_core::render::TokenMeter for Tokenizer {

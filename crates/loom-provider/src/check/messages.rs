@@ -2,8 +2,8 @@
 //! `system`, `tools`.
 //!
 //! Anthropic pairs calls strictly: a `tool_result` answers a `tool_use` of the assistant message
-//! right before it, and every `tool_use` is answered in the very next user message. Roles other
-//! than `user` and `assistant` (a beta's `system` messages) pass: when unsure, Loom forwards.
+//! right before it, and every `tool_use` is answered in the very next user message. `system`
+//! messages among the others (a beta) pass.
 
 use serde_json::{Map, Value};
 
@@ -43,9 +43,14 @@ pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
                 calls.settled_before(&format!("the message after {path}"))?;
                 calls.close();
             }
-            // `system` messages among the others are an Anthropic beta, and betas add roles
-            // before Loom knows them: a message of another role is the provider's to judge.
-            _ => {}
+            // `system` messages among the others are an Anthropic beta (Claude Code sends them).
+            "system" => {}
+            other => {
+                return Err(FieldError::new(
+                    join(&path, "role"),
+                    format!("`{other}` is not a role; expected `user`, `assistant` or `system`"),
+                ))
+            }
         }
     }
     // Anthropic refuses a `tool_use` that the next message does not answer, the last included.

@@ -623,9 +623,14 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// Headers in which clients name their own session: Claude Code, opencode, Codex.
-const CLIENT_SESSION_HEADERS: [&str; 3] =
-    ["x-claude-code-session-id", "x-session-id", "session_id"];
+/// Headers in which clients name their own session: Claude Code, opencode, Codex (`session-id`,
+/// and `session_id` in older versions).
+const CLIENT_SESSION_HEADERS: [&str; 4] = [
+    "x-claude-code-session-id",
+    "x-session-id",
+    "session-id",
+    "session_id",
+];
 
 /// The session id a client gives its conversation itself, in a header or in the body's
 /// `client_metadata.session_id` (Codex), prefixed with where it came from so that ids of
