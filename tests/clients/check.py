@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""Checks what the mock upstream received through `loom serve` (tests/clients/run.sh).
+
+  check.py --mock DIR --client DIR --mode observe|fit [--json OUT]
+
+--mock is mock_upstream.py's record (what reached the provider, and what the mock replied);
+--client is recorder.py's record (what the client sent to Loom, and Loom's replies).
+
+Checks:
+  errors     every reply Loom gave the client is 2xx (else: status and error body)
+  pairing    in every request the mock received, every tool call has its result and every result
+             its call, by the provider's rules (Anthropic: tool_result blocks in the user message
+             right after the assistant's tool_use; Responses: *_call / *_call_output by call_id;
+             Chat: the assistant's tool_calls answered by the tool messages that follow)
+  thinking   every thinking block (Anthropic) / reasoning item (Responses) the mock received is
+             one the mock emitted, byte for byte (thinking text and signature; id, summary and
+             encrypted_content); and the ones the client sent in its request are all still there
+             (fit may drop old turns, but then the latest assistant turn's must stay)
+  observe    (observe mode) every body the client sent to a model route reached the mock
+             byte-identical
+
+Prints one line per problem and a summary; exits 1 when there is a problem.
+"""
+
+import argparse
+import base64
+import collections
+import hashlib
+import json
+import os
+import re
+import sys
+
+MODEL_ROUTES = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+
+
+def load_dir(d):
+    reqs = []
+    if not os.path.isdir(d):
+        return reqs
+    for name in sorted(os.listdir(d)):
+        if not re.fullmatch(r"\d{4}\.json", name):
+            continue
+        with open(os.path.join(d, name)) as f:
+            rec = json.load(f)
+        raw = rec.get("body_raw")
+        if raw is None and "body_base64" in rec:
+            raw_bytes = base64.b64decode(rec["body_base64"])
+        else:
+            raw_bytes = (raw or "").encode("utf-8")
+        rec["raw"] = raw_bytes
+        try:
+            rec["body"] = json.loads(raw_bytes) if raw_bytes else None
+        except ValueError:
+            rec["body"] = None
+        reply_path = os.path.join(d, name.replace(".json", ".reply.json"))
+        rec["reply"] = None
+        if os.path.exists(reply_path):
+            with open(reply_path) as f:
+                rec["reply"] = json.load(f)
+        reqs.append(rec)
+    return reqs
+
+
+def fmt_of(path):
+    if path.endswith("/messages"):
+        return "anthropic"
+    if path.endswith("/responses"):
+        return "responses"
+    if path.endswith("/chat/completions"):
+        return "chat"
+    return None
+
+
+# -- pairing
+
+
+def pairing_problems(fmt, body):
+    out = []
+    if not isinstance(body, dict):
+        return out
+    if fmt == "anthropic":
+        msgs = body.get("messages") or []
+        for i, m in enumerate(msgs):
+            blocks = m.get("content") if isinstance(m.get("content"), list) else []
+            if m.get("role") == "assistant":
+                ids = [b.get("id") for b in blocks if isinstance(b, dict) and b.get("type") in ("tool_use", "server_tool_use")
+                       and b.get("type") == "tool_use"]
+                if not ids:
+                    continue
+                nxt = msgs[i + 1] if i + 1 < len(msgs) else None
+                got = set()
+                if nxt and nxt.get("role") == "user" and isinstance(nxt.get("content"), list):
+                    got = {b.get("tool_use_id") for b in nxt["content"] if isinstance(b, dict) and b.get("type") == "tool_result"}
+                for tid in ids:
+                    if tid not in got:
+                        out.append(f"messages[{i}]: tool_use {tid} has no tool_result in messages[{i + 1}]")
+            elif m.get("role") == "user":
+                res = [b.get("tool_use_id") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+                if not res:
+                    continue
+                prev = msgs[i - 1] if i > 0 else None
+                have = set()
+                if prev and prev.get("role") == "assistant" and isinstance(prev.get("content"), list):
+                    have = {b.get("id") for b in prev["content"] if isinstance(b, dict) and b.get("type") == "tool_use"}
+                for tid in res:
+                    if tid not in have:
+                        out.append(f"messages[{i}]: tool_result {tid} answers no tool_use in messages[{i - 1}]")
+    elif fmt == "responses":
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        calls, outs = {}, {}
+        for i, it in enumerate(items):
+            if not isinstance(it, dict):
+                continue
+            t = it.get("type")
+            if t in ("function_call", "custom_tool_call", "local_shell_call", "tool_search_call"):
+                calls.setdefault(it.get("call_id"), i)
+            elif t in ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "tool_search_output"):
+                outs.setdefault(it.get("call_id"), i)
+        for cid, i in calls.items():
+            if cid not in outs:
+                out.append(f"input[{i}]: call {cid} has no output")
+            elif outs[cid] < i:
+                out.append(f"input[{outs[cid]}]: output {cid} comes before its call input[{i}]")
+        for cid, i in outs.items():
+            if cid not in calls:
+                out.append(f"input[{i}]: output {cid} answers no call")
+    else:
+        msgs = body.get("messages") or []
+        pending, pending_at = set(), None
+        for i, m in enumerate(msgs):
+            role = m.get("role")
+            if role == "tool":
+                if m.get("tool_call_id") not in pending:
+                    out.append(f"messages[{i}]: tool message {m.get('tool_call_id')} answers no pending tool call")
+                pending.discard(m.get("tool_call_id"))
+                continue
+            if pending:
+                out.append(f"messages[{pending_at}]: tool calls {sorted(pending)} have no tool message")
+                pending = set()
+            if role == "assistant" and m.get("tool_calls"):
+                pending = {c.get("id") for c in m["tool_calls"]}
+                pending_at = i
+        if pending:
+            out.append(f"messages[{pending_at}]: tool calls {sorted(pending)} have no tool message")
+    return out
+
+
+# -- thinking / reasoning
+
+
+def thinking_in(fmt, body):
+    """(position, key, value) of every thinking block / reasoning item in a request."""
+    found = []
+    if not isinstance(body, dict):
+        return found
+    if fmt == "anthropic":
+        for i, m in enumerate(body.get("messages") or []):
+            if m.get("role") == "assistant" and isinstance(m.get("content"), list):
+                for j, b in enumerate(m["content"]):
+                    if isinstance(b, dict) and b.get("type") == "thinking":
+                        found.append((f"messages[{i}].content[{j}]", b.get("signature"),
+                                      {"thinking": b.get("thinking"), "signature": b.get("signature")}))
+                    elif isinstance(b, dict) and b.get("type") == "redacted_thinking":
+                        found.append((f"messages[{i}].content[{j}]", b.get("data"), {"data": b.get("data")}))
+    elif fmt == "responses":
+        for i, it in enumerate(body.get("input") or [] if isinstance(body.get("input"), list) else []):
+            if isinstance(it, dict) and it.get("type") == "reasoning":
+                found.append((f"input[{i}]", it.get("id"),
+                              {"id": it.get("id"), "summary": it.get("summary"),
+                               "encrypted_content": it.get("encrypted_content")}))
+    return found
+
+
+def emitted_thinking(mock_reqs):
+    emitted = {}
+    for r in mock_reqs:
+        rep = r.get("reply") or {}
+        for p in rep.get("turn") or []:
+            if p.get("type") != "thinking":
+                continue
+            fmt = fmt_of(r["path"])
+            if fmt == "anthropic":
+                emitted[p["signature"]] = {"thinking": p["text"], "signature": p["signature"]}
+            elif fmt == "responses":
+                enc = "reasoning.encrypted_content" in ((r.get("body") or {}).get("include") or [])
+                emitted[p["id"]] = {"id": p["id"], "summary": [{"type": "summary_text", "text": p["text"]}],
+                                    "encrypted_content": p["signature"] if enc else None}
+    return emitted
+
+
+def conv_key(fmt, body):
+    if not isinstance(body, dict):
+        return ""
+    if fmt == "responses":
+        items = body.get("input")
+        if isinstance(items, str):
+            return items[:200]
+        for it in items or []:
+            if isinstance(it, dict) and it.get("role") == "user":
+                return json.dumps(it.get("content"))[:200]
+        return ""
+    for m in body.get("messages") or []:
+        if m.get("role") == "user":
+            return json.dumps(m.get("content"))[:200]
+    return ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mock", required=True)
+    ap.add_argument("--client", required=True)
+    ap.add_argument("--mode", choices=("observe", "fit"), required=True)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    mock = load_dir(args.mock)
+    client = load_dir(args.client)
+    problems = collections.defaultdict(list)
+
+    for r in client:
+        st = (r.get("reply") or {}).get("status")
+        if st is None or not (200 <= st < 300):
+            body = ((r.get("reply") or {}).get("body") or "").strip().replace("\n", " ")
+            problems["errors"].append(f"client request {r['seq']:04d} {r['method']} {r['path']}: loom replied {st}: {body[:400]}")
+
+    model_mock = [r for r in mock if fmt_of(r["path"]) and r["method"] == "POST" and not r["path"].endswith("count_tokens")]
+    model_client = [r for r in client if fmt_of(r["path"]) and r["method"] == "POST" and not r["path"].endswith("count_tokens")]
+
+    for r in model_mock:
+        for p in pairing_problems(fmt_of(r["path"]), r["body"]):
+            problems["pairing"].append(f"mock request {r['seq']:04d}: {p}")
+
+    emitted = emitted_thinking(mock)
+    for r in model_mock:
+        fmt = fmt_of(r["path"])
+        for pos, key, val in thinking_in(fmt, r["body"]):
+            want = emitted.get(key)
+            if want is None:
+                problems["thinking"].append(f"mock request {r['seq']:04d} {pos}: a thinking/reasoning block the mock never emitted")
+                continue
+            for k, v in want.items():
+                if val.get(k) != v:
+                    problems["thinking"].append(f"mock request {r['seq']:04d} {pos}: `{k}` differs from what the mock emitted")
+
+    # Client request i and the mock request it became: same route and conversation, in order.
+    def groups(reqs):
+        g = collections.defaultdict(list)
+        for r in reqs:
+            g[(r["path"], conv_key(fmt_of(r["path"]), r["body"]))].append(r)
+        return g
+
+    gm = groups(model_mock)
+    for key, creqs in groups(model_client).items():
+        mreqs = gm.get(key, [])
+        for c, m in zip(creqs, mreqs):
+            fmt = fmt_of(c["path"])
+            sent = {k for _, k, _ in thinking_in(fmt, c["body"])}
+            got = {k for _, k, _ in thinking_in(fmt, m["body"])}
+            missing = sent - got
+            if missing and args.mode == "observe":
+                problems["thinking"].append(f"client request {c['seq']:04d}: {len(missing)} thinking/reasoning blocks did not reach the mock")
+            elif missing:
+                # fit may leave old turns out; the latest assistant turn's must stay.
+                last = [k for _, k, _ in thinking_in(fmt, c["body"])][-1:]
+                if last and last[0] in missing:
+                    problems["thinking"].append(f"client request {c['seq']:04d}: the latest turn's thinking/reasoning was dropped")
+
+    if args.mode == "observe":
+        got = collections.Counter(hashlib.sha256(r["raw"]).hexdigest() for r in model_mock)
+        for c in model_client:
+            h = hashlib.sha256(c["raw"]).hexdigest()
+            st = (c.get("reply") or {}).get("status")
+            if got[h] > 0:
+                got[h] -= 1
+                continue
+            if st is not None and st >= 400:
+                continue  # already reported under errors
+            # Find the mock request it most likely became, and say where they differ.
+            cands = gm.get((c["path"], conv_key(fmt_of(c["path"]), c["body"])), [])
+            detail = ""
+            for m in cands:
+                a, b = c["raw"], m["raw"]
+                n = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
+                detail = (f"; first difference at byte {n} (client {len(a)} bytes, mock {len(b)}): "
+                          f"client {a[max(0, n - 40):n + 60]!r} mock {b[max(0, n - 40):n + 60]!r}")
+                break
+            problems["observe"].append(f"client request {c['seq']:04d} {c['path']}: body not received byte-identical{detail}")
+
+    # Not a failure, but worth seeing: how often Loom forked the session (X-Loom-Diverged), and in
+    # fit mode how many bodies it changed.
+    diverged = 0
+    for c in model_client:
+        h = {k.lower(): v for k, v in (c.get("reply") or {}).get("headers") or []}
+        diverged += "x-loom-diverged" in h
+    mock_hashes = collections.Counter(hashlib.sha256(r["raw"]).hexdigest() for r in model_mock)
+    changed = sum(1 for c in model_client if not mock_hashes[hashlib.sha256(c["raw"]).hexdigest()])
+    print(f"  sessions: {diverged}/{len(model_client)} calls diverged, {changed} bodies changed by Loom")
+
+    total = sum(len(v) for v in problems.values())
+    for kind in ("errors", "pairing", "thinking", "observe"):
+        for p in problems.get(kind, [])[:20]:
+            print(f"  {kind}: {p}")
+        extra = len(problems.get(kind, [])) - 20
+        if extra > 0:
+            print(f"  {kind}: ... and {extra} more")
+    print(f"  check: {len(model_client)} client model calls, {len(model_mock)} reached the mock, "
+          f"{len(emitted)} thinking/reasoning emitted; {total} problems")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({k: v for k, v in problems.items()}, f, indent=1)
+    sys.exit(1 if total else 0)
+
+
+if __name__ == "__main__":
+    main()

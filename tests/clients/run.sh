@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# The real-client suite: real agent CLIs (Claude Code, Codex, opencode, aider, mini-swe-agent)
+# doing a short coding task against a scripted mock provider, directly and through `loom serve`.
+#
+# For every client x mode x scenario it makes a scratch git repo (calc.py with two bugs and
+# test_calc.py), starts the mock upstream (tests/clients/mock_upstream.py) and, in the `observe`
+# and `fit` modes, `loom serve` on a fresh database with a pass-through recorder in front of it
+# (tests/clients/recorder.py), runs the client non-interactively with its default model, and
+# checks: the client exited 0, calc.py was really edited and the test passes, the test's output
+# reached the model (the mock saw it in a tool result), and through Loom (tests/clients/check.py):
+# no error replies, every tool call paired with its result, thinking/reasoning replayed byte for
+# byte, and in `observe` every body byte-identical. One line per run, then a summary; exits 1 when
+# any run failed. Every wait is bounded and everything started is stopped on exit.
+#
+# Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini]
+#            [--modes direct,observe,fit] [--scenarios short,long,edits] [--capture] [--no-install]
+# Environment: LOOM_CLIENTS, LOOM_CLIENTS_MODES, LOOM_CLIENTS_SCENARIOS (same lists),
+#   LOOM_CLIENTS_CAPTURE=1 (rewrite tests/clients/fixtures from the direct runs),
+#   LOOM_CLIENTS_DIR (default target/clients), LOOM_BIN (default target/release/loom; never built
+#   here), PYTHON (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+here=$root/tests/clients
+dir=${LOOM_CLIENTS_DIR:-$root/target/clients}
+loom_bin=${LOOM_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/loom}
+python=${PYTHON:-python3}
+
+clients=${LOOM_CLIENTS:-claude,codex,opencode,aider,mini}
+modes=${LOOM_CLIENTS_MODES:-direct,observe,fit}
+scenarios=${LOOM_CLIENTS_SCENARIOS:-short,long,edits}
+capture=${LOOM_CLIENTS_CAPTURE:-0}
+install=1
+while [ $# -gt 0 ]; do
+    case $1 in
+        --clients) clients=$2; shift 2 ;;
+        --modes) modes=$2; shift 2 ;;
+        --scenarios) scenarios=$2; shift 2 ;;
+        --capture) capture=1; shift ;;
+        --no-install) install=0; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+# Bounds, in seconds.
+install_timeout=1800
+start_timeout=30
+declare -A client_timeout=([short]=240 [long]=420 [edits]=600)
+declare -A fixture_limit=([short]=0 [long]=4 [edits]=10)   # requests kept per run (0: all)
+
+work=$dir/runs/last
+rm -rf "$work"
+mkdir -p "$work"
+pids=()
+status=0
+
+stop_pid() {
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    status=$?
+    trap - EXIT INT TERM
+    for pid in "${pids[@]}"; do
+        stop_pid "$pid"
+    done
+    echo "-- logs and records of this run: $work"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start NAME LOGDIR COMMAND...: a server in the background; waits for `listening on URL`, sets $url
+# and $started.
+start() {
+    local name=$1 logdir=$2
+    shift 2
+    "$@" >"$logdir/$name.out" 2>"$logdir/$name.log" </dev/null &
+    started=$!
+    pids+=("$started")
+    local waited=0
+    url=""
+    while :; do
+        url=$(sed -n 's/^listening on \(http:\/\/[^ ]*\)$/\1/p' "$logdir/$name.out" 2>/dev/null | head -n 1)
+        [ -n "$url" ] && return 0
+        if ! kill -0 "$started" 2>/dev/null; then
+            echo "$name exited before listening: $(tail -n 3 "$logdir/$name.log" | tr '\n' ' ')" >&2
+            return 1
+        fi
+        if [ "$waited" -ge $((start_timeout * 10)) ]; then
+            echo "$name printed no address within ${start_timeout}s" >&2
+            return 1
+        fi
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+}
+
+if [ "$install" = 1 ]; then
+    echo "-- installing the clients (tests/clients/install.sh)"
+    LOOM_CLIENTS_ONLY=${clients//,/ } timeout "$install_timeout" bash "$here/install.sh" | tee "$work/versions.txt"
+fi
+bin_claude=$dir/npm/claude/node_modules/.bin/claude
+bin_codex=$dir/npm/codex/node_modules/.bin/codex
+bin_opencode=$dir/npm/opencode/node_modules/.bin/opencode
+bin_aider=$dir/venv/aider/bin/aider
+bin_mini=$dir/venv/mini/bin/mini
+
+case ",$modes," in
+    *,observe,*|*,fit,*)
+        if [ ! -x "$loom_bin" ]; then
+            echo "no $loom_bin: build it first (cargo build --release -p loom-cli --bin loom); Loom runs will fail" >&2
+        else
+            # A copy, so that a rebuild during the suite changes nothing under it.
+            cp "$loom_bin" "$work/loom"
+            loom_bin=$work/loom
+            echo "-- loom: $("$loom_bin" --version 2>/dev/null || echo '?') ($(stat -c %y "${LOOM_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/loom}" | cut -d. -f1))"
+        fi ;;
+esac
+
+task="calc.py has bugs: test_calc.py fails. Fix calc.py so that \`python3 test_calc.py\` passes, then run the test."
+task_aider="calc.py has bugs: test_calc.py fails. Fix calc.py so that \`python3 test_calc.py\` passes."
+
+# The clients. Each runs in the scratch repo ($d/repo) with HOME=$d/home, talking to $base (the
+# mock, or the recorder in front of Loom). Non-essential traffic (updates, telemetry) is off; the
+# model is each client's default.
+run_claude() {
+    local base=$1 d=$2
+    local sandbox=()
+    [ "$(id -u)" = 0 ] && sandbox=(IS_SANDBOX=1)  # --dangerously-skip-permissions refuses root otherwise
+    env "${sandbox[@]}" ANTHROPIC_BASE_URL="$base" ANTHROPIC_API_KEY=dummy \
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 \
+        DISABLE_ERROR_REPORTING=1 \
+        "$bin_claude" -p "$task" --dangerously-skip-permissions
+}
+
+run_codex() {
+    local base=$1 d=$2
+    mkdir -p "$d/codex-home"
+    cat >"$d/codex-home/config.toml" <<EOF
+model_provider = "loomtest"
+
+[model_providers.loomtest]
+name = "loomtest"
+base_url = "$base/v1"
+wire_api = "responses"
+env_key = "OPENAI_API_KEY"
+EOF
+    CODEX_HOME=$d/codex-home OPENAI_API_KEY=dummy \
+        "$bin_codex" exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox "$task"
+}
+
+run_opencode() {
+    local base=$1 d=$2
+    cat >"$d/opencode.json" <<EOF
+{
+  "\$schema": "https://opencode.ai/config.json",
+  "provider": {
+    "loomtest": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "Loom test upstream",
+      "options": {"baseURL": "$base/v1", "apiKey": "dummy"},
+      "models": {"gpt-4.1": {"name": "gpt-4.1", "tool_call": true}}
+    }
+  },
+  "model": "loomtest/gpt-4.1",
+  "autoupdate": false,
+  "share": "disabled"
+}
+EOF
+    OPENCODE_CONFIG=$d/opencode.json OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 \
+        OPENCODE_DISABLE_LSP_DOWNLOAD=1 XDG_DATA_HOME=$d/xdg/data XDG_CONFIG_HOME=$d/xdg/config \
+        XDG_CACHE_HOME=$d/xdg/cache XDG_STATE_HOME=$d/xdg/state \
+        "$bin_opencode" run --auto "$task"
+}
+
+run_aider() {
+    local base=$1 d=$2 scenario=$3
+    local reads=()
+    if [ "$scenario" = long ]; then
+        for f in notes/part_*.txt; do reads+=(--read "$f"); done
+    fi
+    OPENAI_API_KEY=dummy OPENAI_API_BASE=$base/v1 LITELLM_LOCAL_MODEL_COST_MAP=True \
+        "$bin_aider" --message "$task_aider" --yes-always --test-cmd "python3 test_calc.py" --auto-test \
+        --no-check-update --analytics-disable --no-show-release-notes --no-pretty \
+        "${reads[@]}" calc.py test_calc.py
+}
+
+run_mini() {
+    local base=$1 d=$2
+    # mini-swe-agent has no default model: it asks at setup. openai/gpt-4.1 through litellm.
+    MSWEA_GLOBAL_CONFIG_DIR=$d/mini-config MSWEA_CONFIGURED=true MSWEA_COST_TRACKING=ignore_errors \
+        MSWEA_SILENT_STARTUP=1 LITELLM_LOCAL_MODEL_COST_MAP=True OPENAI_API_KEY=dummy \
+        OPENAI_API_BASE=$base/v1 OPENAI_BASE_URL=$base/v1 \
+        "$bin_mini" -m openai/gpt-4.1 -t "$task" -y --exit-immediately -l 0 -o "$d/mini-trajectory.json"
+}
+
+export -f run_claude run_codex run_opencode run_aider run_mini
+export bin_claude bin_codex bin_opencode bin_aider bin_mini task task_aider
+
+# What the mock must see in a request for the test to count as run: the passing test's output, or
+# for aider (which reports only a failing test back to the model) the failing one's.
+marker() {
+    case $1 in
+        aider) echo "mul(2, 3) returned 8" ;;
+        *) echo "calc tests passed" ;;
+    esac
+}
+
+results=()
+failed=0
+
+# run_one CLIENT MODE SCENARIO
+run_one() {
+    local client=$1 mode=$2 scenario=$3
+    local id=$client-$mode-$scenario
+    local d=$work/$id
+    mkdir -p "$d/home"
+    local t0=$SECONDS
+    local run_pids=() problems=()
+    "$python" "$here/mock_upstream.py" make-repo "$d/repo" --scenario "$scenario"
+    start mock "$d" "$python" "$here/mock_upstream.py" serve --listen 127.0.0.1:0 --record "$d/mock" \
+        --scenario "$scenario" --workdir "$d/repo" || { problems+=("mock did not start"); }
+    run_pids+=("$started")
+    local base=$url
+    if [ "$mode" != direct ] && [ ${#problems[@]} -eq 0 ]; then
+        printf 'mode = "%s"\n' "$mode" >"$d/loom.toml"
+        if start loom "$d" "$loom_bin" serve --db "$d/loom.db" --listen 127.0.0.1:0 --config "$d/loom.toml" \
+            --upstream-openai "$base/v1" --upstream-anthropic "$base" --auth none; then
+            run_pids+=("$started")
+            start recorder "$d" "$python" "$here/recorder.py" --listen 127.0.0.1:0 --upstream "$url" \
+                --record "$d/client" || problems+=("recorder did not start")
+            run_pids+=("$started")
+            base=$url
+        else
+            problems+=("loom serve did not start: $(tail -n 2 "$d/loom.log" 2>/dev/null | tr '\n' ' ')")
+        fi
+    fi
+    local rc=0
+    if [ ${#problems[@]} -eq 0 ]; then
+        (cd "$d/repo" && HOME=$d/home timeout "${client_timeout[$scenario]}" \
+            bash -c '"run_$0" "$@"' "$client" "$base" "$d" "$scenario" \
+            >"$d/client.out" 2>"$d/client.err" </dev/null) || rc=$?
+        if [ "$rc" -eq 124 ]; then
+            problems+=("timed out after ${client_timeout[$scenario]}s")
+        elif [ "$rc" -ne 0 ]; then
+            problems+=("exit $rc")
+        fi
+        local why
+        if ! why=$("$python" "$here/mock_upstream.py" verify-repo "$d/repo" --scenario "$scenario" 2>&1); then
+            problems+=("$why")
+        fi
+        local m
+        m=$(marker "$client")
+        if ! grep -qsF -- "$m" "$d"/mock/[0-9][0-9][0-9][0-9].json; then
+            problems+=("the test's output never reached the model")
+        fi
+    fi
+    for pid in "${run_pids[@]}"; do stop_pid "$pid"; done
+    if [ "$mode" != direct ] && [ -d "$d/client" ]; then
+        if ! "$python" "$here/check.py" --mock "$d/mock" --client "$d/client" --mode "$mode" \
+            --json "$d/check.json" >"$d/check.txt" 2>&1; then
+            problems+=("check.py: $(grep -c '^  [a-z]*: ' "$d/check.txt" | tr -d ' ') problem lines")
+        fi
+    fi
+    if [ "$capture" = 1 ] && [ "$mode" = direct ] && [ -d "$d/mock" ]; then
+        "$python" "$here/mock_upstream.py" export "$d/mock" "$here/fixtures/$client/$scenario" \
+            --limit "${fixture_limit[$scenario]}" >/dev/null
+    fi
+    local secs=$((SECONDS - t0))
+    local calls
+    calls=$(find "$d/mock" -name '[0-9][0-9][0-9][0-9].json' 2>/dev/null | wc -l)
+    local info=""
+    [ -f "$d/check.txt" ] && info=$(sed -n 's/^  sessions: //p' "$d/check.txt" | head -n 1)
+    [ -n "$info" ] && info="; $info"
+    if [ ${#problems[@]} -eq 0 ]; then
+        results+=("PASS  $id (${secs}s, $calls upstream requests$info)")
+        echo "PASS  $id (${secs}s, $calls upstream requests$info)"
+    else
+        failed=$((failed + 1))
+        local msg
+        msg=$(printf '%s; ' "${problems[@]}")
+        results+=("FAIL  $id: ${msg%; }")
+        echo "FAIL  $id (${secs}s, $calls upstream requests): ${msg%; }"
+        [ -f "$d/check.txt" ] && grep -v '^  check:' "$d/check.txt" | head -n 8
+        [ -f "$d/check.txt" ] && grep '^  check:' "$d/check.txt"
+        echo "  client stderr: $(tail -n 4 "$d/client.err" 2>/dev/null | tr '\n' ' ' | cut -c1-600)"
+        echo "  client stdout: $(tail -n 4 "$d/client.out" 2>/dev/null | tr '\n' ' ' | cut -c1-600)"
+    fi
+}
+
+echo "-- runs (clients: $clients; modes: $modes; scenarios: $scenarios)"
+for scenario in ${scenarios//,/ }; do
+    for mode in ${modes//,/ }; do
+        for client in ${clients//,/ }; do
+            run_one "$client" "$mode" "$scenario"
+        done
+    done
+done
+
+echo "-- summary"
+printf '%s\n' "${results[@]}" | tee "$work/results.txt"
+echo "$(( ${#results[@]} - failed )) passed, $failed failed"
+[ "$failed" -eq 0 ]
