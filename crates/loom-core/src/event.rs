@@ -459,6 +459,19 @@ pub enum EventBody {
         /// The pinned text.
         content: String,
     },
+    /// The client rewrote the conversation it sends: it compacted its own history (Claude Code's
+    /// auto-compact or `/compact`, Codex's compaction, a provider's `compaction` block or item
+    /// it received), or rebuilt context it re-sends every turn in a new place (aider's files in
+    /// chat). The events in `replaced` are no longer part of the conversation; the events after
+    /// this one are what the client sent in their place. Nothing is deleted: the log keeps what
+    /// was replaced, and a render leaves it out as the client did.
+    Rewrite {
+        /// The replaced events, as inclusive `[from, to]` seq runs.
+        replaced: Vec<[Seq; 2]>,
+        /// Whether the client compacted (summarised) what it replaced, rather than moved it.
+        #[serde(default)]
+        compaction: bool,
+    },
 }
 
 fn default_priority() -> f64 {
@@ -485,6 +498,8 @@ pub enum EventKind {
     AgentResult,
     /// See [`EventBody::Pin`].
     Pin,
+    /// See [`EventBody::Rewrite`].
+    Rewrite,
 }
 
 impl EventKind {
@@ -499,6 +514,7 @@ impl EventKind {
             Self::Spawn => "spawn",
             Self::AgentResult => "agent_result",
             Self::Pin => "pin",
+            Self::Rewrite => "rewrite",
         }
     }
 }
@@ -515,6 +531,7 @@ impl EventBody {
             Self::Spawn { .. } => EventKind::Spawn,
             Self::AgentResult { .. } => EventKind::AgentResult,
             Self::Pin { .. } => EventKind::Pin,
+            Self::Rewrite { .. } => EventKind::Rewrite,
         }
     }
 
@@ -550,9 +567,44 @@ impl EventBody {
             Self::DirectMessage { priority, .. } if !(0.0..=1.0).contains(priority) => Err(
                 LogError::invalid("priority", format!("{priority} is outside 0.0..=1.0")),
             ),
+            Self::Rewrite { replaced, .. } => {
+                for (i, [from, to]) in replaced.iter().enumerate() {
+                    if *from == 0 || from > to {
+                        return Err(LogError::invalid(
+                            format!("replaced[{i}]"),
+                            format!("[{from}, {to}] is not a run of seqs (1 <= from <= to)"),
+                        ));
+                    }
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
+}
+
+/// The conversation a log holds as its client last sent it: the events in order, without what a
+/// client [`EventBody::Rewrite`] replaced and without the rewrite records themselves. A log with
+/// no rewrite is its own conversation.
+pub fn conversation(events: &[Event]) -> Vec<&Event> {
+    let mut replaced: Vec<[Seq; 2]> = Vec::new();
+    for e in events {
+        if let EventBody::Rewrite { replaced: runs, .. } = &e.body {
+            replaced.extend(runs.iter().copied());
+            replaced.push([e.seq, e.seq]);
+        }
+    }
+    if replaced.is_empty() {
+        return events.iter().collect();
+    }
+    events
+        .iter()
+        .filter(|e| {
+            !replaced
+                .iter()
+                .any(|[from, to]| *from <= e.seq && e.seq <= *to)
+        })
+        .collect()
 }
 
 /// An event about to be appended: the store assigns its seq.

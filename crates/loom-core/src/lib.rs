@@ -23,9 +23,9 @@ pub use compact::{
 };
 pub use error::{LogError, Result};
 pub use event::{
-    joined_text, AgentId, BlobRef, ContentPart, Event, EventBody, EventKind, MessageContent,
-    NativeApi, NativeReasoning, NewEvent, Seq, SessionId, SessionInfo, ToolCall, ToolOutput,
-    DEFAULT_PRIORITY,
+    conversation, joined_text, AgentId, BlobRef, ContentPart, Event, EventBody, EventKind,
+    MessageContent, NativeApi, NativeReasoning, NewEvent, Seq, SessionId, SessionInfo, ToolCall,
+    ToolOutput, DEFAULT_PRIORITY,
 };
 pub use ledger::{CallState, Ledger};
 pub use reduce::{

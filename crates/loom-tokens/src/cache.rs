@@ -166,6 +166,8 @@ pub fn event_tokens(counter: &dyn CountTokens, body: &EventBody) -> EventTokens 
             }
             text(&mut t, content);
         }
+        // A record of the client's rewrite: never rendered.
+        EventBody::Rewrite { .. } => {}
     }
     t
 }

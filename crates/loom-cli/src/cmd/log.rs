@@ -155,6 +155,26 @@ fn preview(body: &EventBody) -> String {
             Some(l) => format!("[{l}] {}", clip(content, PREVIEW_CHARS)),
             None => clip(content, PREVIEW_CHARS),
         },
+        EventBody::Rewrite {
+            replaced,
+            compaction,
+        } => {
+            let runs: Vec<String> = replaced
+                .iter()
+                .map(|[from, to]| {
+                    if from == to {
+                        from.to_string()
+                    } else {
+                        format!("{from}-{to}")
+                    }
+                })
+                .collect();
+            format!(
+                "the client {} seqs {}",
+                if *compaction { "compacted" } else { "replaced" },
+                runs.join(", ")
+            )
+        }
         // Kinds added later still get a line.
         #[allow(unreachable_patterns)]
         other => other.kind().as_str().to_owned(),

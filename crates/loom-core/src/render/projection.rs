@@ -100,6 +100,9 @@ pub struct Projection {
     pub unpaired: Vec<Seq>,
     /// Direct-message seqs left out because they target another agent or have expired.
     pub filtered: Vec<Seq>,
+    /// Seqs a client replaced when it rewrote its conversation, with the rewrites' own records:
+    /// left out as the client left them out.
+    pub replaced: Vec<Seq>,
     /// Indices of the units that stay in place even before the boundary (system prompts, pins
     /// and the task statement), in order.
     kept: Vec<usize>,
@@ -288,11 +291,98 @@ impl Projection {
                     "[agent {agent} (session {child}) {outcome} and returned]\n{result}"
                 ))
             }
+            EventBody::Rewrite { replaced, .. } => {
+                self.rewrite(seq, replaced);
+                return;
+            }
         };
         if matches!(body, UnitBody::System(_) | UnitBody::Pin { .. }) {
             self.kept.push(index);
         }
         self.units.push(Unit { seq, body });
+    }
+
+    /// Leaves out what the client replaced (an [`EventBody::Rewrite`] at `seq`), as if it had
+    /// never been pushed: the units and results in `replaced` go, with the record itself, to
+    /// `self.replaced`, and the indices are rebuilt from what stays.
+    fn rewrite(&mut self, seq: Seq, replaced: &[[Seq; 2]]) {
+        let gone = |s: Seq| replaced.iter().any(|[from, to]| *from <= s && s <= *to);
+        let mut left_out = vec![seq];
+        for unit in &mut self.units {
+            if let UnitBody::Turn(turn) = &mut unit.body {
+                let whole = gone(unit.seq);
+                for call in &mut turn.calls {
+                    if let Some(r) = call.result.as_ref().filter(|r| whole || gone(r.seq)) {
+                        left_out.push(r.seq);
+                        call.result = None;
+                    }
+                }
+            }
+        }
+        self.units.retain(|u| {
+            let keep = !gone(u.seq);
+            if !keep {
+                left_out.push(u.seq);
+            }
+            keep
+        });
+        self.filtered.retain(|&s| {
+            let keep = !gone(s);
+            if !keep {
+                left_out.push(s);
+            }
+            keep
+        });
+        self.unpaired.retain(|&s| {
+            let keep = !gone(s);
+            if !keep {
+                left_out.push(s);
+            }
+            keep
+        });
+        self.replaced.extend(left_out);
+        self.replaced.sort_unstable();
+        self.replaced.dedup();
+        self.reindex();
+    }
+
+    /// Rebuilds every index from the units, as pushing them one by one would have.
+    fn reindex(&mut self) {
+        self.first_user = None;
+        self.kept.clear();
+        self.opening_notes = 0;
+        self.calls.clear();
+        self.results.clear();
+        let mut late: Vec<(Seq, usize)> = Vec::new();
+        for (index, unit) in self.units.iter().enumerate() {
+            match &unit.body {
+                UnitBody::System(_) | UnitBody::Pin { .. } => self.kept.push(index),
+                UnitBody::User { content, .. } if self.first_user.is_none() => {
+                    if is_task(content) {
+                        self.first_user = Some(index);
+                        self.kept.push(index);
+                    } else if self.opening_notes < MAX_OPENING_NOTES {
+                        self.opening_notes += 1;
+                        self.kept.push(index);
+                    }
+                }
+                UnitBody::Turn(turn) => {
+                    let next = self.units.get(index + 1).map(|u| u.seq);
+                    for (c, call) in turn.calls.iter().enumerate() {
+                        self.calls.insert(call.call.id.clone(), (index, c));
+                        if let Some(r) = &call.result {
+                            self.results.insert(r.seq, (index, c));
+                            if next.is_some_and(|n| r.seq > n) {
+                                late.push((r.seq, index));
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        late.sort_unstable();
+        self.late = late.into_iter().map(|(_, u)| u).collect();
     }
 
     /// The paired result logged at `seq`.
@@ -371,6 +461,81 @@ mod tests {
             is_error: false,
             stats: ContentStats::of(b"out"),
         }
+    }
+
+    fn user(text: &str) -> EventBody {
+        EventBody::User {
+            content: text.into(),
+            name: None,
+        }
+    }
+
+    fn turn(calls: &[&str]) -> EventBody {
+        EventBody::Assistant {
+            content: None,
+            reasoning: None,
+            tool_calls: calls.iter().map(|c| call(c)).collect(),
+            name: None,
+            native: None,
+        }
+    }
+
+    #[test]
+    fn a_rewrite_leaves_out_what_the_client_replaced_as_if_never_pushed() {
+        let events = vec![
+            ev(
+                1,
+                EventBody::System {
+                    content: "sys".into(),
+                },
+            ),
+            ev(2, user("<environment_context>cwd</environment_context>")),
+            ev(3, user("files v1")),
+            ev(4, turn(&["a"])),
+            ev(5, result("a")),
+            ev(6, user("the task")),
+            ev(7, turn(&["b"])),
+            ev(8, result("b")),
+            ev(
+                9,
+                EventBody::Rewrite {
+                    replaced: vec![[3, 5]],
+                    compaction: false,
+                },
+            ),
+            ev(10, user("files v2")),
+            ev(11, turn(&["a"])),
+            ev(12, result("a")),
+        ];
+        let audience = Audience {
+            agent: None,
+            now_ms: 0,
+        };
+        let p = Projection::build(&events, &audience);
+        let kept: Vec<Seq> = events
+            .iter()
+            .filter(|e| ![3, 4, 5, 9].contains(&e.seq))
+            .cloned()
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        let without: Vec<Event> = events
+            .iter()
+            .filter(|e| kept.contains(&e.seq))
+            .cloned()
+            .collect();
+        let direct = Projection::build(&without, &audience);
+        assert_eq!(p.units, direct.units);
+        assert_eq!(p.replaced, vec![3, 4, 5, 9]);
+        assert_eq!(p.first_user, direct.first_user);
+        assert_eq!(p.kept, direct.kept);
+        // The call `a` made again after the rewrite pairs with its new result.
+        assert!(p.result_at(12).is_some());
+        assert!(p.result_at(5).is_none());
+        // The harness message before the task stays with the opening; the task is the task.
+        assert_eq!(p.units[p.first_user.unwrap()].seq, 6);
+        assert!(p.is_kept(1));
     }
 
     #[test]

@@ -111,6 +111,10 @@ pub struct Receipt {
     /// Seqs not represented at all (omitted lines, other agents' or expired messages, unpaired
     /// results) — still in the log.
     pub dropped: Vec<SeqRange>,
+    /// Seqs the client itself replaced (it compacted its history or moved context it rebuilds;
+    /// with the records of those rewrites): left out as the client left them out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<SeqRange>,
     /// Version of the summary applied.
     pub summary_version: Option<u32>,
     /// SHA-256 of the stable prefix's wire form (tools + prefix messages).
@@ -125,7 +129,7 @@ pub struct Receipt {
 
 impl Receipt {
     /// The receipt's lists of seqs by fate, with their names, in the order they are shown.
-    pub fn lists(&self) -> [(&'static str, &[SeqRange]); 8] {
+    pub fn lists(&self) -> [(&'static str, &[SeqRange]); 9] {
         [
             ("verbatim", &self.verbatim),
             ("stubbed", &self.stubbed),
@@ -135,6 +139,7 @@ impl Receipt {
             ("grouped", &self.grouped),
             ("summarized", &self.summarized),
             ("dropped", &self.dropped),
+            ("replaced", &self.replaced),
         ]
     }
 
@@ -301,6 +306,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         grouped: r.folded.grouped.clone(),
         summarized: r.folded.summarized.clone(),
         dropped,
+        replaced: ranges(proj.replaced.clone()),
         summary_version: r.summary.map(|s| s.version),
         prefix_hash: r.prefix_hash,
         compaction: r.fired,

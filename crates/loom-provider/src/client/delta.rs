@@ -75,7 +75,10 @@ pub(crate) fn of_event(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
                 }
                 Some("response.output_item.added") => {
                     if let Some(item) = data.get("item") {
-                        if item.get("type").and_then(Value::as_str) == Some("function_call") {
+                        if matches!(
+                            item.get("type").and_then(Value::as_str),
+                            Some("function_call" | "custom_tool_call")
+                        ) {
                             out.extend(text(item, "name").map(|name| Delta::ToolCall { name }));
                         }
                     }

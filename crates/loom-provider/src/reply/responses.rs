@@ -90,6 +90,12 @@ fn items(output: &[Value], path: &str, reply: &mut AssistantReply) -> Out<()> {
                     .unwrap_or_default()
                     .to_owned(),
             }),
+            // A custom (freeform) tool's call carries its input as text (Codex's `exec`).
+            Some("custom_tool_call") => reply.tool_calls.push(loom_core::ToolCall {
+                id: required(obj, &path, "call_id")?.to_owned(),
+                name: required(obj, &path, "name")?.to_owned(),
+                arguments: opt_str(obj, &path, "input")?.unwrap_or_default().to_owned(),
+            }),
             Some("reasoning") => {
                 for key in ["summary", "content"] {
                     let parts = opt_array(obj, &path, key)?.map_or(&[][..], Vec::as_slice);
@@ -230,6 +236,16 @@ impl Stream {
                 let args = required(obj, "", "arguments")?.to_owned();
                 self.items.entry(at).or_default().arguments = args;
             }
+            "response.custom_tool_call_input.delta" => {
+                let at = self.output_index(obj)?;
+                let d = delta(obj)?;
+                self.items.entry(at).or_default().arguments.push_str(d);
+            }
+            "response.custom_tool_call_input.done" => {
+                let at = self.output_index(obj)?;
+                let input = required(obj, "", "input")?.to_owned();
+                self.items.entry(at).or_default().arguments = input;
+            }
             _ => {}
         }
         Ok(())
@@ -296,6 +312,9 @@ impl Item {
             }
             Some("function_call") => {
                 item.insert("arguments".into(), Value::String(self.arguments));
+            }
+            Some("custom_tool_call") => {
+                item.insert("input".into(), Value::String(self.arguments));
             }
             Some("reasoning") => {
                 let summary = self.summary.into_values();

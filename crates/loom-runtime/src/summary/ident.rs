@@ -72,6 +72,7 @@ fn event_text(event: &Event) -> Vec<String> {
         EventBody::Spawn { goal, .. } => vec![goal.clone()],
         EventBody::AgentResult { result, .. } => vec![result.clone()],
         EventBody::Pin { content, .. } => vec![content.clone()],
+        EventBody::Rewrite { .. } => Vec::new(),
     }
 }
 

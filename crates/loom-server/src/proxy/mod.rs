@@ -3,7 +3,8 @@
 //! `POST /v1/chat/completions`, `/v1/responses` and `/v1/messages` are checked, logged and
 //! forwarded — unchanged in `observe` mode, with the conversation rendered by Loom for the model's
 //! window in `fit` mode — and their replies relayed as they arrive (see `upstream`).
-//! `POST /v1/messages/count_tokens` is answered locally; `GET /v1/models` is forwarded.
+//! `POST /v1/messages/count_tokens` is answered locally; `GET /v1/models` and
+//! `POST /v1/responses/compact` are forwarded.
 //!
 //! Headers Loom reads: `X-Loom-Session` (the conversation; derived from the key and the
 //! conversation's opening when absent), `X-Loom-Mode` (`fit` or `observe`), `X-Loom-Budget`
@@ -50,6 +51,7 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/responses", post(responses))
+        .route("/v1/responses/compact", post(responses_compact))
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
@@ -497,14 +499,15 @@ fn provider_accepts(api: Api, raw: &[u8]) -> bool {
     serde_json::from_slice::<Value>(raw).is_ok_and(|body| check_request(api, &body).is_ok())
 }
 
-/// Whether a render sent every event of the log as it is: nothing stubbed, folded, summarised
-/// or dropped, and no compaction point yet.
+/// Whether a render sent every event of the client's conversation as it is: nothing stubbed,
+/// folded, summarised or dropped (what the client replaced itself aside), and no compaction
+/// point yet.
 fn whole(receipt: &loom_core::render::Receipt) -> bool {
     receipt.points == 0
         && receipt
             .lists()
             .iter()
-            .all(|(name, runs)| *name == "verbatim" || runs.is_empty())
+            .all(|(name, runs)| matches!(*name, "verbatim" | "replaced") || runs.is_empty())
 }
 
 /// The prepared call: its body, the reply's headers and what the reply is logged against.
@@ -856,13 +859,8 @@ async fn anchor(
     (estimated > 0.0 && ANCHOR_RANGE.contains(&factor)).then_some(factor)
 }
 
-/// `GET /v1/models`, forwarded to the OpenAI upstream.
+/// `GET /v1/models`, forwarded to the OpenAI upstream (to Anthropic's with its version header).
 async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let api = Api::ChatCompletions;
-    let principal = match state.authenticate(&headers).await {
-        Ok(p) => p,
-        Err(e) => return provider_error(api, &e),
-    };
     // Anthropic's SDKs list models at the same path, with their version header.
     let (api, url) = if headers.contains_key("anthropic-version") {
         (
@@ -870,15 +868,67 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
             format!("{}/v1/models", state.config.anthropic.base_url),
         )
     } else {
-        (api, format!("{}/models", state.config.openai.base_url))
+        (
+            Api::ChatCompletions,
+            format!("{}/models", state.config.openai.base_url),
+        )
     };
-    let mut req = state.http.get(url);
+    passthrough(&state, api, url, None, headers, None).await
+}
+
+/// `POST /v1/responses/compact`, OpenAI's compaction of a conversation (Codex's remote
+/// compaction), forwarded as it came: the provider compacts, and the `compaction` item it returns
+/// comes back in later requests, where Loom keeps it as it came and never compacts it again.
+async fn responses_compact(
+    State(state): State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let url = format!("{}/responses/compact", state.config.openai.base_url);
+    passthrough(
+        &state,
+        Api::Responses,
+        url,
+        uri.query(),
+        headers,
+        Some(body),
+    )
+    .await
+}
+
+/// Forwards a request Loom neither logs nor fits (a GET without a body, or a POST with one), with
+/// the client's headers and the deployment's credentials, and relays the answer.
+async fn passthrough(
+    state: &Arc<AppState>,
+    api: Api,
+    mut url: String,
+    query: Option<&str>,
+    headers: HeaderMap,
+    body: Option<Bytes>,
+) -> Response {
+    let principal = match state.authenticate(&headers).await {
+        Ok(p) => p,
+        Err(e) => return provider_error(api, &e),
+    };
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        url.push('?');
+        url.push_str(q);
+    }
+    let mut req = match body {
+        Some(body) => state
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body),
+        None => state.http.get(url),
+    };
     for (name, value) in &headers {
         if upstream::forwarded(name.as_str()) {
             req = req.header(name.as_str(), value.as_bytes());
         }
     }
-    let req = match credentials(&state, api, &principal, &headers, req) {
+    let req = match credentials(state, api, &principal, &headers, req) {
         Ok(r) => r,
         Err(e) => return provider_error(api, &e),
     };
@@ -899,13 +949,15 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
                     api,
                     &ApiError::upstream(
                         StatusCode::BAD_GATEWAY,
-                        format!("reading the upstream's model list: {}", without_url(&e)),
+                        format!("reading the upstream's answer: {}", without_url(&e)),
                     ),
                 ),
             }
         }
         Ok(Err(e)) => {
-            state.metrics.upstream_error("openai", "connect");
+            state
+                .metrics
+                .upstream_error(upstream::provider(api), "connect");
             provider_error(
                 api,
                 &ApiError::upstream(

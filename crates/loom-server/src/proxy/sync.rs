@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use loom_core::{AgentId, Event, EventBody, NewEvent, SessionId};
+use loom_core::{AgentId, Event, EventBody, NewEvent, Seq, SessionId};
 use loom_store::{NewSession, Store};
 
 use crate::error::{ApiError, Result};
@@ -116,8 +116,10 @@ pub(crate) fn sync(
             Some(read) => read,
             None => body.read_whole(b, base)?,
         };
-        if extends(&state.events, &read.events) {
-            let new = &read.events[state.events.len()..];
+        let view = loom_core::conversation(&state.events);
+        if extends_view(&view, &read.events) {
+            let new = &read.events[view.len()..];
+            drop(view);
             state.stage(b, new)?;
             let appended = new.len();
             state.body = body.memo(read.events.len(), read);
@@ -135,6 +137,39 @@ pub(crate) fn sync(
         Some(read) => read,
         None => body.read_whole(b, base)?,
     };
+    // No session's conversation is a prefix of the history. One the client rewrote (compacted,
+    // or with context it rebuilds every turn moved) continues that session, recorded as the
+    // client's rewrite; any other divergence starts a fork.
+    for id in forks.iter().rev() {
+        let live = loaded(b, id)?;
+        let mut state = lock_live(&live);
+        let Some(plan) = rewrite_plan(&state.events, &read.events) else {
+            continue;
+        };
+        let mut staged = Vec::with_capacity(read.events.len() - plan.kept + 1);
+        staged.push(NewEvent::new(
+            now_ms(),
+            EventBody::Rewrite {
+                replaced: plan.replaced,
+                compaction: plan.compaction,
+            },
+        ));
+        staged.extend_from_slice(&read.events[plan.kept..]);
+        if state.stage(b, &staged).is_err() {
+            // The rewrite breaks the log's pairing rules (a call id used again): a fork holds it.
+            continue;
+        }
+        let appended = staged.len();
+        state.body = body.memo(read.events.len(), read);
+        drop(state);
+        tracing::debug!("{id}: the client rewrote its conversation; continued");
+        return Ok(Synced {
+            live,
+            appended,
+            diverged_from: None,
+            continued: false,
+        });
+    }
     let newest = forks.last().unwrap_or(base).clone();
     let next = u32::try_from(count + 1).unwrap_or(u32::MAX);
     let id = fork_id(base, next)?;
@@ -166,11 +201,14 @@ fn continuation(
     let Some((before, read)) = read else {
         return Ok(None);
     };
-    let logged = &state.events[before.min(state.events.len())..];
-    if !extends(logged, &read.events) {
+    let view = loom_core::conversation(&state.events);
+    let logged = &view[before.min(view.len())..];
+    if !extends_view(logged, &read.events) {
         return Ok(None);
     }
-    let new = &read.events[logged.len()..];
+    let logged = logged.len();
+    drop(view);
+    let new = &read.events[logged..];
     state.stage(b, new)?;
     let appended = new.len();
     state.body = body.memo(before + read.events.len(), read);
@@ -214,9 +252,109 @@ fn fork_id(base: &SessionId, n: u32) -> Result<SessionId> {
         .map_err(|e| ApiError::invalid_field("X-Loom-Session", e.to_string()))
 }
 
-/// Whether `history` starts with the whole of `log`.
-fn extends(log: &[Event], history: &[NewEvent]) -> bool {
-    log.len() <= history.len() && log.iter().zip(history).all(|(l, h)| same(&l.body, &h.body))
+/// Whether `history` starts with the whole of a log's conversation (see
+/// [`loom_core::conversation`]).
+fn extends_view(view: &[&Event], history: &[NewEvent]) -> bool {
+    view.len() <= history.len()
+        && view
+            .iter()
+            .zip(history)
+            .all(|(l, h)| same(&l.body, &h.body))
+}
+
+/// How a history continues a session whose conversation it does not extend, as the client's
+/// rewrite of it.
+#[derive(Debug, PartialEq)]
+struct RewritePlan {
+    /// The history's first `kept` events are events of the conversation, in order.
+    kept: usize,
+    /// The conversation's events the history no longer holds.
+    replaced: Vec<[Seq; 2]>,
+    /// Whether the client compacted its history.
+    compaction: bool,
+}
+
+/// Text Claude Code opens a compacted conversation with.
+const CONTINUED_MARK: &str = "This session is being continued from a previous conversation";
+
+/// The rewrite that turns the log's conversation into `history`, when the history is the same
+/// conversation rewritten by its client: it keeps the conversation's opening and either still
+/// holds the model's latest reply (context the client rebuilds every turn was moved or changed,
+/// as aider's files in chat are) or marks itself as compacted (a `compaction` block or item, or
+/// Claude Code's continuation summary). `None` for any other divergence (a regenerated reply,
+/// another run of the same task, a side request): those are forks.
+fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
+    let view = loom_core::conversation(log);
+    // The longest opening of the history that is a subsequence of the conversation, matched
+    // as early as possible (which finds the longest such opening).
+    let mut matched = vec![false; view.len()];
+    let mut j = 0;
+    let mut kept = 0;
+    for h in history {
+        let Some(at) = (j..view.len()).find(|&at| same(&view[at].body, &h.body)) else {
+            break;
+        };
+        matched[at] = true;
+        j = at + 1;
+        kept += 1;
+    }
+    if kept == 0 || !matched.first().copied().unwrap_or(false) {
+        return None;
+    }
+    let latest_reply = view
+        .iter()
+        .rposition(|e| matches!(e.body, EventBody::Assistant { .. }));
+    let kept_reply = latest_reply.is_none_or(|at| matched[at]);
+    let compaction = history[kept..].iter().any(|e| compacted(&e.body));
+    if !kept_reply && !compaction {
+        return None;
+    }
+    let replaced: Vec<Seq> = view
+        .iter()
+        .zip(&matched)
+        .filter(|(_, m)| !**m)
+        .map(|(e, _)| e.seq)
+        .collect();
+    if replaced.is_empty() {
+        return None;
+    }
+    Some(RewritePlan {
+        kept,
+        replaced: runs(&replaced),
+        compaction,
+    })
+}
+
+/// Whether an event marks a history its client compacted.
+fn compacted(body: &EventBody) -> bool {
+    let content = match body {
+        EventBody::User { content, .. } | EventBody::System { content } => content,
+        EventBody::Assistant {
+            content: Some(content),
+            ..
+        } => content,
+        _ => return false,
+    };
+    match content {
+        loom_core::MessageContent::Text(t) => t.starts_with(CONTINUED_MARK),
+        loom_core::MessageContent::Parts(parts) => parts.iter().any(|p| match p {
+            loom_core::ContentPart::Text { text } => text.starts_with(CONTINUED_MARK),
+            loom_core::ContentPart::Opaque { .. } => p.opaque_type() == Some("compaction"),
+            loom_core::ContentPart::Image { .. } => false,
+        }),
+    }
+}
+
+/// Sorted seqs as inclusive runs.
+fn runs(seqs: &[Seq]) -> Vec<[Seq; 2]> {
+    let mut out: Vec<[Seq; 2]> = Vec::new();
+    for &s in seqs {
+        match out.last_mut() {
+            Some(run) if run[1] + 1 == s => run[1] = s,
+            _ => out.push([s, s]),
+        }
+    }
+    out
 }
 
 /// Whether a logged event and one read from a client's history are the same message.

@@ -310,3 +310,189 @@ async fn chat_parts_loom_does_not_model_pass_in_fit() {
     assert_eq!(r.status(), 200, "{}", text(r).await);
     assert_eq!(s.mock.requests().last().unwrap().body, body);
 }
+
+/// Codex's remote compaction goes to the provider as it came; Loom neither logs nor fits it.
+#[tokio::test]
+async fn responses_compact_is_forwarded_as_it_came() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let body = json!({"model": "gpt-6.2-sol", "input": [
+        {"type": "message", "role": "user", "content": "fix calc.py"},
+        {"type": "compaction_trigger"}
+    ]});
+    let r = s
+        .http
+        .post(format!("{}/v1/responses/compact?x=1", s.url))
+        .header("authorization", "Bearer sk-test")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    // The mock has no compaction endpoint: its 404 is relayed as it came.
+    assert_eq!(r.status(), 404);
+    let sent = s.mock.requests().last().unwrap().clone();
+    assert_eq!(sent.path, "/v1/responses/compact");
+    assert_eq!(sent.query.as_deref(), Some("x=1"));
+    assert_eq!(sent.body, body);
+    assert_eq!(sent.header("authorization"), Some("Bearer sk-test"));
+    assert!(s.store().sessions().unwrap().is_empty(), "nothing logged");
+}
+
+/// aider re-sends its files-in-chat message pair after the history on every turn: the same
+/// conversation with context moved, continued in one session (the moved pair recorded as the
+/// client's rewrite), in both modes, for 100 turns.
+#[tokio::test]
+async fn aiders_rebuilt_context_continues_one_session_for_100_turns() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        let s = start(AuthMode::None, mode).await;
+        let system = json!({"role": "system", "content": "Act as an expert software developer."});
+        // aider opens every request with its repo map, the conversation's stable opening.
+        let mut done: Vec<Value> = vec![
+            json!({"role": "user", "content": "Here are summaries of some files present in my git repository."}),
+            json!({"role": "assistant", "content": "Ok, I won't try and edit those files without asking first."}),
+        ];
+        for turn in 0..100 {
+            // The files' content changes every few turns, as the model edits them.
+            let files = json!([
+                {"role": "user", "content": format!("I have *added these files to the chat*:\ncalc.py\n```\nVERSION = {}\n```", turn / 7)},
+                {"role": "assistant", "content": "Ok, any changes I propose will be to those files."}
+            ]);
+            let current = json!({"role": "user", "content": format!("change {turn}")});
+            let reminder = json!({"role": "system", "content": "# SEARCH/REPLACE block rules"});
+            let mut messages = vec![system.clone()];
+            messages.extend(done.iter().cloned());
+            messages.extend(files.as_array().unwrap().iter().cloned());
+            messages.push(current.clone());
+            messages.push(reminder);
+            let body = json!({"model": "gpt-4o", "messages": messages});
+            let r = s.post("/v1/chat/completions", None, &[], &body).await;
+            assert_eq!(r.status(), 200, "{mode:?} turn {turn}");
+            assert!(
+                r.headers().get("x-loom-diverged").is_none(),
+                "{mode:?} turn {turn} forked"
+            );
+            let reply: Value = r.json().await.unwrap();
+            if mode == ProxyMode::Fit {
+                // The conversation fits: the client's own request went upstream.
+                assert_eq!(s.mock.requests().last().unwrap().body, body, "turn {turn}");
+            }
+            done.push(current);
+            done.push(reply["choices"][0]["message"].clone());
+        }
+        let sessions = s.store().sessions().unwrap();
+        assert_eq!(sessions.len(), 1, "{mode:?}: {sessions:?}");
+        let log = events(&s, sessions[0].id.as_str());
+        let rewrites = log
+            .iter()
+            .filter(|e| matches!(e.body, EventBody::Rewrite { .. }))
+            .count();
+        assert_eq!(
+            rewrites, 99,
+            "{mode:?}: one rewrite per turn after the first"
+        );
+        // The log holds each turn once, and the moved pair once per turn (never the whole
+        // history again).
+        assert!(log.len() <= 100 * 6 + 4, "{mode:?}: {} events", log.len());
+    }
+}
+
+/// Claude Code compacts its own history (auto-compact, `/compact`): the next request opens with
+/// the same system prompt and a continuation summary. The session continues, the compaction is
+/// recorded with what it replaced, and a fitted request renders what the client sent.
+#[tokio::test]
+async fn a_client_that_compacts_its_history_continues_its_session() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let headers = [("x-claude-code-session-id", "cc-compact")];
+    let mut messages = vec![json!({"role": "user", "content": "fix calc.py"})];
+    for turn in 0..5 {
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": "You are Claude Code.", "messages": messages});
+        let r = s.post("/v1/messages", None, &headers, &body).await;
+        assert_eq!(r.status(), 200, "turn {turn}");
+        let reply: Value = r.json().await.unwrap();
+        messages.push(json!({"role": "assistant", "content": reply["content"]}));
+        messages.push(json!({"role": "user", "content": format!("and step {turn}")}));
+    }
+    let compacted = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": "You are Claude Code.", "messages": [
+        {"role": "user", "content": "This session is being continued from a previous conversation that ran out of context. Summary: calc.py was fixed."},
+        {"role": "user", "content": "go on"}
+    ]});
+    let r = s.post("/v1/messages", None, &headers, &compacted).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-loom-diverged").is_none());
+    assert_eq!(r.headers()["x-loom-session"], "client-cc-compact");
+    assert_eq!(s.mock.requests().last().unwrap().body, compacted);
+    let log = events(&s, "client-cc-compact");
+    let rewrite = log
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::Rewrite {
+                replaced,
+                compaction,
+            } => Some((replaced.clone(), *compaction)),
+            _ => None,
+        })
+        .expect("the compaction is recorded");
+    assert!(rewrite.1, "recorded as a compaction");
+    assert_eq!(
+        rewrite.0,
+        vec![[2, 11]],
+        "every message after the system prompt"
+    );
+    // Rendered at a budget that forces Loom to render, the request is the compacted
+    // conversation, not the replaced one.
+    let r = s
+        .post(
+            "/v1/messages",
+            None,
+            &[
+                ("x-claude-code-session-id", "cc-compact"),
+                ("x-loom-budget", "3000"),
+            ],
+            &compacted,
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", text(r).await);
+    let sent = s.mock.requests().last().unwrap().body.to_string();
+    assert!(sent.contains("calc.py was fixed"), "{sent}");
+    assert!(!sent.contains("and step 3"), "{sent}");
+}
+
+/// Two runs of one task with the same opening and no session id of their own are still two
+/// sessions (the second a fork), never each other's rewrite.
+#[tokio::test]
+async fn parallel_runs_of_one_task_are_not_taken_for_rewrites() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    let tools = json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]);
+    let mut runs: Vec<Vec<Value>> = vec![
+        vec![json!({"role": "user", "content": "run the tests"})],
+        vec![json!({"role": "user", "content": "run the tests"})],
+    ];
+    for turn in 0..3 {
+        for (i, messages) in runs.iter_mut().enumerate() {
+            let body = json!({"model": "gpt-4o", "tools": tools, "messages": messages});
+            let r = s.post("/v1/chat/completions", None, &[], &body).await;
+            assert_eq!(r.status(), 200);
+            let reply: Value = r.json().await.unwrap();
+            let mut message = reply["choices"][0]["message"].clone();
+            // Each run's model makes its own call.
+            if let Some(call) = message["tool_calls"].get_mut(0) {
+                call["id"] = json!(format!("call_{i}_{turn}"));
+                call["function"]["arguments"] = json!(format!("{{\"command\":\"run {i}\"}}"));
+            }
+            messages.push(message.clone());
+            if let Some(call) = message["tool_calls"].get(0) {
+                messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": format!("output {i} {turn}")}));
+            }
+        }
+    }
+    let sessions = s.store().sessions().unwrap();
+    assert!(sessions.len() >= 2, "{sessions:?}");
+    for session in &sessions {
+        let log = events(&s, session.id.as_str());
+        assert!(
+            !log.iter()
+                .any(|e| matches!(e.body, EventBody::Rewrite { .. })),
+            "{}: {log:?}",
+            session.id
+        );
+    }
+}
