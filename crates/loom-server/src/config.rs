@@ -92,6 +92,9 @@ pub struct ServeConfig {
     pub auth: AuthMode,
     /// The mode of requests whose key and headers name none.
     pub default_mode: ProxyMode,
+    /// The `fit` budget (input tokens) of requests that name none with `X-Loom-Budget`: for
+    /// clients that cannot send a header; `None` fits to the model's window.
+    pub default_budget: Option<u64>,
     /// OpenAI (Chat Completions, Responses, models).
     pub openai: Upstream,
     /// Anthropic (Messages).
@@ -176,6 +179,7 @@ struct RawConfig {
     listen: Option<String>,
     auth: Option<String>,
     mode: Option<String>,
+    budget: Option<u64>,
     policy: Option<PathBuf>,
     models: Option<PathBuf>,
     #[serde(default)]
@@ -268,6 +272,9 @@ impl ServeConfig {
                 .parse()
                 .map_err(|_| invalid("mode", format!("`{text}`: expected fit or observe")))?,
         };
+        if raw.budget == Some(0) {
+            return Err(invalid("budget", "must be greater than 0"));
+        }
         let upstream = |name: &str,
                         arg: Option<String>,
                         raw: Option<RawUpstream>,
@@ -365,6 +372,7 @@ impl ServeConfig {
             db: args.db,
             auth,
             default_mode,
+            default_budget: raw.budget,
             openai,
             anthropic,
             tenant_keys,

@@ -4,6 +4,14 @@
 //! which Loom renders as the leading system message), Anthropic's `messages` and `system`.
 //! Everything else the client sent — model, tools exactly as given, sampling parameters, stream
 //! options, fields Loom does not know — is kept as it came.
+//!
+//! And the conversation keeps the client's shape where Loom did not change it ([`restore`]):
+//! every rendered message or item that says what one of the client's says is sent as the client
+//! wrote it — its `developer` role, its ids and statuses, its system blocks and their
+//! `cache_control`, its nulls and fields Loom does not model. Only what Loom stubbed, folded or
+//! dropped reads differently from what the client sent.
+
+use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
@@ -52,10 +60,243 @@ pub(crate) fn merge(api: Api, client: &Map<String, Value>, rendered: &Value) -> 
     Value::Object(body)
 }
 
+/// Anthropic accepts at most this many `cache_control` breakpoints in a request.
+const MAX_BREAKPOINTS: usize = 4;
+
+/// Puts the client's own form back wherever the fitted body says what the client said: each
+/// rendered item equal by meaning ([`meaning`]) to a client item at or after the previous match
+/// is replaced by the client's item; the system prompt (Anthropic's `system`, Responses'
+/// `instructions`) likewise. Anthropic's breakpoints are then kept within the provider's limit,
+/// the client's own first: Loom's are dropped, oldest first, when there are too many.
+pub(crate) fn restore(api: Api, client: &Map<String, Value>, items: &[Value], body: &mut Value) {
+    let key = match api {
+        Api::ChatCompletions | Api::Messages => "messages",
+        Api::Responses => "input",
+    };
+    let Some(obj) = body.as_object_mut() else {
+        return;
+    };
+    match api {
+        Api::Messages => {
+            if let (Some(theirs), Some(ours)) = (client.get("system"), obj.get("system")) {
+                if system_text(theirs) == system_text(ours) {
+                    obj.insert("system".into(), theirs.clone());
+                }
+            }
+        }
+        Api::Responses => {
+            // Loom renders `instructions` as the leading system message: sent back as the
+            // client's `instructions`.
+            if let Some(instructions) = client.get("instructions").filter(|v| !v.is_null()) {
+                let leads = obj
+                    .get("input")
+                    .and_then(Value::as_array)
+                    .and_then(|input| input.first())
+                    .is_some_and(|first| {
+                        first.get("role").and_then(Value::as_str) == Some("system")
+                            && text_of(first.get("content")) == text_of(Some(instructions))
+                    });
+                if leads {
+                    if let Some(Value::Array(input)) = obj.get_mut("input") {
+                        input.remove(0);
+                    }
+                    obj.insert("instructions".into(), instructions.clone());
+                }
+            }
+        }
+        Api::ChatCompletions => {}
+    }
+    let Some(Value::Array(rendered)) = obj.get_mut(key) else {
+        return;
+    };
+    let mut at: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        at.entry(meaning(item).to_string()).or_default().push(i);
+    }
+    let mut next = 0;
+    let mut ours = Vec::new();
+    for (r, item) in rendered.iter_mut().enumerate() {
+        let found = at
+            .get(&meaning(item).to_string())
+            .and_then(|list| list.iter().find(|&&i| i >= next).copied());
+        match found {
+            Some(i) => {
+                *item = items[i].clone();
+                next = i + 1;
+            }
+            None => ours.push(r),
+        }
+    }
+    if api == Api::Messages {
+        limit_breakpoints(obj, &ours);
+    }
+}
+
+/// A message or item reduced to what it says: no ids, statuses or cache breakpoints, no null
+/// or `false` fields, a lone text block as its text, `developer` as `system`, keys in order.
+fn meaning(item: &Value) -> Value {
+    match item {
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, v) in m {
+                if matches!(
+                    k.as_str(),
+                    "id" | "status" | "cache_control" | "annotations"
+                ) || matches!(v, Value::Null | Value::Bool(false))
+                {
+                    continue;
+                }
+                let v = match (k.as_str(), v) {
+                    ("role", Value::String(r)) if r == "developer" => Value::from("system"),
+                    ("type", Value::String(t)) if t == "message" => continue,
+                    ("content" | "output", Value::Array(parts)) => match parts.as_slice() {
+                        [one] if is_text_part(one) => {
+                            Value::String(one["text"].as_str().unwrap_or_default().to_owned())
+                        }
+                        _ => meaning(v),
+                    },
+                    _ => meaning(v),
+                };
+                out.insert(k.clone(), v);
+            }
+            Value::Object(out)
+        }
+        Value::Array(list) => Value::Array(list.iter().map(meaning).collect()),
+        // Tool-call arguments are JSON text: compared as the value they hold.
+        Value::String(s) if s.starts_with('{') => serde_json::from_str::<Value>(s)
+            .map(|v| meaning(&v))
+            .unwrap_or_else(|_| item.clone()),
+        other => other.clone(),
+    }
+}
+
+fn is_text_part(part: &Value) -> bool {
+    matches!(
+        part.get("type").and_then(Value::as_str),
+        Some("text" | "input_text" | "output_text")
+    ) && part.get("text").is_some_and(Value::is_string)
+}
+
+/// The text of a content value (a string, or text parts joined).
+fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Anthropic's `system` as its text.
+fn system_text(system: &Value) -> String {
+    text_of(Some(system))
+}
+
+/// Removes Loom's own breakpoints (on the rendered messages `ours`, oldest first, then the
+/// system's when Loom put one there) until the request holds at most [`MAX_BREAKPOINTS`].
+fn limit_breakpoints(obj: &mut Map<String, Value>, ours: &[usize]) {
+    let count = |v: &Value| v.to_string().matches("\"cache_control\"").count();
+    let mut total = obj.get("system").map_or(0, count)
+        + obj.get("messages").map_or(0, count)
+        + obj.get("tools").map_or(0, count);
+    if total <= MAX_BREAKPOINTS {
+        return;
+    }
+    if let Some(Value::Array(messages)) = obj.get_mut("messages") {
+        for &i in ours {
+            if total <= MAX_BREAKPOINTS {
+                return;
+            }
+            if let Some(Value::Array(blocks)) =
+                messages.get_mut(i).and_then(|m| m.get_mut("content"))
+            {
+                for block in blocks.iter_mut() {
+                    if let Some(b) = block.as_object_mut() {
+                        if b.remove("cache_control").is_some() {
+                            total -= 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_clients_shape_comes_back_where_the_render_says_what_it_said() {
+        let client = json!({
+            "model": "gpt-6", "instructions": "Be brief.",
+            "input": [
+                {"type": "message", "id": "msg_1", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+                {"type": "message", "id": "msg_2", "role": "user", "content": [{"type": "input_text", "text": "task"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "content": null, "encrypted_content": "e"},
+                {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{\"a\": 1}", "status": "completed"},
+                {"type": "function_call_output", "call_id": "c1", "output": "a long output"}
+            ]
+        });
+        let items = client["input"].as_array().unwrap().clone();
+        let mut body = json!({"model": "gpt-6", "input": [
+            {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Be brief."}]},
+            {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "rules"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "task"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\":1}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "[stubbed: see outputs/f_001.log]"}
+        ]});
+        restore(
+            Api::Responses,
+            client.as_object().unwrap(),
+            &items,
+            &mut body,
+        );
+        assert_eq!(body["instructions"], "Be brief.");
+        let input = body["input"].as_array().unwrap();
+        assert_eq!(input[..4], items[..4], "{body}");
+        // What Loom changed stays Loom's.
+        assert_eq!(input[4]["output"], "[stubbed: see outputs/f_001.log]");
+    }
+
+    #[test]
+    fn anthropic_keeps_the_clients_system_blocks_and_breakpoints_within_the_limit() {
+        let system = json!([
+            {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "c", "cache_control": {"type": "ephemeral"}}
+        ]);
+        let client = json!({"model": "claude", "max_tokens": 5, "system": system, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}]}
+        ]});
+        let items = client["messages"].as_array().unwrap().clone();
+        let mut body = json!({"model": "claude", "max_tokens": 5,
+        "system": [{"type": "text", "text": "a\nb\nc", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "task"}]},
+            {"role": "user", "content": [{"type": "text", "text": "[3 earlier steps]", "cache_control": {"type": "ephemeral"}}]}
+        ]});
+        restore(
+            Api::Messages,
+            client.as_object().unwrap(),
+            &items,
+            &mut body,
+        );
+        assert_eq!(body["system"], system);
+        assert_eq!(body["messages"][0], items[0]);
+        // Three of the client's in `system`, one on its message: Loom's own goes.
+        assert!(
+            body["messages"][1]["content"][0]
+                .get("cache_control")
+                .is_none(),
+            "{body}"
+        );
+    }
 
     #[test]
     fn only_the_conversation_is_replaced() {

@@ -131,6 +131,15 @@ impl RequestBody {
         &self.raw
     }
 
+    /// The conversation's items as the client sent them (`None` when it is not a list).
+    pub(crate) fn items(&self) -> Option<Vec<Value>> {
+        self.items
+            .as_ref()?
+            .iter()
+            .map(|range| serde_json::from_slice(self.item(range)).ok())
+            .collect()
+    }
+
     /// The model the body names.
     pub(crate) fn model(&self) -> &str {
         self.fields

@@ -283,7 +283,7 @@ async fn prepare(
                 format!("`{text}`: expected a positive number of tokens"),
             )
         })?),
-        None => None,
+        None => state.config.default_budget,
     };
     if api == Api::Responses
         && (client.contains_key("previous_response_id") || client.contains_key("conversation"))
@@ -449,7 +449,10 @@ async fn prepare(
                     warnings,
                 );
             }
-            let merged = fit::merge(api, &body.fields, &out.body);
+            let mut merged = fit::merge(api, &body.fields, &out.body);
+            if let Some(items) = body.items() {
+                fit::restore(api, &body.fields, &items, &mut merged);
+            }
             // The render pairs every call with its result by construction; this check is the
             // net under it. Should it ever fail, the client's own (valid) request goes instead
             // of a malformed one, and the failure is loud.

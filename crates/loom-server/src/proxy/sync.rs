@@ -278,10 +278,11 @@ struct RewritePlan {
 const CONTINUED_MARK: &str = "This session is being continued from a previous conversation";
 
 /// The rewrite that turns the log's conversation into `history`, when the history is the same
-/// conversation rewritten by its client: it keeps the conversation's opening and either still
-/// holds the model's latest reply (context the client rebuilds every turn was moved or changed,
-/// as aider's files in chat are) or marks itself as compacted (a `compaction` block or item, or
-/// Claude Code's continuation summary). `None` for any other divergence (a regenerated reply,
+/// conversation rewritten by its client: it opens with events of the conversation and either
+/// still holds the model's latest reply (context the client rebuilds every turn was moved or
+/// changed, as aider's files in chat are, or old messages were dropped by a client's window) or
+/// marks itself as compacted (a `compaction` block or item, or Claude Code's continuation
+/// summary). `None` for any other divergence (a regenerated reply,
 /// another run of the same task, a side request): those are forks.
 fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
     let view = loom_core::conversation(log);
@@ -298,7 +299,7 @@ fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
         j = at + 1;
         kept += 1;
     }
-    if kept == 0 || !matched.first().copied().unwrap_or(false) {
+    if kept == 0 {
         return None;
     }
     let latest_reply = view
@@ -557,8 +558,9 @@ mod tests {
         assert_eq!(store.latest_seq(&base).unwrap(), 3);
         // The same history again appends nothing.
         assert_eq!(run(b, &chat(&history)).unwrap().1, 0);
-        // An edited message starts a fork that records where it came from.
-        let edited = vec![u("hi"), a("hello", &[]), u("other")];
+        // A history that departs before the model's latest reply (an edited or regenerated
+        // turn) starts a fork that records where it came from.
+        let edited = vec![u("hi"), a("something else", &[]), u("other")];
         let (fork_id, _, diverged, continued) = run(b, &chat(&edited)).unwrap();
         assert_eq!((fork_id.as_str(), continued), ("s~2", false));
         assert_eq!(diverged.as_deref(), Some("s"));
@@ -582,6 +584,39 @@ mod tests {
             run(b, &chat(&second)).unwrap(),
             ("s~2".into(), 1, None, true)
         );
+    }
+
+    #[test]
+    fn a_history_rewritten_after_the_latest_reply_continues_as_the_clients_rewrite() {
+        let t = TestBackend::new(8);
+        let (store, b) = (&t.store, t.backend());
+        let base = SessionId::new("s").unwrap();
+        let context = |v: &str| u(&format!("files in chat, version {v}"));
+        run(b, &chat(&[context("1"), u("change a")])).unwrap();
+        store.append(&base, &[assistant("done a", &[])]).unwrap();
+        // The context moves after the history, in a new version.
+        let history = vec![u("change a"), a("done a", &[]), context("2"), u("change b")];
+        let (id, appended, diverged, _) = run(b, &chat(&history)).unwrap();
+        assert_eq!((id.as_str(), diverged), ("s", None));
+        assert_eq!(
+            appended, 3,
+            "the rewrite, the new context and the new message"
+        );
+        let log = store.read(&base, 1..=u64::MAX).unwrap();
+        assert_eq!(
+            log[3].body,
+            EventBody::Rewrite {
+                replaced: vec![[1, 1]],
+                compaction: false
+            }
+        );
+        // The session's conversation is the history: the next call extends it.
+        store.append(&base, &[assistant("done b", &[])]).unwrap();
+        let mut next = history.clone();
+        next.push(a("done b", &[]));
+        next.push(u("change c"));
+        let (id, appended, diverged, _) = run(b, &chat(&next)).unwrap();
+        assert_eq!((id.as_str(), appended, diverged), ("s", 1, None));
     }
 
     /// A conversation of `turns` calls in `api`'s shape, each body extending the last, with
