@@ -77,6 +77,12 @@ pub struct AssistantReply {
     /// Why generation stopped, in the provider's words (`stop`, `tool_calls`, `end_turn`,
     /// `max_output_tokens`, …); for the Responses API the status, or the reason it is incomplete.
     pub finish_reason: Option<String>,
+    /// The Responses API's output items as sent, when one of them is of a type the fields above
+    /// do not hold (a built-in tool's call such as `web_search_call`): a client sends them back
+    /// in place, so a log that is to match its next request reads them as it will. Empty
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<Value>,
 }
 
 /// Reads the assistant turn of a non-streaming reply body.

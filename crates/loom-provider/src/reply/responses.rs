@@ -65,6 +65,15 @@ fn meta(obj: &Map<String, Value>, path: &str) -> Out<AssistantReply> {
 /// summary (or, from open models, their reasoning text) and are kept whole in `native`; other
 /// items (built-in tool calls) are not turns of the log.
 fn items(output: &[Value], path: &str, reply: &mut AssistantReply) -> Out<()> {
+    let modelled = |item: &Value| {
+        matches!(
+            item.get("type").and_then(Value::as_str),
+            Some("message" | "function_call" | "custom_tool_call" | "reasoning")
+        )
+    };
+    if !output.iter().all(modelled) {
+        reply.items = output.to_vec();
+    }
     let mut text = Text::default();
     for (i, item) in output.iter().enumerate() {
         let path = index(path, i);

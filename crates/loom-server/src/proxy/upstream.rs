@@ -295,7 +295,7 @@ async fn log_reply(
     api: Api,
     model: &str,
     target: LogTarget,
-    reply: AssistantReply,
+    mut reply: AssistantReply,
 ) {
     if !target.logged {
         return;
@@ -315,6 +315,7 @@ async fn log_reply(
         guard,
         ..
     } = target;
+    let items = std::mem::take(&mut reply.items);
     let event = assistant_event(api, reply.clone());
     let usage = reply.usage.map(|u| Usage {
         input_tokens: u.input_tokens,
@@ -325,13 +326,18 @@ async fn log_reply(
     let logged = state
         .blocking("logging a reply", move |s| {
             let report = call.zip(usage.as_ref());
+            // Output items Loom does not model are read as the client will send them back.
+            let events = match reply_events(s.backend(), &session, &items) {
+                Some(events) => events,
+                None => vec![event],
+            };
             // Through the live session: the reply and its usage in one write. When another
             // writer moved the session on since the call was prepared, or the reply does not
             // fit the state held, the store's own append decides (the state is read again on
             // its next use).
             if let Some(live) = live {
                 let mut live = crate::live::lock_live(&live);
-                let staged = live.stage(s.backend(), std::slice::from_ref(&event));
+                let staged = live.stage(s.backend(), &events);
                 if staged.is_ok() && live.commit(s.backend(), None, report).is_ok() {
                     return Ok(());
                 }
@@ -341,11 +347,12 @@ async fn log_reply(
                 // went with it.
                 let latest = s.store.latest_seq(&session)?;
                 let last = s.store.read(&session, latest..=latest)?;
-                if last.last().is_some_and(|e| e.body == event.body) {
+                let ends_with = events.last().map(|e| &e.body);
+                if last.last().is_some_and(|e| Some(&e.body) == ends_with) {
                     return Ok(());
                 }
             }
-            s.store.append_reply(&session, &[event], report)?;
+            s.store.append_reply(&session, &events, report)?;
             Ok(())
         })
         .await;
@@ -354,6 +361,26 @@ async fn log_reply(
         state.metrics.unlogged_reply();
         tracing::warn!("a reply was relayed but not logged: {e}");
     }
+}
+
+/// The events of a Responses reply whose output holds items Loom does not model, read as a
+/// client's request holding those items is read (so the next request extends the log); `None`
+/// when there are none or they cannot be read.
+fn reply_events(
+    b: crate::live::Backend<'_>,
+    session: &SessionId,
+    items: &[serde_json::Value],
+) -> Option<Vec<NewEvent>> {
+    if items.is_empty() {
+        return None;
+    }
+    let doc = serde_json::to_vec(&serde_json::json!({ "input": items })).ok()?;
+    let mut opts = loom_import::ParseOptions::new(now_ms());
+    opts.format = loom_import::Format::Responses;
+    opts.session = Some(session.clone());
+    opts.keep_unknown = true;
+    let mut sessions = loom_import::parse_slice("reply", "reply", &doc, &opts, b.blobs).ok()?;
+    sessions.pop().map(|s| s.events).filter(|e| !e.is_empty())
 }
 
 /// The log's form of a reply (the proxy's, and the agent runtime's for its own model calls).

@@ -496,3 +496,43 @@ async fn parallel_runs_of_one_task_are_not_taken_for_rewrites() {
         );
     }
 }
+
+/// A Responses reply with a built-in tool's item (`web_search_call`) is logged as the client
+/// sends it back, so the next request continues the session instead of forking it.
+#[tokio::test]
+async fn a_reply_with_a_built_in_tools_item_is_continued_by_the_next_request() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let output = json!([
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "search first"}], "encrypted_content": "enc"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "rust 1.95"}},
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": "Rust 1.95 is out.", "annotations": []}]}
+    ]);
+    let reply = json!({"id": "resp_1", "object": "response", "status": "completed", "model": "gpt-4o",
+        "output": output, "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}});
+    s.mock.push_fault(loom_mock_upstream::Fault {
+        body: Some(reply.to_string()),
+        ..Default::default()
+    });
+    let mut input =
+        vec![json!({"type": "message", "role": "user", "content": "what is new in rust?"})];
+    let body = json!({"model": "gpt-4o", "tools": [{"type": "web_search"}], "input": input});
+    let r = s
+        .post("/v1/responses", None, &[("x-loom-session", "ws")], &body)
+        .await;
+    assert_eq!(r.status(), 200, "{}", text(r).await);
+    input.extend(output.as_array().unwrap().iter().cloned());
+    input.push(json!({"type": "message", "role": "user", "content": "thanks"}));
+    let body = json!({"model": "gpt-4o", "tools": [{"type": "web_search"}], "input": input});
+    let r = s
+        .post("/v1/responses", None, &[("x-loom-session", "ws")], &body)
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-loom-diverged").is_none());
+    assert_eq!(s.store().sessions().unwrap().len(), 1);
+    let log = events(&s, "ws");
+    assert!(
+        !log.iter()
+            .any(|e| matches!(e.body, EventBody::Rewrite { .. })),
+        "{log:?}"
+    );
+}
