@@ -11,13 +11,21 @@
 # no error replies, every tool call paired with its result, thinking/reasoning replayed byte for
 # byte, and in `observe` every body byte-identical. One line per run, then a summary; exits 1 when
 # any run failed. Every wait is bounded and everything started is stopped on exit.
+# Each run also writes figures.json beside its logs (tests/clients/figures.py: upstream requests
+# and input tokens, the largest request, Loom's sessions and forks, its 4xx/409 replies, orphaned
+# tool calls, requests over the budget or the window), and a table of them ends the output.
 #
 # Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini]
-#            [--modes direct,observe,fit] [--scenarios short,long,edits] [--capture] [--no-install]
+#            [--modes direct,observe,fit] [--scenarios short,long,edits] [--budget N|auto]
+#            [--capture] [--no-install]
+# --budget N puts `budget = N` (the fit budget for requests without X-Loom-Budget) in the config
+# of the fit runs; `auto` uses the per-client budgets below (about 30% of the client's whole
+# `long` conversation). Without it, fit runs use the model's window.
 # Environment: LOOM_CLIENTS, LOOM_CLIENTS_MODES, LOOM_CLIENTS_SCENARIOS (same lists),
-#   LOOM_CLIENTS_CAPTURE=1 (rewrite tests/clients/fixtures from the direct runs),
-#   LOOM_CLIENTS_DIR (default target/clients), LOOM_BIN (default target/release/loom; never built
-#   here), PYTHON (default python3).
+#   LOOM_CLIENTS_BUDGET (as --budget), LOOM_CLIENTS_CAPTURE=1 (rewrite tests/clients/fixtures from
+#   the direct runs), LOOM_CLIENTS_DIR (default target/clients), LOOM_CLIENTS_WORK (where the
+#   runs' logs go; default LOOM_CLIENTS_DIR/runs/last, emptied first), LOOM_BIN (default
+#   target/release/loom; never built here), PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -30,15 +38,17 @@ clients=${LOOM_CLIENTS:-claude,codex,opencode,aider,mini}
 modes=${LOOM_CLIENTS_MODES:-direct,observe,fit}
 scenarios=${LOOM_CLIENTS_SCENARIOS:-short,long,edits}
 capture=${LOOM_CLIENTS_CAPTURE:-0}
+budget=${LOOM_CLIENTS_BUDGET:-}
 install=1
 while [ $# -gt 0 ]; do
     case $1 in
         --clients) clients=$2; shift 2 ;;
         --modes) modes=$2; shift 2 ;;
         --scenarios) scenarios=$2; shift 2 ;;
+        --budget) budget=$2; shift 2 ;;
         --capture) capture=1; shift ;;
         --no-install) install=0; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -49,7 +59,17 @@ start_timeout=30
 declare -A client_timeout=([short]=240 [long]=420 [edits]=600)
 declare -A fixture_limit=([short]=0 [long]=4 [edits]=10)   # requests kept per run (0: all)
 
-work=$dir/runs/last
+# `--budget auto`: about 30% of each client's whole `long` conversation, i.e. of the largest
+# request of its `observe` run (o200k_base tokens of the body, figures.json `largest_request`:
+# Claude Code 387,821, Codex 377,290, opencode 378,572, aider 348,274, mini-swe-agent 95,095 on
+# 2026-11-28). The same budget serves every scenario (short and edits stay under it).
+declare -A auto_budget=([claude]=115000 [codex]=113000 [opencode]=113000 [aider]=104000 [mini]=28000)
+case $budget in
+    ''|auto) ;;
+    *[!0-9]*|0) echo "--budget takes a positive number of tokens or auto, not $budget" >&2; exit 2 ;;
+esac
+
+work=${LOOM_CLIENTS_WORK:-$dir/runs/last}
 rm -rf "$work"
 mkdir -p "$work"
 pids=()
@@ -227,6 +247,9 @@ run_one() {
     mkdir -p "$d/home"
     local t0=$SECONDS
     local run_pids=() problems=()
+    local run_budget=$budget
+    [ "$budget" = auto ] && run_budget=${auto_budget[$client]:-}
+    [ "$mode" = fit ] || run_budget=""
     "$python" "$here/mock_upstream.py" make-repo "$d/repo" --scenario "$scenario"
     start mock "$d" "$python" "$here/mock_upstream.py" serve --listen 127.0.0.1:0 --record "$d/mock" \
         --scenario "$scenario" --workdir "$d/repo" || { problems+=("mock did not start"); }
@@ -234,6 +257,9 @@ run_one() {
     local base=$url
     if [ "$mode" != direct ] && [ ${#problems[@]} -eq 0 ]; then
         printf 'mode = "%s"\n' "$mode" >"$d/loom.toml"
+        if [ "$mode" = fit ] && [ -n "$run_budget" ]; then
+            printf 'budget = %s\n' "$run_budget" >>"$d/loom.toml"
+        fi
         if start loom "$d" "$loom_bin" serve --db "$d/loom.db" --listen 127.0.0.1:0 --config "$d/loom.toml" \
             --upstream-openai "$base/v1" --upstream-anthropic "$base" --auth none; then
             run_pids+=("$started")
@@ -276,6 +302,9 @@ run_one() {
         "$python" "$here/mock_upstream.py" export "$d/mock" "$here/fixtures/$client/$scenario" \
             --limit "${fixture_limit[$scenario]}" >/dev/null
     fi
+    "$python" "$here/figures.py" run "$d" --mode "$mode" ${run_budget:+--budget "$run_budget"} \
+        --loom "$loom_bin" --exit "$rc" --passed $(( ${#problems[@]} == 0 )) 2>>"$d/figures.err" \
+        || echo "  (figures.py failed: $(tail -n 1 "$d/figures.err"))"
     local secs=$((SECONDS - t0))
     local calls
     calls=$(find "$d/mock" -name '[0-9][0-9][0-9][0-9].json' 2>/dev/null | wc -l)
@@ -298,7 +327,7 @@ run_one() {
     fi
 }
 
-echo "-- runs (clients: $clients; modes: $modes; scenarios: $scenarios)"
+echo "-- runs (clients: $clients; modes: $modes; scenarios: $scenarios${budget:+; fit budget: $budget})"
 for scenario in ${scenarios//,/ }; do
     for mode in ${modes//,/ }; do
         for client in ${clients//,/ }; do
@@ -310,4 +339,6 @@ done
 echo "-- summary"
 printf '%s\n' "${results[@]}" | tee "$work/results.txt"
 echo "$(( ${#results[@]} - failed )) passed, $failed failed"
+echo "-- figures (figures.json of each run; tests/clients/figures.py)"
+"$python" "$here/figures.py" summary "$work" | tee "$work/figures.txt" || true
 [ "$failed" -eq 0 ]

@@ -48,17 +48,7 @@ pub(crate) fn convert(
                 b.push(&spot, "", EventBody::System { content })?;
             }
             // A role Loom does not model is kept as it came, in place.
-            Some(_) if b.keep_unknown => {
-                let content = crate::opaque::whole(b.blobs(), NativeApi::Anthropic, item);
-                b.push(
-                    &spot,
-                    "",
-                    EventBody::User {
-                        content,
-                        name: None,
-                    },
-                )?;
-            }
+            Some(_) if b.keep_unknown => b.push_opaque(&spot, item)?,
             Some(other) => {
                 return Err(b.invalid(
                     &spot,

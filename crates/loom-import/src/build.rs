@@ -70,6 +70,20 @@ enum Segment {
 }
 
 impl<'a> Builder<'a> {
+    /// Appends an item Loom does not model (a message of an unknown role, an item of an
+    /// unknown type) as a user-side event that sends it back as it came, in place.
+    pub(crate) fn push_opaque(&mut self, spot: &Spot, item: crate::raw::RawItem) -> Result<()> {
+        let content = crate::opaque::whole(self.blobs, self.api, item);
+        self.push(
+            spot,
+            "",
+            EventBody::User {
+                content,
+                name: None,
+            },
+        )
+    }
+
     /// The blob store content is offloaded to.
     pub(crate) fn blobs(&self) -> &'a dyn BlobStore {
         self.blobs

@@ -84,17 +84,7 @@ fn message(b: &mut Builder<'_>, spot: &Spot, index: usize, item: RawItem) -> Res
             )
         }
         // A role Loom does not model is kept as it came, in place.
-        _ if b.keep_unknown => {
-            let content = crate::opaque::whole(b.blobs(), NativeApi::OpenaiChat, item);
-            b.push(
-                spot,
-                "",
-                EventBody::User {
-                    content,
-                    name: None,
-                },
-            )
-        }
+        _ if b.keep_unknown => b.push_opaque(spot, item),
         other => Err(b.invalid(
             spot,
             "role",

@@ -149,15 +149,7 @@ pub(crate) fn convert(
             // call, types added later) is kept as it came, in place.
             _ if b.keep_unknown => {
                 flush(b, &mut turn)?;
-                let content = crate::opaque::whole(b.blobs(), NativeApi::OpenaiResponses, item);
-                b.push(
-                    &spot,
-                    "",
-                    EventBody::User {
-                        content,
-                        name: None,
-                    },
-                )?;
+                b.push_opaque(&spot, item)?;
             }
             other => {
                 return Err(b.invalid(
@@ -182,15 +174,7 @@ fn message(b: &mut Builder<'_>, spot: &Spot, turn: &mut Option<Turn>, item: RawI
     if b.keep_unknown && !matches!(role, "assistant" | "system" | "developer" | "user") {
         // A role Loom does not model travels as it came.
         flush(b, turn)?;
-        let content = crate::opaque::whole(b.blobs(), NativeApi::OpenaiResponses, item);
-        return b.push(
-            spot,
-            "",
-            EventBody::User {
-                content,
-                name: None,
-            },
-        );
+        return b.push_opaque(spot, item);
     }
     let content = match item.content {
         Some(c) => b.message_content(spot, "content", c, |b, i, bl| {

@@ -140,8 +140,9 @@ impl Engine {
             // The request's own reserve, within what leaves the window room for a request.
             policy.response_reserve = reserve.min(window / 2).max(1);
         }
+        // A budget never lets the request and its reply's reserve pass the model's window.
         policy.context_window = match spec.budget {
-            Some(budget) => budget.saturating_add(policy.response_reserve),
+            Some(budget) => budget.saturating_add(policy.response_reserve).min(window),
             None => window,
         };
         policy

@@ -179,18 +179,7 @@ impl Projection {
                 content: content.clone(),
             },
             EventBody::User { content, name } => {
-                if self.first_user.is_none() {
-                    // Harness context a client sends before the task (`<environment_context>`,
-                    // a reminder, an item Loom does not model) stays with the opening too, so
-                    // the task is what it is about; a bounded number of them.
-                    if is_task(content) {
-                        self.first_user = Some(index);
-                        self.kept.push(index);
-                    } else if self.opening_notes < MAX_OPENING_NOTES {
-                        self.opening_notes += 1;
-                        self.kept.push(index);
-                    }
-                }
+                self.opening(index, content);
                 UnitBody::User {
                     content: content.clone(),
                     name: name.clone(),
@@ -302,6 +291,23 @@ impl Projection {
         self.units.push(Unit { seq, body });
     }
 
+    /// Takes note of a user message at unit `index` while the task is not found yet: the first
+    /// that states something of the user's own is the task; harness context a client sends
+    /// before it (`<environment_context>`, a reminder, an item Loom does not model) stays with
+    /// the opening too, so the task is what it is about (a bounded number of them).
+    fn opening(&mut self, index: usize, content: &MessageContent) {
+        if self.first_user.is_some() {
+            return;
+        }
+        if is_task(content) {
+            self.first_user = Some(index);
+            self.kept.push(index);
+        } else if self.opening_notes < MAX_OPENING_NOTES {
+            self.opening_notes += 1;
+            self.kept.push(index);
+        }
+    }
+
     /// Leaves out what the client replaced (an [`EventBody::Rewrite`] at `seq`), as if it had
     /// never been pushed: the units and results in `replaced` go, with the record itself, to
     /// `self.replaced`, and the indices are rebuilt from what stays.
@@ -354,20 +360,13 @@ impl Projection {
         self.calls.clear();
         self.results.clear();
         let mut late: Vec<(Seq, usize)> = Vec::new();
-        for (index, unit) in self.units.iter().enumerate() {
+        let units = std::mem::take(&mut self.units);
+        for (index, unit) in units.iter().enumerate() {
             match &unit.body {
                 UnitBody::System(_) | UnitBody::Pin { .. } => self.kept.push(index),
-                UnitBody::User { content, .. } if self.first_user.is_none() => {
-                    if is_task(content) {
-                        self.first_user = Some(index);
-                        self.kept.push(index);
-                    } else if self.opening_notes < MAX_OPENING_NOTES {
-                        self.opening_notes += 1;
-                        self.kept.push(index);
-                    }
-                }
+                UnitBody::User { content, .. } => self.opening(index, content),
                 UnitBody::Turn(turn) => {
-                    let next = self.units.get(index + 1).map(|u| u.seq);
+                    let next = units.get(index + 1).map(|u| u.seq);
                     for (c, call) in turn.calls.iter().enumerate() {
                         self.calls.insert(call.call.id.clone(), (index, c));
                         if let Some(r) = &call.result {
@@ -381,6 +380,7 @@ impl Projection {
                 _ => {}
             }
         }
+        self.units = units;
         late.sort_unstable();
         self.late = late.into_iter().map(|(_, u)| u).collect();
     }

@@ -127,16 +127,73 @@ pub(crate) fn restore(api: Api, client: &Map<String, Value>, items: &[Value], bo
             None => ours.push(r),
         }
     }
+    if api == Api::Responses {
+        custom_calls(items, rendered, &ours);
+    }
     if api == Api::Messages {
         limit_breakpoints(obj, &ours);
     }
 }
 
+/// Loom renders every call as a function call; the calls the client made to a custom (freeform)
+/// tool, and their outputs, go back as the client's `custom_tool_call` and
+/// `custom_tool_call_output` items where Loom rendered them itself (a stubbed output, a call
+/// whose turn was thinned).
+fn custom_calls(items: &[Value], rendered: &mut [Value], ours: &[usize]) {
+    let custom: std::collections::HashSet<&str> = items
+        .iter()
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("custom_tool_call"))
+        .filter_map(|i| i.get("call_id").and_then(Value::as_str))
+        .collect();
+    if custom.is_empty() {
+        return;
+    }
+    for &r in ours {
+        let Some(item) = rendered.get_mut(r).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        if !item
+            .get("call_id")
+            .and_then(Value::as_str)
+            .is_some_and(|id| custom.contains(id))
+        {
+            continue;
+        }
+        match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => {
+                item.insert("type".into(), "custom_tool_call".into());
+                if let Some(arguments) = item.remove("arguments") {
+                    item.insert("input".into(), arguments);
+                }
+            }
+            Some("function_call_output") => {
+                item.insert("type".into(), "custom_tool_call_output".into());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The label Loom's Anthropic render puts in front of a system message it sends as user text
+/// (the API has no mid-conversation system role outside a beta).
+const SYSTEM_LABEL: &str = "[system]\n";
+
 /// A message or item reduced to what it says: no ids, statuses or cache breakpoints, no null
-/// or `false` fields, a lone text block as its text, `developer` as `system`, keys in order.
+/// or `false` fields, a lone text block as its text, `developer` as `system`, a custom tool's
+/// call and output as a function's, Loom's labelled system text as a system message, keys in
+/// order.
 fn meaning(item: &Value) -> Value {
     match item {
         Value::Object(m) => {
+            if m.get("role").and_then(Value::as_str) == Some("user") {
+                let text = text_of(m.get("content"));
+                if let Some(rest) = text.strip_prefix(SYSTEM_LABEL) {
+                    let mut system = Map::new();
+                    system.insert("content".into(), Value::String(rest.to_owned()));
+                    system.insert("role".into(), "system".into());
+                    return Value::Object(system);
+                }
+            }
             let mut out = Map::new();
             for (k, v) in m {
                 if matches!(
@@ -146,8 +203,21 @@ fn meaning(item: &Value) -> Value {
                 {
                     continue;
                 }
-                let v = match (k.as_str(), v) {
+                let k = if k == "input"
+                    && m.get("type").and_then(Value::as_str) == Some("custom_tool_call")
+                {
+                    "arguments"
+                } else {
+                    k.as_str()
+                };
+                let v = match (k, v) {
                     ("role", Value::String(r)) if r == "developer" => Value::from("system"),
+                    ("type", Value::String(t)) if t == "custom_tool_call" => {
+                        Value::from("function_call")
+                    }
+                    ("type", Value::String(t)) if t == "custom_tool_call_output" => {
+                        Value::from("function_call_output")
+                    }
                     ("type", Value::String(t)) if t == "message" => continue,
                     ("content" | "output", Value::Array(parts)) => match parts.as_slice() {
                         [one] if is_text_part(one) => {
@@ -157,7 +227,7 @@ fn meaning(item: &Value) -> Value {
                     },
                     _ => meaning(v),
                 };
-                out.insert(k.clone(), v);
+                out.insert(k.to_owned(), v);
             }
             Value::Object(out)
         }
@@ -262,6 +332,47 @@ mod tests {
         assert_eq!(input[..4], items[..4], "{body}");
         // What Loom changed stays Loom's.
         assert_eq!(input[4]["output"], "[stubbed: see outputs/f_001.log]");
+    }
+
+    #[test]
+    fn custom_tool_calls_and_system_messages_keep_their_kind() {
+        let client = json!({"model": "gpt-6", "input": [
+            {"type": "message", "role": "user", "content": "task"},
+            {"type": "custom_tool_call", "id": "ctc_1", "call_id": "c1", "name": "exec", "input": "tools.ls()"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "a long listing"}]}
+        ]});
+        let items = client["input"].as_array().unwrap().clone();
+        let mut body = json!({"model": "gpt-6", "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "task"}]},
+            {"type": "function_call", "call_id": "c1", "name": "exec", "arguments": "tools.ls()"},
+            {"type": "function_call_output", "call_id": "c1", "output": "[stubbed]"}
+        ]});
+        restore(
+            Api::Responses,
+            client.as_object().unwrap(),
+            &items,
+            &mut body,
+        );
+        assert_eq!(body["input"][1], items[1], "{body}");
+        assert_eq!(body["input"][2]["type"], "custom_tool_call_output");
+        assert_eq!(body["input"][2]["output"], "[stubbed]");
+
+        let client = json!({"model": "claude", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "task"},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment\ncwd: /repo"}]}
+        ]});
+        let items = client["messages"].as_array().unwrap().clone();
+        let mut body = json!({"model": "claude", "max_tokens": 5, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "task"}]},
+            {"role": "user", "content": [{"type": "text", "text": "[system]\n# Environment\ncwd: /repo"}]}
+        ]});
+        restore(
+            Api::Messages,
+            client.as_object().unwrap(),
+            &items,
+            &mut body,
+        );
+        assert_eq!(body["messages"][1], items[1], "{body}");
     }
 
     #[test]

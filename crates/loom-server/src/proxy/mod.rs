@@ -303,7 +303,7 @@ async fn prepare(
     let client_session = match header(headers, "x-loom-session") {
         Some(id) => id.to_owned(),
         None => match client_session_id(headers, client) {
-            Some(id) => id,
+            Some(id) => client_conversation(id, &body, state).await?,
             None => derived_session(principal, api, &body, state).await?,
         },
     };
@@ -666,6 +666,30 @@ fn client_session_id(
 
 /// A stable session id for a conversation that names none: the key and the conversation's
 /// opening (its system prompt and first user message), hashed.
+/// The session of one of a client's conversations under its own session id: the id and the
+/// conversation's system prompt, hashed. A client sends side requests under the same id (a
+/// title, a summary, a sub-agent), each with a system prompt of its own: each is its own
+/// session, and none is taken for a departure of the main conversation.
+async fn client_conversation(
+    id: String,
+    body: &Arc<ingest::RequestBody>,
+    state: &Arc<AppState>,
+) -> Result<String, ApiError> {
+    let body = Arc::clone(body);
+    let system = state
+        .blocking("reading the conversation", move |s| {
+            let system: Vec<loom_core::EventBody> = body
+                .opening(s.backend())?
+                .into_iter()
+                .filter(|e| matches!(e, loom_core::EventBody::System { .. }))
+                .collect();
+            serde_json::to_vec(&system).map_err(|_| ApiError::internal("hashing the conversation"))
+        })
+        .await?;
+    let digest = hex::encode(Sha256::digest(&system));
+    Ok(format!("{id}.{}", &digest[..8]))
+}
+
 async fn derived_session(
     principal: &Principal,
     api: Api,

@@ -373,9 +373,10 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
                 ..
             },
         ) => {
+            // Clients trim what they send back (aider strips the reply's last newline).
             let text = |c: &Option<loom_core::MessageContent>| {
                 c.as_ref()
-                    .map(|c| c.text().into_owned())
+                    .map(|c| c.text().trim_end().to_owned())
                     .unwrap_or_default()
             };
             text(c1) == text(c2)

@@ -16,6 +16,22 @@ fn events(s: &Server, id: &str) -> Vec<loom_core::Event> {
     s.store().read(&id, 1..=u64::MAX).unwrap()
 }
 
+/// The one session named after a client's own session id (`client-ID.` and the hash of the
+/// conversation's system prompt).
+fn client_session(s: &Server, id: &str) -> String {
+    let prefix = format!("client-{id}.");
+    let found: Vec<String> = s
+        .store()
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id.to_string())
+        .filter(|i| i.starts_with(&prefix))
+        .collect();
+    assert_eq!(found.len(), 1, "{id}: {found:?}");
+    found[0].clone()
+}
+
 /// A first request shaped as Claude Code 2.1 sends it: three system blocks with their own cache
 /// breakpoints, a `system` message among the messages (a beta), a `document` block, a web
 /// search's server blocks in an earlier assistant turn, its query string and headers.
@@ -102,7 +118,7 @@ async fn claude_codes_first_request_passes_as_it_came_in_both_modes() {
         );
         // The client's own session id names the session; what Loom does not model is logged
         // as it came.
-        let log = events(&s, "client-cc-run-1");
+        let log = events(&s, &client_session(&s, "cc-run-1"));
         assert!(log.len() >= 5, "{log:?}");
         let opaque = log
             .iter()
@@ -182,7 +198,7 @@ async fn codexs_items_and_tools_pass_and_fit_does_not_fall_back() {
         }
         let sent = s.mock.requests().last().unwrap().clone();
         assert_eq!(sent.body, body, "{mode:?}");
-        let log = events(&s, "client-codex-1");
+        let log = events(&s, &client_session(&s, "codex-1"));
         assert_eq!(log.len(), 6, "{log:?}");
     }
 }
@@ -418,9 +434,10 @@ async fn a_client_that_compacts_its_history_continues_its_session() {
     let r = s.post("/v1/messages", None, &headers, &compacted).await;
     assert_eq!(r.status(), 200);
     assert!(r.headers().get("x-loom-diverged").is_none());
-    assert_eq!(r.headers()["x-loom-session"], "client-cc-compact");
+    let id = client_session(&s, "cc-compact");
+    assert_eq!(r.headers()["x-loom-session"], id.as_str());
     assert_eq!(s.mock.requests().last().unwrap().body, compacted);
-    let log = events(&s, "client-cc-compact");
+    let log = events(&s, &id);
     let rewrite = log
         .iter()
         .find_map(|e| match &e.body {
@@ -535,4 +552,42 @@ async fn a_reply_with_a_built_in_tools_item_is_continued_by_the_next_request() {
             .any(|e| matches!(e.body, EventBody::Rewrite { .. })),
         "{log:?}"
     );
+}
+
+/// A client's side requests under its own session id (opencode's title request, a sub-agent)
+/// have their own system prompt: each is its own session, and the main conversation never forks.
+#[tokio::test]
+async fn side_requests_under_a_clients_session_id_are_sessions_of_their_own() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    let headers = [("x-session-id", "oc-1")];
+    let title = json!({"model": "gpt-4.1", "messages": [
+        {"role": "system", "content": "You are a title generator."},
+        {"role": "user", "content": "fix calc.py"}
+    ]});
+    let r = s.post("/v1/chat/completions", None, &headers, &title).await;
+    assert_eq!(r.status(), 200);
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are opencode."}),
+        json!({"role": "user", "content": "fix calc.py"}),
+    ];
+    for turn in 0..3 {
+        let body = json!({"model": "gpt-4.1", "messages": messages});
+        let r = s.post("/v1/chat/completions", None, &headers, &body).await;
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("x-loom-diverged").is_none(), "turn {turn}");
+        let reply: Value = r.json().await.unwrap();
+        messages.push(reply["choices"][0]["message"].clone());
+        messages.push(json!({"role": "user", "content": format!("next {turn}")}));
+    }
+    let sessions: Vec<String> = s
+        .store()
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id.to_string())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert!(sessions
+        .iter()
+        .all(|i| i.starts_with("client-oc-1.") && !i.contains('~')));
 }
