@@ -66,6 +66,10 @@ pub struct Live {
     /// The last client body synced into this session, so that the next is read from where it
     /// ended (see `proxy::ingest`).
     pub(crate) body: Option<BodyMemo>,
+    /// What each client item the session has seen says (`proxy::fit::restore`): the hash of an
+    /// item's raw bytes to the hash of its meaning, so a long history is not read again on
+    /// every fitted call.
+    pub(crate) meanings: std::collections::HashMap<u128, u64>,
     /// An estimate of the memory this state holds (see [`weight`]).
     bytes: usize,
     /// The tool calls' states after the last event held.
@@ -174,6 +178,7 @@ impl Live {
             memo: CostMemo::new(),
             counts: Counts::default(),
             body: None,
+            meanings: std::collections::HashMap::new(),
             bytes: SESSION_OVERHEAD,
             ledger,
             summaries: all.summaries.unwrap_or_default(),

@@ -68,7 +68,12 @@ const MAX_BREAKPOINTS: usize = 4;
 /// is replaced by the client's item; the system prompt (Anthropic's `system`, Responses'
 /// `instructions`) likewise. Anthropic's breakpoints are then kept within the provider's limit,
 /// the client's own first: Loom's are dropped, oldest first, when there are too many.
-pub(crate) fn restore(api: Api, client: &Map<String, Value>, items: &[Value], body: &mut Value) {
+pub(crate) fn restore(
+    api: Api,
+    client: &Map<String, Value>,
+    items: &mut dyn Items,
+    body: &mut Value,
+) {
     let key = match api {
         Api::ChatCompletions | Api::Messages => "messages",
         Api::Responses => "input",
@@ -109,26 +114,35 @@ pub(crate) fn restore(api: Api, client: &Map<String, Value>, items: &[Value], bo
     let Some(Value::Array(rendered)) = obj.get_mut(key) else {
         return;
     };
-    let mut at: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, item) in items.iter().enumerate() {
-        at.entry(meaning(item).to_string()).or_default().push(i);
+    let mut at: HashMap<u64, Vec<usize>> = HashMap::new();
+    for i in 0..items.len() {
+        if let Some(h) = items.meaning(i) {
+            at.entry(h).or_default().push(i);
+        }
     }
     let mut next = 0;
     let mut ours = Vec::new();
+    let mut custom = std::collections::HashSet::new();
     for (r, item) in rendered.iter_mut().enumerate() {
         let found = at
-            .get(&meaning(item).to_string())
-            .and_then(|list| list.iter().find(|&&i| i >= next).copied());
+            .get(&meaning_hash(item))
+            .and_then(|list| list.iter().find(|&&i| i >= next).copied())
+            .and_then(|i| Some((i, items.value(i)?)));
         match found {
-            Some(i) => {
-                *item = items[i].clone();
+            Some((i, theirs)) => {
+                if theirs.get("type").and_then(Value::as_str) == Some("custom_tool_call") {
+                    if let Some(id) = theirs.get("call_id").and_then(Value::as_str) {
+                        custom.insert(id.to_owned());
+                    }
+                }
+                *item = theirs;
                 next = i + 1;
             }
             None => ours.push(r),
         }
     }
     if api == Api::Responses {
-        custom_calls(items, rendered, &ours);
+        custom_calls(&custom, rendered, &ours);
     }
     if api == Api::Messages {
         limit_breakpoints(obj, &ours);
@@ -139,12 +153,11 @@ pub(crate) fn restore(api: Api, client: &Map<String, Value>, items: &[Value], bo
 /// tool, and their outputs, go back as the client's `custom_tool_call` and
 /// `custom_tool_call_output` items where Loom rendered them itself (a stubbed output, a call
 /// whose turn was thinned).
-fn custom_calls(items: &[Value], rendered: &mut [Value], ours: &[usize]) {
-    let custom: std::collections::HashSet<&str> = items
-        .iter()
-        .filter(|i| i.get("type").and_then(Value::as_str) == Some("custom_tool_call"))
-        .filter_map(|i| i.get("call_id").and_then(Value::as_str))
-        .collect();
+fn custom_calls(
+    custom: &std::collections::HashSet<String>,
+    rendered: &mut [Value],
+    ours: &[usize],
+) {
     if custom.is_empty() {
         return;
     }
@@ -172,6 +185,34 @@ fn custom_calls(items: &[Value], rendered: &mut [Value], ours: &[usize]) {
             _ => {}
         }
     }
+}
+
+/// The client's items, read only as far as [`restore`] needs them.
+pub(crate) trait Items {
+    /// How many there are.
+    fn len(&self) -> usize;
+    /// The hash of what item `i` says ([`meaning`]).
+    fn meaning(&mut self, i: usize) -> Option<u64>;
+    /// Item `i` as the client sent it.
+    fn value(&self, i: usize) -> Option<Value>;
+}
+
+#[cfg(test)]
+impl Items for Vec<Value> {
+    fn len(&self) -> usize {
+        <[Value]>::len(self)
+    }
+    fn meaning(&mut self, i: usize) -> Option<u64> {
+        self.get(i).map(meaning_hash)
+    }
+    fn value(&self, i: usize) -> Option<Value> {
+        self.get(i).cloned()
+    }
+}
+
+/// The hash of what a message or item says.
+pub(crate) fn meaning_hash(item: &Value) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(meaning(item).to_string().as_bytes())
 }
 
 /// The label Loom's Anthropic render puts in front of a system message it sends as user text
@@ -312,7 +353,7 @@ mod tests {
                 {"type": "function_call_output", "call_id": "c1", "output": "a long output"}
             ]
         });
-        let items = client["input"].as_array().unwrap().clone();
+        let mut items = client["input"].as_array().unwrap().clone();
         let mut body = json!({"model": "gpt-6", "input": [
             {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Be brief."}]},
             {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "rules"}]},
@@ -324,7 +365,7 @@ mod tests {
         restore(
             Api::Responses,
             client.as_object().unwrap(),
-            &items,
+            &mut items,
             &mut body,
         );
         assert_eq!(body["instructions"], "Be brief.");
@@ -341,7 +382,7 @@ mod tests {
             {"type": "custom_tool_call", "id": "ctc_1", "call_id": "c1", "name": "exec", "input": "tools.ls()"},
             {"type": "custom_tool_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "a long listing"}]}
         ]});
-        let items = client["input"].as_array().unwrap().clone();
+        let mut items = client["input"].as_array().unwrap().clone();
         let mut body = json!({"model": "gpt-6", "input": [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "task"}]},
             {"type": "function_call", "call_id": "c1", "name": "exec", "arguments": "tools.ls()"},
@@ -350,7 +391,7 @@ mod tests {
         restore(
             Api::Responses,
             client.as_object().unwrap(),
-            &items,
+            &mut items,
             &mut body,
         );
         assert_eq!(body["input"][1], items[1], "{body}");
@@ -361,7 +402,7 @@ mod tests {
             {"role": "user", "content": "task"},
             {"role": "system", "content": [{"type": "text", "text": "# Environment\ncwd: /repo"}]}
         ]});
-        let items = client["messages"].as_array().unwrap().clone();
+        let mut items = client["messages"].as_array().unwrap().clone();
         let mut body = json!({"model": "claude", "max_tokens": 5, "messages": [
             {"role": "user", "content": [{"type": "text", "text": "task"}]},
             {"role": "user", "content": [{"type": "text", "text": "[system]\n# Environment\ncwd: /repo"}]}
@@ -369,7 +410,7 @@ mod tests {
         restore(
             Api::Messages,
             client.as_object().unwrap(),
-            &items,
+            &mut items,
             &mut body,
         );
         assert_eq!(body["messages"][1], items[1], "{body}");
@@ -385,7 +426,7 @@ mod tests {
         let client = json!({"model": "claude", "max_tokens": 5, "system": system, "messages": [
             {"role": "user", "content": [{"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}]}
         ]});
-        let items = client["messages"].as_array().unwrap().clone();
+        let mut items = client["messages"].as_array().unwrap().clone();
         let mut body = json!({"model": "claude", "max_tokens": 5,
         "system": [{"type": "text", "text": "a\nb\nc", "cache_control": {"type": "ephemeral"}}],
         "messages": [
@@ -395,7 +436,7 @@ mod tests {
         restore(
             Api::Messages,
             client.as_object().unwrap(),
-            &items,
+            &mut items,
             &mut body,
         );
         assert_eq!(body["system"], system);

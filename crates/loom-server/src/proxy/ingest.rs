@@ -131,13 +131,21 @@ impl RequestBody {
         &self.raw
     }
 
-    /// The conversation's items as the client sent them (`None` when it is not a list).
-    pub(crate) fn items(&self) -> Option<Vec<Value>> {
-        self.items
-            .as_ref()?
-            .iter()
-            .map(|range| serde_json::from_slice(self.item(range)).ok())
-            .collect()
+    /// How many items the conversation has (0 when it is not a list).
+    pub(crate) fn item_count(&self) -> usize {
+        self.items.as_ref().map_or(0, Vec::len)
+    }
+
+    /// The hash of item `i`'s raw bytes.
+    pub(crate) fn item_hash(&self, i: usize) -> Option<u128> {
+        let range = self.items.as_ref()?.get(i)?;
+        Some(xxh3_128(self.item(range)))
+    }
+
+    /// Item `i` as the client sent it.
+    pub(crate) fn item_value(&self, i: usize) -> Option<Value> {
+        let range = self.items.as_ref()?.get(i)?;
+        serde_json::from_slice(self.item(range)).ok()
     }
 
     /// The model the body names.

@@ -450,8 +450,13 @@ async fn prepare(
                 );
             }
             let mut merged = fit::merge(api, &body.fields, &out.body);
-            if let Some(items) = body.items() {
-                fit::restore(api, &body.fields, &items, &mut merged);
+            {
+                let mut held = crate::live::lock_live(&live);
+                let mut items = ClientItems {
+                    body: &body,
+                    memo: &mut held.meanings,
+                };
+                fit::restore(api, &body.fields, &mut items, &mut merged);
             }
             // The render pairs every call with its result by construction; this check is the
             // net under it. Should it ever fail, the client's own (valid) request goes instead
@@ -494,6 +499,32 @@ async fn prepare(
         lock,
         warnings,
     )
+}
+
+/// A request's items for [`fit::restore`], with the session's memo of what each says.
+struct ClientItems<'a> {
+    body: &'a ingest::RequestBody,
+    memo: &'a mut HashMap<u128, u64>,
+}
+
+impl fit::Items for ClientItems<'_> {
+    fn len(&self) -> usize {
+        self.body.item_count()
+    }
+
+    fn meaning(&mut self, i: usize) -> Option<u64> {
+        let raw = self.body.item_hash(i)?;
+        if let Some(&h) = self.memo.get(&raw) {
+            return Some(h);
+        }
+        let h = fit::meaning_hash(&self.body.item_value(i)?);
+        self.memo.insert(raw, h);
+        Some(h)
+    }
+
+    fn value(&self, i: usize) -> Option<Value> {
+        self.body.item_value(i)
+    }
 }
 
 /// Whether the provider's published rules accept `raw` (Loom's check of them): what `observe`
