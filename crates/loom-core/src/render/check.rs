@@ -163,7 +163,12 @@ pub fn check_responses(body: &Value) -> Result<(), Violation> {
     let mut open: Vec<(String, usize)> = Vec::new();
     let mut all = BTreeSet::new();
     for (i, item) in items.iter().enumerate() {
-        match str_field(item, "type", i)? {
+        // An "easy input message" has a role and no type (a client's own, sent as it came).
+        let kind = match item.get("type") {
+            None if item.get("role").is_some() => "message",
+            _ => str_field(item, "type", i)?,
+        };
+        match kind {
             "message" => {
                 str_field(item, "role", i)?;
             }
@@ -216,11 +221,16 @@ pub fn check_anthropic(body: &Value) -> Result<(), Violation> {
         return Err(malformed(0, "`max_tokens` must be a number"));
     }
     if let Some(system) = body.get("system") {
-        let ok = system
-            .as_array()
-            .is_some_and(|b| b.iter().all(|x| x.get("type") == Some(&"text".into())));
+        // The API takes a string too (a client's own system prompt, sent as it came).
+        let ok = system.is_string()
+            || system
+                .as_array()
+                .is_some_and(|b| b.iter().all(|x| x.get("type") == Some(&"text".into())));
         if !ok {
-            return Err(malformed(0, "`system` must be an array of text blocks"));
+            return Err(malformed(
+                0,
+                "`system` must be a string or an array of text blocks",
+            ));
         }
     }
     let mut expected: Vec<String> = Vec::new();
@@ -234,10 +244,21 @@ pub fn check_anthropic(body: &Value) -> Result<(), Violation> {
             // A role Loom does not model (a beta's) travels as it came; it answers no call.
             continue;
         }
-        let blocks = m
-            .get("content")
-            .and_then(Value::as_array)
-            .ok_or_else(|| malformed(i, "content must be an array of blocks"))?;
+        // A string is one text block (a client's own message, sent as it came).
+        let text_block;
+        let blocks: &[Value] = match m.get("content") {
+            Some(Value::Array(blocks)) => blocks,
+            Some(Value::String(text)) if !text.is_empty() => {
+                text_block = [serde_json::json!({"type": "text", "text": text})];
+                &text_block
+            }
+            _ => {
+                return Err(malformed(
+                    i,
+                    "content must be a string or an array of blocks",
+                ))
+            }
+        };
         if blocks.is_empty() {
             return Err(malformed(i, "content must not be empty"));
         }

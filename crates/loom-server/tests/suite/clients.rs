@@ -591,3 +591,64 @@ async fn side_requests_under_a_clients_session_id_are_sessions_of_their_own() {
         .iter()
         .all(|i| i.starts_with("client-oc-1.") && !i.contains('~')));
 }
+
+/// Once Loom renders, the client's own messages go back as it wrote them — a string `system`,
+/// string contents, Responses messages without a `type` — and the fitted request still passes
+/// Loom's own check (no fallback to the client's unfitted request).
+#[tokio::test]
+async fn restored_client_messages_in_their_short_forms_pass_the_check() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let big = "output line\n".repeat(1500);
+    let mut messages = vec![json!({"role": "user", "content": "read the files"})];
+    for i in 0..6 {
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{i}"), "name": "read", "input": {"i": i}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": big}]}));
+        messages.push(json!({"role": "assistant", "content": format!("read {i}")}));
+        messages.push(json!({"role": "user", "content": format!("next {i}")}));
+    }
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": "Be careful.", "messages": messages});
+    let r = s
+        .post("/v1/messages", None, &[("x-loom-budget", "6000")], &body)
+        .await;
+    let warning = r
+        .headers()
+        .get("x-loom-warning")
+        .map(|w| w.to_str().unwrap().to_owned());
+    assert_eq!(r.status(), 200);
+    assert!(
+        warning.as_deref().is_none_or(|w| !w.contains("unfitted")),
+        "{warning:?}"
+    );
+    let sent = s.mock.requests().last().unwrap().body.clone();
+    assert_eq!(sent["system"], "Be careful.");
+    assert!(sent.to_string().len() < body.to_string().len() / 2);
+
+    let mut input = vec![json!({"role": "user", "content": "read the files"})];
+    for i in 0..6 {
+        input.push(json!({"type": "function_call", "call_id": format!("c{i}"), "name": "read", "arguments": "{}"}));
+        input.push(
+            json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": big}),
+        );
+        input.push(json!({"role": "assistant", "content": format!("read {i}")}));
+        input.push(json!({"role": "user", "content": format!("next {i}")}));
+    }
+    let body = json!({"model": "gpt-4o", "instructions": "Be careful.", "input": input});
+    let r = s
+        .post("/v1/responses", None, &[("x-loom-budget", "6000")], &body)
+        .await;
+    let warning = r
+        .headers()
+        .get("x-loom-warning")
+        .map(|w| w.to_str().unwrap().to_owned());
+    assert_eq!(r.status(), 200);
+    assert!(
+        warning.as_deref().is_none_or(|w| !w.contains("unfitted")),
+        "{warning:?}"
+    );
+    let sent = s.mock.requests().last().unwrap().body.clone();
+    assert_eq!(sent["instructions"], "Be careful.");
+    assert_eq!(
+        sent["input"][0],
+        json!({"role": "user", "content": "read the files"})
+    );
+}
