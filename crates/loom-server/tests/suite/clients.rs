@@ -592,6 +592,22 @@ async fn side_requests_under_a_clients_session_id_are_sessions_of_their_own() {
         .all(|i| i.starts_with("client-oc-1.") && !i.contains('~')));
 }
 
+/// Sends `body` at a 6,000-token budget and returns what reached the upstream, checking that
+/// Loom answered and did not fall back to the client's unfitted request.
+async fn fitted_at_6000(s: &Server, path: &str, body: &Value) -> Value {
+    let r = s.post(path, None, &[("x-loom-budget", "6000")], body).await;
+    let warning = r
+        .headers()
+        .get("x-loom-warning")
+        .map(|w| w.to_str().unwrap().to_owned());
+    assert_eq!(r.status(), 200, "{path}");
+    assert!(
+        warning.as_deref().is_none_or(|w| !w.contains("unfitted")),
+        "{path}: {warning:?}"
+    );
+    s.mock.requests().last().unwrap().body.clone()
+}
+
 /// Once Loom renders, the client's own messages go back as it wrote them — a string `system`,
 /// string contents, Responses messages without a `type` — and the fitted request still passes
 /// Loom's own check (no fallback to the client's unfitted request).
@@ -607,19 +623,7 @@ async fn restored_client_messages_in_their_short_forms_pass_the_check() {
         messages.push(json!({"role": "user", "content": format!("next {i}")}));
     }
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": "Be careful.", "messages": messages});
-    let r = s
-        .post("/v1/messages", None, &[("x-loom-budget", "6000")], &body)
-        .await;
-    let warning = r
-        .headers()
-        .get("x-loom-warning")
-        .map(|w| w.to_str().unwrap().to_owned());
-    assert_eq!(r.status(), 200);
-    assert!(
-        warning.as_deref().is_none_or(|w| !w.contains("unfitted")),
-        "{warning:?}"
-    );
-    let sent = s.mock.requests().last().unwrap().body.clone();
+    let sent = fitted_at_6000(&s, "/v1/messages", &body).await;
     assert_eq!(sent["system"], "Be careful.");
     assert!(sent.to_string().len() < body.to_string().len() / 2);
 
@@ -633,19 +637,7 @@ async fn restored_client_messages_in_their_short_forms_pass_the_check() {
         input.push(json!({"role": "user", "content": format!("next {i}")}));
     }
     let body = json!({"model": "gpt-4o", "instructions": "Be careful.", "input": input});
-    let r = s
-        .post("/v1/responses", None, &[("x-loom-budget", "6000")], &body)
-        .await;
-    let warning = r
-        .headers()
-        .get("x-loom-warning")
-        .map(|w| w.to_str().unwrap().to_owned());
-    assert_eq!(r.status(), 200);
-    assert!(
-        warning.as_deref().is_none_or(|w| !w.contains("unfitted")),
-        "{warning:?}"
-    );
-    let sent = s.mock.requests().last().unwrap().body.clone();
+    let sent = fitted_at_6000(&s, "/v1/responses", &body).await;
     assert_eq!(sent["instructions"], "Be careful.");
     assert_eq!(
         sent["input"][0],
