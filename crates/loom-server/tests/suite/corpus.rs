@@ -32,6 +32,13 @@ const CONNECTION_HEADERS: [&str; 7] = [
     "transfer-encoding",
 ];
 
+/// The opening words of the task every client of the suite is given.
+const TASK: &[u8] = b"calc.py has bugs";
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/fixtures")
 }
@@ -186,6 +193,15 @@ async fn replay(mode: ProxyMode, budget: Option<&str>) {
             );
             let sent = s.mock.requests().last().unwrap().clone();
             assert_eq!(sent.query, r.query, "{}", r.name);
+            // The suite's task is pinned: a fitted request keeps it, also behind the harness's
+            // own messages (Codex's `<environment_context>`, Claude Code's reminders).
+            if contains(&r.body, TASK) {
+                assert!(
+                    contains(&sent.raw, TASK),
+                    "{name} {mode:?} {budget:?}: {} lost the task",
+                    r.name
+                );
+            }
             // `fit` sends the client's own bytes while the render leaves nothing out.
             let whole = mode == ProxyMode::Observe
                 || session.as_deref().is_some_and(|id| whole_render(&s, id));
