@@ -35,6 +35,18 @@ fi
 
 mkdir -p "$dir"
 
+# Node.js and npm for the npm clients: the machine's own, or Debian's when it has none.
+if ! command -v npm >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "no npm: installing Debian's nodejs and npm" >&2
+        timeout 600 apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive timeout "$npm_timeout" apt-get install -y -qq nodejs npm >/dev/null
+    else
+        echo "npm is needed for Claude Code, Codex and opencode; install Node.js (>= 20)" >&2
+        exit 1
+    fi
+fi
+
 # npm_install NAME PACKAGE VERSION BIN: installs PACKAGE@VERSION into $dir/npm/NAME (a prefix of
 # its own, so that one client's dependencies never move another's).
 npm_install() {

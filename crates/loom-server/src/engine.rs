@@ -93,15 +93,16 @@ impl Engine {
         field: &str,
         estimate_unknown: bool,
     ) -> Result<(Tokenizer, u64)> {
-        let info = match self.registry.lookup(model) {
+        let info = match self.entry(model) {
             Ok(info) => info,
-            Err(e) => match self.registry.lookup_family(model) {
-                Some(info) => info,
-                None if estimate_unknown => {
-                    return Ok((Tokenizer::Estimate(Default::default()), u64::MAX));
-                }
-                None => return Err(ApiError::invalid_field(field, e.to_string())),
-            },
+            // Counted as models without a public tokenizer are: never below an exact count.
+            Err(_) if estimate_unknown => {
+                return Ok((
+                    Tokenizer::Bounded(Default::default(), loom_tokens::Encoding::O200kBase),
+                    u64::MAX,
+                ));
+            }
+            Err(e) => return Err(ApiError::invalid_field(field, e.to_string())),
         };
         let tokenizer = Tokenizer::for_model(info)
             .map_err(|e| ApiError::invalid_field(field, format!("model `{model}`: {e}")))?;
@@ -124,10 +125,16 @@ impl Engine {
 
     /// The registry's entry for `model`, by name or by family.
     pub fn model_info(&self, model: &str) -> Result<&loom_tokens::ModelInfo> {
+        self.entry(model)
+            .map_err(|e| ApiError::invalid_field("model", e.to_string()))
+    }
+
+    /// The registry's entry for `model`: by name, else the newest of its family; the error is
+    /// the lookup by name's (it lists near names).
+    fn entry(&self, model: &str) -> loom_tokens::Result<&loom_tokens::ModelInfo> {
         self.registry
             .lookup(model)
             .or_else(|e| self.registry.lookup_family(model).ok_or(e))
-            .map_err(|e| ApiError::invalid_field("model", e.to_string()))
     }
 
     /// The counter and policy `spec` renders with; checking them before anything is written

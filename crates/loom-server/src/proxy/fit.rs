@@ -84,7 +84,7 @@ pub(crate) fn restore(
     match api {
         Api::Messages => {
             if let (Some(theirs), Some(ours)) = (client.get("system"), obj.get("system")) {
-                if system_text(theirs) == system_text(ours) {
+                if text_of(Some(theirs)) == text_of(Some(ours)) {
                     obj.insert("system".into(), theirs.clone());
                 }
             }
@@ -299,11 +299,6 @@ fn text_of(content: Option<&Value>) -> String {
             .join("\n"),
         _ => String::new(),
     }
-}
-
-/// Anthropic's `system` as its text.
-fn system_text(system: &Value) -> String {
-    text_of(Some(system))
 }
 
 /// Removes Loom's own breakpoints (on the rendered messages `ours`, oldest first, then the

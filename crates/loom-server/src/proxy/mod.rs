@@ -303,7 +303,7 @@ async fn prepare(
     let client_session = match header(headers, "x-loom-session") {
         Some(id) => id.to_owned(),
         None => match client_session_id(headers, client) {
-            Some(id) => client_conversation(id, &body, state).await?,
+            Some(id) => client_conversation(id, &body),
             None => derived_session(principal, api, &body, state).await?,
         },
     };
@@ -701,24 +701,31 @@ fn client_session_id(
 /// conversation's system prompt, hashed. A client sends side requests under the same id (a
 /// title, a summary, a sub-agent), each with a system prompt of its own: each is its own
 /// session, and none is taken for a departure of the main conversation.
-async fn client_conversation(
-    id: String,
-    body: &Arc<ingest::RequestBody>,
-    state: &Arc<AppState>,
-) -> Result<String, ApiError> {
-    let body = Arc::clone(body);
-    let system = state
-        .blocking("reading the conversation", move |s| {
-            let system: Vec<loom_core::EventBody> = body
-                .opening(s.backend())?
-                .into_iter()
-                .filter(|e| matches!(e, loom_core::EventBody::System { .. }))
-                .collect();
-            serde_json::to_vec(&system).map_err(|_| ApiError::internal("hashing the conversation"))
-        })
-        .await?;
-    let digest = hex::encode(Sha256::digest(&system));
-    Ok(format!("{id}.{}", &digest[..8]))
+///
+/// The system prompt is hashed by what it says ([`fit::meaning_hash`]: cache breakpoints, ids
+/// and the string-or-blocks form aside), from the body's own fields and leading items, so this
+/// reads nothing but the body and costs no import on a client's every call.
+fn client_conversation(id: String, body: &ingest::RequestBody) -> String {
+    let mut h = Sha256::new();
+    for key in ["system", "instructions"] {
+        if let Some(v) = body.fields.get(key).filter(|v| !v.is_null()) {
+            h.update(fit::meaning_hash(v).to_le_bytes());
+        }
+    }
+    for i in 0..body.item_count() {
+        let Some(item) = body.item_value(i) else {
+            break;
+        };
+        // The leading system and developer items (Codex's `additional_tools` among them).
+        if !matches!(
+            item.get("role").and_then(Value::as_str),
+            Some("system" | "developer")
+        ) {
+            break;
+        }
+        h.update(fit::meaning_hash(&item).to_le_bytes());
+    }
+    format!("{id}.{}", &hex::encode(h.finalize())[..8])
 }
 
 async fn derived_session(
