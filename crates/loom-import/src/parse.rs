@@ -135,7 +135,7 @@ fn parse_lines(
     let text = std::str::from_utf8(bytes).ok()?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let tracker = Tracker::new();
-    let ctx = Ctx::new(blobs, opts.inline_limit, &tracker);
+    let ctx = Ctx::new(blobs, opts.inline_limit, &tracker).keeping_unknown(opts.keep_unknown);
     let mut file_clue: Option<(Clue, usize)> = None;
     let mut drafts: Vec<Draft> = Vec::new();
     for (index, line) in text.split('\n').enumerate() {
@@ -185,7 +185,7 @@ pub fn parse_reader(
 ) -> Result<Vec<ParsedSession>> {
     let tracker = Tracker::new();
     let mut input = Input::new(reader, &tracker);
-    let ctx = Ctx::new(blobs, opts.inline_limit, &tracker);
+    let ctx = Ctx::new(blobs, opts.inline_limit, &tracker).keeping_unknown(opts.keep_unknown);
     let mut file_clue: Option<(Clue, usize)> = None;
     let mut drafts: Vec<Draft> = Vec::new();
     loop {
@@ -241,7 +241,7 @@ pub fn parse_slice(
     blobs: &dyn BlobStore,
 ) -> Result<Vec<ParsedSession>> {
     let tracker = Tracker::new();
-    let ctx = Ctx::new(blobs, opts.inline_limit, &tracker);
+    let ctx = Ctx::new(blobs, opts.inline_limit, &tracker).keeping_unknown(opts.keep_unknown);
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let parsed = RecordSeed(&ctx)
         .deserialize(&mut de)

@@ -163,6 +163,9 @@ pub(crate) struct Ctx<'a> {
     tracker: &'a Tracker,
     path: RefCell<Vec<Seg>>,
     blob_error: RefCell<Option<StoreError>>,
+    /// Whether fields the raw shapes do not name are kept (`extra`), for blocks and items Loom
+    /// does not model; a reader held to a named format skips them, as it always did.
+    keep_unknown: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -172,8 +175,15 @@ impl<'a> Ctx<'a> {
             inline_limit,
             tracker,
             path: RefCell::new(Vec::new()),
+            keep_unknown: false,
             blob_error: RefCell::new(None),
         }
+    }
+
+    /// Keeps the fields the raw shapes do not name (see `RawBlock::extra`).
+    pub(crate) fn keeping_unknown(mut self, keep: bool) -> Self {
+        self.keep_unknown = keep;
+        self
     }
 
     /// Starts a new record.
@@ -472,10 +482,13 @@ impl<'de> Visitor<'de> for BlockSeed<'_, '_> {
                     Field::Data => b.data = string_only(map.next_value()?),
                     Field::Refusal => b.refusal = map.next_value()?,
                     // Any other field, kept for a block Loom does not model.
-                    _ => {
+                    _ if ctx.keep_unknown => {
                         let value = map.next_value()?;
                         let name = other.unwrap_or_else(|| key.name().to_owned());
                         b.extra.insert(name, value);
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
                     }
                 }
                 Ok(())
@@ -526,10 +539,13 @@ impl<'de> Visitor<'de> for ItemSeed<'_, '_> {
                     Field::Id => it.id = string_only(map.next_value()?),
                     Field::EncryptedContent => it.encrypted_content = Some(map.next_value()?),
                     // Any other field, kept for an item Loom does not model.
-                    _ => {
+                    _ if ctx.keep_unknown => {
                         let value = map.next_value()?;
                         let name = other.unwrap_or_else(|| key.name().to_owned());
                         it.extra.insert(name, value);
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
                     }
                 }
                 Ok(())

@@ -43,6 +43,8 @@ pub(crate) struct RequestBody {
     items: Option<Vec<Range<usize>>>,
     /// `prefix[i]` is the hash of the first `i` items.
     prefix: Vec<u128>,
+    /// `hashes[i]` is the hash of item `i`'s bytes.
+    hashes: Vec<u128>,
     /// The hash of the top-level fields the importer reads besides the items.
     header: u128,
 }
@@ -106,9 +108,11 @@ impl RequestBody {
                 .collect()
         });
         let mut prefix = vec![0u128];
+        let mut hashes = Vec::with_capacity(items.as_ref().map_or(0, Vec::len));
         let mut running = 0u128;
         for range in items.iter().flatten() {
             let item = xxh3_128(&raw[range.clone()]);
+            hashes.push(item);
             let mut pair = [0u8; 32];
             pair[..16].copy_from_slice(&running.to_le_bytes());
             pair[16..].copy_from_slice(&item.to_le_bytes());
@@ -122,6 +126,7 @@ impl RequestBody {
             fields,
             items,
             prefix,
+            hashes,
             header,
         })
     }
@@ -136,10 +141,9 @@ impl RequestBody {
         self.items.as_ref().map_or(0, Vec::len)
     }
 
-    /// The hash of item `i`'s raw bytes.
+    /// The hash of item `i`'s raw bytes (taken when the body was split).
     pub(crate) fn item_hash(&self, i: usize) -> Option<u128> {
-        let range = self.items.as_ref()?.get(i)?;
-        Some(xxh3_128(self.item(range)))
+        self.hashes.get(i).copied()
     }
 
     /// Item `i` as the client sent it.
