@@ -15,7 +15,6 @@ use loom_core::{
     AgentId, ContentStats, Event, EventBody, MessageContent, NewEvent, SessionId, ToolCall,
     ToolOutput,
 };
-use loom_provider::Api;
 use loom_runtime::{
     catch_up, Decision, Hooks, InjectionBudget, Job, PostTurn, Summarizer, TurnView, WorkerConfig,
 };
@@ -270,15 +269,6 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// The render format for a model's wire API.
-pub fn format_of(api: Api) -> Format {
-    match api {
-        Api::ChatCompletions => Format::OpenaiChat,
-        Api::Responses => Format::OpenaiResponses,
-        Api::Messages => Format::Anthropic,
-    }
 }
 
 /// Where the log stands for the loop.
@@ -624,7 +614,7 @@ impl<'a> Runner<'a> {
             let mut spec = RenderSpec {
                 model: self.spec.model.clone(),
                 budget: self.spec.budget,
-                format: format_of(api),
+                format: Format::from(api),
                 tools: specs.clone(),
                 always_record: true,
                 injections: Vec::new(),

@@ -192,8 +192,8 @@ pub struct SandboxConfig {
 pub struct SummarizerConfig {
     /// `deterministic` (no model: a structured digest of the steps), or `http`.
     pub kind: String,
-    /// For `http`: `openai-chat` (and compatible servers) or `anthropic`.
-    pub api: Option<loom_runtime::Api>,
+    /// For `http`: `openai-chat` (and compatible servers), `openai-responses` or `anthropic`.
+    pub api: Option<loom_core::Api>,
     /// For `http`: the endpoint's base URL.
     pub base_url: Option<String>,
     /// For `http`: the variable holding the key.

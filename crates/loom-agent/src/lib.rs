@@ -22,8 +22,8 @@ pub mod names;
 pub mod tools;
 
 pub use agent::{
-    approve, format_of, Agent, ChildActions, Env, Limits, Observer, Prices, Progress, Quiet,
-    Report, RunSpec, Runner, Stop, Totals, DEFAULT_SYSTEM,
+    approve, Agent, ChildActions, Env, Limits, Observer, Prices, Progress, Quiet, Report, RunSpec,
+    Runner, Stop, Totals, DEFAULT_SYSTEM,
 };
 pub use approval::Answer;
 pub use config::{Config, KnowledgeConfig, MemoryConfig};

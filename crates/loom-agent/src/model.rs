@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use loom_provider::{parse_reply, Api, AssistantReply};
+use loom_provider::{parse_reply, AssistantReply};
+
+use loom_core::Api;
 use serde_json::Value;
 
 use crate::error::{AgentError, Result};
@@ -85,8 +87,7 @@ impl Scripted {
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             });
             let bytes = serde_json::to_vec(&body).map_err(|e| format!("[{i}]: {e}"))?;
-            let reply =
-                parse_reply(Api::ChatCompletions, &bytes).map_err(|e| format!("[{i}]: {e}"))?;
+            let reply = parse_reply(Api::OpenaiChat, &bytes).map_err(|e| format!("[{i}]: {e}"))?;
             turns.push(reply);
         }
         Ok(Self { turns, next: 0 })
@@ -105,7 +106,7 @@ impl Scripted {
 
 impl Model for Scripted {
     fn api(&self) -> Api {
-        Api::ChatCompletions
+        Api::OpenaiChat
     }
 
     fn call(
@@ -202,7 +203,7 @@ pub fn from_config(config: &crate::Config, model: &str) -> Result<Box<dyn Model>
             raw.resolve()
                 .map_err(|e| AgentError::config("provider", e.to_string()))?
         }
-        None => loom_provider::client::ProviderConfig::from_env(Api::ChatCompletions, model)
+        None => loom_provider::client::ProviderConfig::from_env(Api::OpenaiChat, model)
             .map_err(|e| AgentError::config("provider", e.to_string()))?,
     };
     Ok(Box::new(Http::new(provider)?))

@@ -110,7 +110,7 @@ fn the_summary_worker_runs_between_turns() {
     let config = loom_runtime::WorkerConfig::new(
         policy,
         loom_runtime::RenderSetup {
-            format: loom_core::render::Format::OpenaiChat,
+            format: loom_core::render::Format::OPENAI_CHAT,
             model: "gpt-4o".into(),
             tools: Vec::new(),
             meter,

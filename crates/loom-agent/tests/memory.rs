@@ -177,7 +177,7 @@ fn the_knowledge_hook_injects_earlier_memories_under_the_reserve_with_a_receipt_
     let hooks = Hooks::new().pre(KnowledgeInjector::new(
         Arc::new(kb),
         5,
-        loom_core::render::Format::OpenaiChat,
+        loom_core::render::Format::OPENAI_CHAT,
         meter,
         120,
     ));

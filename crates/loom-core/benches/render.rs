@@ -98,7 +98,7 @@ impl Engine {
             steps: &self.steps,
             summaries: &[],
             policy: &self.policy,
-            format: Format::OpenaiChat,
+            format: Format::OPENAI_CHAT,
             model: "gpt-4o",
             tools: &[],
             injections: &[],

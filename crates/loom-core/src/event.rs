@@ -9,6 +9,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::Api;
 use crate::error::{LogError, Result};
 use crate::stats::ContentStats;
 
@@ -219,7 +220,7 @@ pub enum ContentPart {
     /// API it came from (DESIGN.md, principle 9). Another API gets it as text.
     Opaque {
         /// The API it came from.
-        api: NativeApi,
+        api: Api,
         /// Whether `value` is a whole message or item of the conversation (for instance a
         /// Responses item of a new type), rather than one block of a message's content.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -245,7 +246,7 @@ impl ContentPart {
     }
 
     /// An opaque part as text, for an API other than the one it came from.
-    pub fn opaque_text(api: NativeApi, value: &serde_json::Value) -> String {
+    pub fn opaque_text(api: Api, value: &serde_json::Value) -> String {
         format!(
             "[{} content from {}]\n{value}",
             value
@@ -276,7 +277,7 @@ pub struct ToolCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NativeReasoning {
     /// The provider API the items belong to; they are sent back only to that API.
-    pub api: NativeApi,
+    pub api: Api,
     /// The items or blocks, in the order the provider sent them.
     pub items: Vec<serde_json::Value>,
 }
@@ -290,22 +291,22 @@ impl NativeReasoning {
             let field = |name: &str| format!("native.items[{i}].{name}");
             let kind = item.get("type").and_then(serde_json::Value::as_str);
             let required = match (self.api, kind) {
-                (NativeApi::Anthropic, Some("thinking")) => "signature",
-                (NativeApi::Anthropic, Some("redacted_thinking")) => "data",
-                (NativeApi::OpenaiResponses, Some("reasoning")) => "id",
-                (NativeApi::Anthropic, _) => {
+                (Api::Anthropic, Some("thinking")) => "signature",
+                (Api::Anthropic, Some("redacted_thinking")) => "data",
+                (Api::OpenaiResponses, Some("reasoning")) => "id",
+                (Api::Anthropic, _) => {
                     return Err(LogError::invalid(
                         field("type"),
                         "expected `thinking` or `redacted_thinking` for the anthropic api",
                     ))
                 }
-                (NativeApi::OpenaiResponses, _) => {
+                (Api::OpenaiResponses, _) => {
                     return Err(LogError::invalid(
                         field("type"),
                         "expected `reasoning` for the openai-responses api",
                     ))
                 }
-                (NativeApi::OpenaiChat, _) => {
+                (Api::OpenaiChat, _) => {
                     return Err(LogError::invalid(
                         field("type"),
                         "the openai-chat api has no native reasoning items",
@@ -320,29 +321,6 @@ impl NativeReasoning {
             }
         }
         Ok(())
-    }
-}
-
-/// Which provider API a [`NativeReasoning`] came from (its items are meaningless to another).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NativeApi {
-    /// Anthropic Messages: `thinking` and `redacted_thinking` content blocks.
-    Anthropic,
-    /// OpenAI Responses: `reasoning` input/output items.
-    OpenaiResponses,
-    /// OpenAI Chat Completions (no native reasoning; its opaque parts and messages).
-    OpenaiChat,
-}
-
-impl NativeApi {
-    /// The API's name as the JSON form writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Anthropic => "anthropic",
-            Self::OpenaiResponses => "openai-responses",
-            Self::OpenaiChat => "openai-chat",
-        }
     }
 }
 
@@ -704,7 +682,7 @@ mod tests {
 
     #[test]
     fn native_items_must_be_replayable_by_their_api() {
-        let turn = |api: NativeApi, item: serde_json::Value| EventBody::Assistant {
+        let turn = |api: Api, item: serde_json::Value| EventBody::Assistant {
             content: Some("ok".into()),
             reasoning: None,
             tool_calls: Vec::new(),
@@ -719,40 +697,38 @@ mod tests {
             other => panic!("expected an invalid field, got {other:?}"),
         };
         let signed = serde_json::json!({"type": "thinking", "thinking": "t", "signature": "s"});
-        turn(NativeApi::Anthropic, signed.clone())
-            .validate()
-            .unwrap();
+        turn(Api::Anthropic, signed.clone()).validate().unwrap();
         turn(
-            NativeApi::OpenaiResponses,
+            Api::OpenaiResponses,
             serde_json::json!({"type": "reasoning", "id": "rs_1", "summary": []}),
         )
         .validate()
         .unwrap();
         assert_eq!(
-            field(turn(NativeApi::OpenaiResponses, signed)),
+            field(turn(Api::OpenaiResponses, signed)),
             "native.items[0].type"
         );
         assert_eq!(
             field(turn(
-                NativeApi::Anthropic,
+                Api::Anthropic,
                 serde_json::json!({"type": "thinking", "thinking": "t"})
             )),
             "native.items[0].signature"
         );
         assert_eq!(
             field(turn(
-                NativeApi::Anthropic,
+                Api::Anthropic,
                 serde_json::json!({"type": "redacted_thinking", "data": 5})
             )),
             "native.items[0].data"
         );
         assert_eq!(
-            field(turn(NativeApi::Anthropic, serde_json::json!("thinking"))),
+            field(turn(Api::Anthropic, serde_json::json!("thinking"))),
             "native.items[0].type"
         );
         // The JSON form names the api in kebab-case.
         let json = serde_json::to_value(turn(
-            NativeApi::OpenaiResponses,
+            Api::OpenaiResponses,
             serde_json::json!({"type": "reasoning", "id": "rs_1"}),
         ))
         .unwrap();

@@ -4,6 +4,7 @@
 //! token counting and the CLI build on these types; the log's truth lives in [`Event`]s, and every
 //! other record is derived from them.
 
+mod api;
 mod compact;
 mod error;
 mod event;
@@ -14,6 +15,7 @@ mod stats;
 mod step;
 pub mod time;
 
+pub use api::Api;
 pub use compact::{
     auto_tune, auto_tune_config, build_react_prompt, build_react_prompt_stable, compact,
     compact_for_spawn, format_for_prompt, format_full_step, should_compact, CompactBlock,
@@ -24,8 +26,8 @@ pub use compact::{
 pub use error::{LogError, Result};
 pub use event::{
     conversation, joined_text, AgentId, BlobRef, ContentPart, Event, EventBody, EventKind,
-    MessageContent, NativeApi, NativeReasoning, NewEvent, Seq, SessionId, SessionInfo, ToolCall,
-    ToolOutput, DEFAULT_PRIORITY,
+    MessageContent, NativeReasoning, NewEvent, Seq, SessionId, SessionInfo, ToolCall, ToolOutput,
+    DEFAULT_PRIORITY,
 };
 pub use ledger::{CallState, Ledger};
 pub use reduce::{

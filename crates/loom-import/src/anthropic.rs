@@ -7,7 +7,7 @@
 //! `tool_result` blocks become tool_result events in order; its other blocks become user events
 //! between them, so nothing is reordered.
 
-use loom_core::{ContentPart, EventBody, MessageContent, NativeApi, NativeReasoning, ToolCall};
+use loom_core::{Api, ContentPart, EventBody, MessageContent, NativeReasoning, ToolCall};
 use serde_json::{json, Value};
 
 use crate::build::{arguments_text, Builder, Spot};
@@ -214,7 +214,7 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, content: Option<Content>) -> Resu
         tool_calls: calls,
         name: None,
         native: (!native.is_empty()).then_some(NativeReasoning {
-            api: NativeApi::Anthropic,
+            api: Api::Anthropic,
             items: native,
         }),
     };
@@ -239,9 +239,7 @@ fn text_or_image(
             Ok(part) => Ok(part),
             Err(block) => Err(unsupported(b, spot, field, &block, role)),
         },
-        Some(_) if b.keep_unknown => {
-            Ok(crate::opaque::part(b.blobs(), NativeApi::Anthropic, block))
-        }
+        Some(_) if b.keep_unknown => Ok(crate::opaque::part(b.blobs(), Api::Anthropic, block)),
         _ => Err(unsupported(b, spot, field, &block, role)),
     }
 }

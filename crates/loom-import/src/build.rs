@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::io::Read;
 
 use loom_core::{
-    ContentPart, ContentStats, EventBody, Ledger, LogError, MessageContent, NativeApi, NewEvent,
-    Seq, StatsBuilder, ToolCall, ToolOutput,
+    Api, ContentPart, ContentStats, EventBody, Ledger, LogError, MessageContent, NewEvent, Seq,
+    StatsBuilder, ToolCall, ToolOutput,
 };
 use loom_store::BlobStore;
 use serde_json::value::RawValue;
@@ -35,7 +35,7 @@ pub(crate) struct Builder<'a> {
     pub(crate) first_item: usize,
     /// The API the conversation is written for: what it holds that Loom does not model is
     /// kept as that API's opaque parts.
-    pub(crate) api: NativeApi,
+    pub(crate) api: Api,
     /// Whether what Loom does not model is kept as opaque parts rather than refused.
     pub(crate) keep_unknown: bool,
 }
@@ -107,7 +107,7 @@ impl<'a> Builder<'a> {
             ids: HashMap::new(),
             assistant_seen: false,
             offloaded: 0,
-            api: NativeApi::OpenaiChat,
+            api: Api::OpenaiChat,
             keep_unknown: false,
             first_item: 0,
         }

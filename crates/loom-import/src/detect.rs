@@ -6,12 +6,12 @@
 //! same way, so it is read as OpenAI Chat.
 
 use crate::raw::{Content, RawItem, RawRecord};
-use crate::Format;
+use loom_core::Api;
 
 /// A field or block type that only one format uses, and where it was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Clue {
-    pub(crate) format: Format,
+    pub(crate) format: Api,
     pub(crate) what: String,
 }
 
@@ -25,19 +25,19 @@ impl std::fmt::Display for Clue {
 /// when they disagree.
 pub(crate) fn detect(rec: &RawRecord) -> Result<Option<Clue>, Vec<Clue>> {
     let mut clues: Vec<Clue> = Vec::new();
-    let mut add = |format: Format, what: String| {
+    let mut add = |format: Api, what: String| {
         if !clues.iter().any(|c| c.format == format) {
             clues.push(Clue { format, what });
         }
     };
     if rec.system.is_some() {
-        add(Format::Anthropic, "top-level `system`".into());
+        add(Api::Anthropic, "top-level `system`".into());
     }
     if rec.instructions.is_some() {
-        add(Format::Responses, "top-level `instructions`".into());
+        add(Api::OpenaiResponses, "top-level `instructions`".into());
     }
     if rec.items_key == crate::raw::ItemsKey::Input {
-        add(Format::Responses, "top-level `input`".into());
+        add(Api::OpenaiResponses, "top-level `input`".into());
     }
     let key = rec.items_key.name();
     for (i, item) in rec.items.iter().flatten().enumerate() {
@@ -52,10 +52,10 @@ pub(crate) fn detect(rec: &RawRecord) -> Result<Option<Clue>, Vec<Clue>> {
     }
 }
 
-fn item_clues(item: &RawItem) -> Vec<(Format, String)> {
+fn item_clues(item: &RawItem) -> Vec<(Api, String)> {
     let mut out = Vec::new();
     if let Some(role @ ("tool" | "function")) = item.role.as_deref() {
-        out.push((Format::OpenAi, format!("has role `{role}`")));
+        out.push((Api::OpenaiChat, format!("has role `{role}`")));
     }
     for (present, name) in [
         (item.tool_calls.is_some(), "tool_calls"),
@@ -64,11 +64,11 @@ fn item_clues(item: &RawItem) -> Vec<(Format, String)> {
         (item.reasoning_content.is_some(), "reasoning_content"),
     ] {
         if present {
-            out.push((Format::OpenAi, format!("has `{name}`")));
+            out.push((Api::OpenaiChat, format!("has `{name}`")));
         }
     }
     if item.call_id.is_some() {
-        out.push((Format::Responses, "has `call_id`".into()));
+        out.push((Api::OpenaiResponses, "has `call_id`".into()));
     }
     if let Some(
         kind @ ("function_call"
@@ -78,17 +78,17 @@ fn item_clues(item: &RawItem) -> Vec<(Format, String)> {
         | "custom_tool_call_output"),
     ) = item.kind.as_deref()
     {
-        out.push((Format::Responses, format!("has type `{kind}`")));
+        out.push((Api::OpenaiResponses, format!("has type `{kind}`")));
     }
     if let Some(Content::Blocks(blocks)) = &item.content {
         for block in blocks {
             let format = match block.kind.as_deref() {
                 Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking" | "image") => {
-                    Format::Anthropic
+                    Api::Anthropic
                 }
-                Some("image_url") => Format::OpenAi,
+                Some("image_url") => Api::OpenaiChat,
                 Some("input_text" | "output_text" | "input_image" | "input_file") => {
-                    Format::Responses
+                    Api::OpenaiResponses
                 }
                 _ => continue,
             };
@@ -131,12 +131,12 @@ mod tests {
         let mut tool = item("assistant");
         tool.tool_calls = Some(Vec::<RawToolCall>::new());
         let found = detect(&record(vec![item("user"), tool])).unwrap().unwrap();
-        assert_eq!(found.format, Format::OpenAi);
+        assert_eq!(found.format, Api::OpenaiChat);
         assert_eq!(found.what, "`[1]` has `tool_calls`");
 
         let mut rec = record(vec![item("user")]);
         rec.system = Some(Content::Null);
-        assert_eq!(detect(&rec).unwrap().unwrap().format, Format::Anthropic);
+        assert_eq!(detect(&rec).unwrap().unwrap().format, Api::Anthropic);
 
         let call = RawItem {
             kind: Some("function_call".into()),
@@ -144,7 +144,7 @@ mod tests {
         };
         assert_eq!(
             detect(&record(vec![call])).unwrap().unwrap().format,
-            Format::Responses
+            Api::OpenaiResponses
         );
     }
 
@@ -156,7 +156,7 @@ mod tests {
             ..RawBlock::default()
         }]));
         let clues = detect(&record(vec![a, item("tool")])).unwrap_err();
-        let formats: Vec<Format> = clues.iter().map(|c| c.format).collect();
-        assert_eq!(formats, vec![Format::Anthropic, Format::OpenAi]);
+        let formats: Vec<Api> = clues.iter().map(|c| c.format).collect();
+        assert_eq!(formats, vec![Api::Anthropic, Api::OpenaiChat]);
     }
 }

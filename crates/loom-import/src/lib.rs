@@ -2,8 +2,8 @@
 //!
 //! Three formats are read: OpenAI Chat Completions (a message list, `{"messages": [...]}`, or
 //! JSONL of trajectories `{"id", "source", "messages"}`), Anthropic Messages (`system` plus
-//! messages with content blocks) and OpenAI Responses input items. [`Format::Auto`] tells them
-//! apart from the content. The mapping of every field is documented in `docs/formats.md`.
+//! messages with content blocks) and OpenAI Responses input items; without a requested format
+//! ([`ParseOptions::format`] `None`) they are told apart from the content. The mapping of every field is documented in `docs/formats.md`.
 //!
 //! Every event is checked by a [`loom_core::Ledger`] while it is built, and every input is read
 //! and checked before anything is stored ([`Importer::run`]), so bad input changes nothing. Long
@@ -22,8 +22,7 @@ mod parse;
 mod raw;
 mod responses;
 
-use std::fmt;
-use std::str::FromStr;
+use loom_core::Api;
 
 pub use error::{ImportError, Location, Result};
 pub use import::{
@@ -35,68 +34,15 @@ pub use parse::{
     DEFAULT_INLINE_LIMIT,
 };
 
-/// An input format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum Format {
-    /// Tell the format from the content.
-    #[default]
-    Auto,
-    /// OpenAI Chat Completions messages.
-    OpenAi,
-    /// Anthropic Messages.
-    Anthropic,
-    /// OpenAI Responses input items.
-    Responses,
-}
-
-impl Format {
-    /// Every format, `auto` first.
-    pub const ALL: [Self; 4] = [Self::Auto, Self::OpenAi, Self::Anthropic, Self::Responses];
-
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::OpenAi => "openai",
-            Self::Anthropic => "anthropic",
-            Self::Responses => "responses",
-        }
+/// The API a requested format names, `None` for `auto` (tell it from the content): the names
+/// `--format` and the API's `format` parameter take.
+pub fn requested_format(name: &str) -> Result<Option<Api>> {
+    if name.trim().eq_ignore_ascii_case("auto") {
+        return Ok(None);
     }
-
-    /// The name used in messages.
-    pub fn title(self) -> &'static str {
-        match self {
-            Self::Auto => "auto-detected",
-            Self::OpenAi => "OpenAI Chat",
-            Self::Anthropic => "Anthropic Messages",
-            Self::Responses => "OpenAI Responses",
-        }
-    }
-}
-
-impl fmt::Display for Format {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Format {
-    type Err = ImportError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| {
-                ImportError::Options(format!(
-                    "unknown format `{s}`; expected auto, openai, anthropic or responses"
-                ))
-            })
-    }
-}
-
-impl serde::Serialize for Format {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
+    Api::parse(name).map(Some).ok_or_else(|| {
+        ImportError::Options(format!(
+            "unknown format `{name}`; expected auto, openai, anthropic or responses"
+        ))
+    })
 }

@@ -7,7 +7,7 @@
 //! unchanged to the API it came from. Text that was long enough to be offloaded while reading is
 //! read back from the blob store, so the rebuilt value holds what the client sent.
 
-use loom_core::{ContentPart, MessageContent, NativeApi};
+use loom_core::{Api, ContentPart, MessageContent};
 use loom_store::BlobStore;
 use serde_json::{Map, Value};
 
@@ -106,7 +106,7 @@ pub(crate) fn item_value(blobs: &dyn BlobStore, it: RawItem) -> Value {
 }
 
 /// A block as an opaque content part of `api`.
-pub(crate) fn part(blobs: &dyn BlobStore, api: NativeApi, b: RawBlock) -> ContentPart {
+pub(crate) fn part(blobs: &dyn BlobStore, api: Api, b: RawBlock) -> ContentPart {
     ContentPart::Opaque {
         api,
         whole: false,
@@ -115,7 +115,7 @@ pub(crate) fn part(blobs: &dyn BlobStore, api: NativeApi, b: RawBlock) -> Conten
 }
 
 /// A whole item as the content of a user-side event that sends it back as it came.
-pub(crate) fn whole(blobs: &dyn BlobStore, api: NativeApi, it: RawItem) -> MessageContent {
+pub(crate) fn whole(blobs: &dyn BlobStore, api: Api, it: RawItem) -> MessageContent {
     MessageContent::Parts(vec![ContentPart::Opaque {
         api,
         whole: true,

@@ -4,7 +4,7 @@
 //! assistant (its `tool_calls` in one event), `tool` → tool_result. The legacy `function_call` /
 //! `function` pair is read too: the call gets the id `fc_<message index>`, since it has none.
 
-use loom_core::{ContentPart, EventBody, MessageContent, NativeApi, ToolCall};
+use loom_core::{Api, ContentPart, EventBody, MessageContent, ToolCall};
 
 use crate::build::{arguments_text, Builder, Spot};
 use crate::error::{ImportError, Result};
@@ -180,9 +180,7 @@ fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<Co
         },
         // A part Loom does not model (`input_audio`, `file`, types added later) is kept as it
         // came.
-        Some(_) if b.keep_unknown => {
-            Ok(crate::opaque::part(b.blobs(), NativeApi::OpenaiChat, block))
-        }
+        Some(_) if b.keep_unknown => Ok(crate::opaque::part(b.blobs(), Api::OpenaiChat, block)),
         _ => Err(unsupported(b, spot, field, &block)),
     }
 }

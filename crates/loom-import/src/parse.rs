@@ -18,7 +18,9 @@ use crate::detect::{detect, Clue};
 use crate::error::{ImportError, Location, Result};
 use crate::input::{Input, NotUtf8, Tracker};
 use crate::raw::{Ctx, ItemsKey, RawRecord, RecordSeed};
-use crate::{anthropic, openai, responses, Format};
+use loom_core::Api;
+
+use crate::{anthropic, openai, responses};
 
 /// Tool outputs longer than this many bytes go to the blob store unless told otherwise.
 pub const DEFAULT_INLINE_LIMIT: usize = 1 << 20;
@@ -29,8 +31,8 @@ pub const DEFAULT_AGENT: &str = "agent";
 /// How to read inputs.
 #[derive(Debug, Clone)]
 pub struct ParseOptions {
-    /// The input format, or [`Format::Auto`] to tell it from the content.
-    pub format: Format,
+    /// The input format, or `None` to tell it from the content.
+    pub format: Option<Api>,
     /// Id for the session of a single-conversation input (overrides the file name and any `id`).
     pub session: Option<SessionId>,
     /// Agent for every session (overrides a trajectory's `source`).
@@ -60,7 +62,7 @@ impl ParseOptions {
     /// Auto-detection, default limit, events stamped `ts_ms`.
     pub fn new(ts_ms: i64) -> Self {
         Self {
-            format: Format::Auto,
+            format: None,
             session: None,
             agent: None,
             inline_limit: DEFAULT_INLINE_LIMIT,
@@ -80,7 +82,7 @@ pub struct ParsedSession {
     /// Its agent.
     pub agent: AgentId,
     /// The format it was read as.
-    pub format: Format,
+    pub format: Api,
     /// Its events, in order; they pass the ledger's checks.
     pub events: Vec<NewEvent>,
     /// Where it was read.
@@ -329,7 +331,7 @@ fn name_sessions(
 struct Draft {
     id: Option<String>,
     source: Option<String>,
-    format: Format,
+    format: Api,
     events: Vec<NewEvent>,
     at: Location,
     offloaded: u64,
@@ -337,12 +339,12 @@ struct Draft {
 
 /// Picks the converter for one record, keeping every record of a file in one format.
 fn choose(
-    requested: Format,
+    requested: Option<Api>,
     raw: &RawRecord,
     at: &Location,
     record: usize,
     file_clue: &mut Option<(Clue, usize)>,
-) -> Result<Format> {
+) -> Result<Api> {
     if raw.items.is_none() {
         return Err(ImportError::Format {
             at: Box::new(at.clone()),
@@ -357,7 +359,7 @@ fn choose(
             reason: "ambiguous format: the object has both `messages` and `input`".into(),
         });
     }
-    if requested != Format::Auto {
+    if let Some(requested) = requested {
         return Ok(requested);
     }
     match detect(raw) {
@@ -371,7 +373,7 @@ fn choose(
                 ),
             })
         }
-        Ok(None) => Ok(Format::OpenAi),
+        Ok(None) => Ok(Api::OpenaiChat),
         Ok(Some(clue)) => {
             match file_clue {
                 Some((earlier, earlier_record)) if earlier.format != clue.format => {
@@ -393,33 +395,33 @@ fn choose(
 
 fn convert(
     raw: RawRecord,
-    format: Format,
+    format: Api,
     at: &Location,
     opts: &ParseOptions,
     blobs: &dyn BlobStore,
 ) -> Result<(Vec<NewEvent>, u64)> {
     let items = raw.items.unwrap_or_default();
     let key = raw.items_key;
-    let foreign = |field: &str, owner: Format| ImportError::Invalid {
+    let foreign = |field: &str, owner: Api| ImportError::Invalid {
         at: Box::new(at.clone()),
         field: field.to_owned(),
         reason: format!(
             "is a {} field, but the record is read as {}; pass --format {} or auto",
             owner.title(),
             format.title(),
-            owner.name()
+            owner.as_str()
         ),
     };
-    if raw.system.is_some() && format != Format::Anthropic {
-        return Err(foreign("system", Format::Anthropic));
+    if raw.system.is_some() && format != Api::Anthropic {
+        return Err(foreign("system", Api::Anthropic));
     }
-    if (raw.instructions.is_some() || key == ItemsKey::Input) && format != Format::Responses {
+    if (raw.instructions.is_some() || key == ItemsKey::Input) && format != Api::OpenaiResponses {
         let field = if key == ItemsKey::Input {
             "input"
         } else {
             "instructions"
         };
-        return Err(foreign(field, Format::Responses));
+        return Err(foreign(field, Api::OpenaiResponses));
     }
     if items.is_empty() && raw.system.is_none() && raw.instructions.is_none() {
         return Err(ImportError::Invalid {
@@ -436,15 +438,11 @@ fn convert(
     b.first_item = opts.first_item;
     b.open_calls(&opts.open_calls);
     b.keep_unknown = opts.keep_unknown;
-    b.api = match format {
-        Format::Anthropic => loom_core::NativeApi::Anthropic,
-        Format::Responses => loom_core::NativeApi::OpenaiResponses,
-        Format::OpenAi | Format::Auto => loom_core::NativeApi::OpenaiChat,
-    };
+    b.api = format;
     match format {
-        Format::Anthropic => anthropic::convert(&mut b, raw.system, items)?,
-        Format::Responses => responses::convert(&mut b, raw.instructions, items)?,
-        Format::OpenAi | Format::Auto => openai::convert(&mut b, items)?,
+        Api::Anthropic => anthropic::convert(&mut b, raw.system, items)?,
+        Api::OpenaiResponses => responses::convert(&mut b, raw.instructions, items)?,
+        Api::OpenaiChat => openai::convert(&mut b, items)?,
     }
     Ok(b.finish())
 }

@@ -6,7 +6,7 @@
 //! assistant message that follows text or calls starts a new turn. Reasoning items are kept as
 //! given besides their text, to be sent back to the Responses API unchanged.
 
-use loom_core::{ContentPart, EventBody, MessageContent, NativeApi, NativeReasoning, ToolCall};
+use loom_core::{Api, ContentPart, EventBody, MessageContent, NativeReasoning, ToolCall};
 use serde_json::{Map, Value};
 
 use crate::build::{arguments_text, Builder, Spot};
@@ -51,7 +51,7 @@ fn flush(b: &mut Builder<'_>, turn: &mut Option<Turn>) -> Result<()> {
         tool_calls: t.calls,
         name: None,
         native: (!t.native.is_empty()).then_some(NativeReasoning {
-            api: NativeApi::OpenaiResponses,
+            api: Api::OpenaiResponses,
             items: t.native,
         }),
     };
@@ -290,11 +290,9 @@ fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<Co
         }
         // A part Loom does not model (`input_file`, `input_audio`, types added later) is kept
         // as it came.
-        Some(_) if b.keep_unknown => Ok(crate::opaque::part(
-            b.blobs(),
-            NativeApi::OpenaiResponses,
-            block,
-        )),
+        Some(_) if b.keep_unknown => {
+            Ok(crate::opaque::part(b.blobs(), Api::OpenaiResponses, block))
+        }
         _ => Err(unsupported(b, spot, field, &block)),
     }
 }

@@ -16,9 +16,9 @@
 //! window.
 
 use loom_core::time::utc_date;
+use loom_core::Api;
 use loom_core::{AgentId, EventBody, Seq, SessionId, Step};
 use loom_provider::client::{Client, ProviderConfig};
-use loom_provider::Api;
 use loom_store::Store;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -123,7 +123,7 @@ impl ProviderFacts {
     /// message, the output bounded.
     fn body(&self, instructions: &str, input: &str) -> Value {
         match self.api {
-            Api::ChatCompletions => json!({
+            Api::OpenaiChat => json!({
                 "model": self.model,
                 "messages": [
                     {"role": "system", "content": instructions},
@@ -131,13 +131,13 @@ impl ProviderFacts {
                 ],
                 "max_tokens": MAX_OUTPUT_TOKENS,
             }),
-            Api::Responses => json!({
+            Api::OpenaiResponses => json!({
                 "model": self.model,
                 "instructions": instructions,
                 "input": input,
                 "max_output_tokens": MAX_OUTPUT_TOKENS,
             }),
-            Api::Messages => json!({
+            Api::Anthropic => json!({
                 "model": self.model,
                 "system": instructions,
                 "messages": [{"role": "user", "content": input}],
@@ -150,9 +150,9 @@ impl ProviderFacts {
 /// The name of `api` in an extractor's name (as config files spell it).
 fn api_name(api: Api) -> &'static str {
     match api {
-        Api::ChatCompletions => "chat_completions",
-        Api::Responses => "responses",
-        Api::Messages => "messages",
+        Api::OpenaiChat => "chat_completions",
+        Api::OpenaiResponses => "responses",
+        Api::Anthropic => "messages",
     }
 }
 

@@ -55,6 +55,15 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
+    /// Multiplies every input figure by `scale` (rounded up), keeping cache reads and writes
+    /// within the input.
+    pub(crate) fn scale_input(&mut self, scale: f64) {
+        let scaled = |n: u64| (n as f64 * scale).ceil() as u64;
+        self.input = scaled(self.input);
+        self.cache_read = scaled(self.cache_read).min(self.input);
+        self.cache_write = scaled(self.cache_write).min(self.input - self.cache_read);
+    }
+
     /// Anthropic's `input_tokens`, which leaves out what was read from or written to the cache.
     pub(crate) fn uncached_input(&self) -> u64 {
         self.input

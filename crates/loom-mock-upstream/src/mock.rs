@@ -62,6 +62,8 @@ struct Inner {
     previous: BTreeMap<Api, Vec<u8>>,
     /// Numbers replies, for unique ids.
     serial: u64,
+    /// Input counts are this many times the mock's own ([`Mock::set_input_scale`]).
+    input_scale: Option<f64>,
 }
 
 /// One request as the mock received it, so tests can check exactly what a client sent.
@@ -138,9 +140,9 @@ impl Mock {
     /// on a listener of the caller's choosing.
     pub fn router(&self) -> Router {
         Router::new()
-            .route("/v1/chat/completions", generate(Api::Chat))
-            .route("/v1/responses", generate(Api::Responses))
-            .route("/v1/messages", generate(Api::Messages))
+            .route("/v1/chat/completions", generate(Api::OpenaiChat))
+            .route("/v1/responses", generate(Api::OpenaiResponses))
+            .route("/v1/messages", generate(Api::Anthropic))
             .route("/v1/embeddings", post(embeddings_route))
             .route("/v1/models", get(models))
             .route(
@@ -180,6 +182,13 @@ impl Mock {
         self.lock().default_fault = fault;
     }
 
+    /// Counts input (cached and written tokens too) `scale` times as the mock's own
+    /// bytes-per-token rule does: a provider whose tokenizer counts more (or fewer) tokens than
+    /// a client's estimate, as Claude's does against any open tokenizer.
+    pub fn set_input_scale(&self, scale: f64) {
+        self.lock().input_scale = (scale > 0.0 && scale.is_finite()).then_some(scale);
+    }
+
     /// Back to a fresh mock: no requests, no faults, an empty simulated cache. Ids keep
     /// counting so that they stay unique over the mock's life.
     pub fn reset(&self) {
@@ -188,6 +197,7 @@ impl Mock {
         inner.faults.clear();
         inner.default_fault = None;
         inner.previous.clear();
+        inner.input_scale = None;
     }
 
     /// The state, even if a panicking holder poisoned the lock: every update is a single
@@ -245,8 +255,8 @@ impl Mock {
         let fault = self.receive(record(&method, &uri, &headers, &parsed, &body));
         delay(&fault).await;
         let flavor = match api {
-            Api::Messages => Flavor::Anthropic,
-            Api::Chat | Api::Responses => Flavor::OpenAi,
+            Api::Anthropic => Flavor::Anthropic,
+            Api::OpenaiChat | Api::OpenaiResponses => Flavor::OpenAi,
         };
         let outgoing = match fault.status {
             Some(status) => {
@@ -275,12 +285,15 @@ impl Mock {
         };
         let (common, serial) = self.remember(api, &prompt.cache_key);
         let reply = behaviour::decide(&prompt);
-        let usage = behaviour::usage(&prompt, common, &reply);
+        let mut usage = behaviour::usage(&prompt, common, &reply);
+        if let Some(scale) = self.lock().input_scale {
+            usage.scale_input(scale);
+        }
         let ids = Ids::new(serial);
         let created = unix_seconds();
         let rid = request_id(serial);
         match api {
-            Api::Chat => ChatReply {
+            Api::OpenaiChat => ChatReply {
                 prompt: &prompt,
                 reply: &reply,
                 usage,
@@ -289,7 +302,7 @@ impl Mock {
             }
             .render()
             .header("x-request-id", &rid),
-            Api::Responses => ResponsesReply {
+            Api::OpenaiResponses => ResponsesReply {
                 body: &body,
                 prompt: &prompt,
                 reply: &reply,
@@ -299,7 +312,7 @@ impl Mock {
             }
             .render()
             .header("x-request-id", &rid),
-            Api::Messages => MessagesReply {
+            Api::Anthropic => MessagesReply {
                 prompt: &prompt,
                 reply: &reply,
                 usage,

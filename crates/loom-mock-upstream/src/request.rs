@@ -8,25 +8,14 @@ use serde_json::{Map, Value};
 use crate::error::{MockError, Result};
 use crate::rules;
 
-/// The three generation endpoints the mock serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Api {
-    /// `POST /v1/chat/completions`
-    Chat,
-    /// `POST /v1/responses`
-    Responses,
-    /// `POST /v1/messages` (Anthropic)
-    Messages,
-}
+pub(crate) use loom_core::Api;
 
-impl Api {
-    /// The record name used in error messages.
-    pub(crate) fn record(self) -> &'static str {
-        match self {
-            Self::Chat => "chat completion request",
-            Self::Responses => "responses request",
-            Self::Messages => "messages request",
-        }
+/// The record name of `api`'s request, in error messages.
+pub(crate) fn record(api: Api) -> &'static str {
+    match api {
+        Api::OpenaiChat => "chat completion request",
+        Api::OpenaiResponses => "responses request",
+        Api::Anthropic => "messages request",
     }
 }
 
@@ -70,7 +59,7 @@ pub(crate) struct Prompt {
 
 /// Reads a request body for `api`.
 pub(crate) fn parse(api: Api, body: &Value) -> Result<Prompt> {
-    let record = api.record();
+    let record = record(api);
     let Some(body) = body.as_object() else {
         return Err(MockError::field(record, "(body)", "expected a JSON object"));
     };
@@ -86,9 +75,9 @@ pub(crate) fn parse(api: Api, body: &Value) -> Result<Prompt> {
     };
     let stream = optional_bool(record, body, "stream")?;
     let prompt = match api {
-        Api::Chat => chat(record, body, model, stream)?,
-        Api::Responses => responses(record, body, model, stream)?,
-        Api::Messages => messages(record, body, model, stream)?,
+        Api::OpenaiChat => chat(record, body, model, stream)?,
+        Api::OpenaiResponses => responses(record, body, model, stream)?,
+        Api::Anthropic => messages(record, body, model, stream)?,
     };
     rules::check(api, body, prompt.thinking)?;
     Ok(prompt)
@@ -484,7 +473,7 @@ mod tests {
             "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "find cats"}]}],
             "tools": [{"type": "function", "function": {"name": "search"}}],
         });
-        let p = parse(Api::Chat, &body).unwrap();
+        let p = parse(Api::OpenaiChat, &body).unwrap();
         assert_eq!(p.last, Last::User);
         assert_eq!(p.last_text, "find cats");
         assert_eq!(p.tools, vec!["search"]);
@@ -500,13 +489,13 @@ mod tests {
             "tools": [{"type": "function", "function": {"name": "search"}}],
             "tool_choice": "none",
         });
-        assert!(parse(Api::Chat, &body).unwrap().tools.is_empty());
+        assert!(parse(Api::OpenaiChat, &body).unwrap().tools.is_empty());
     }
 
     #[test]
     fn responses_string_input_and_tool_output() {
         let p = parse(
-            Api::Responses,
+            Api::OpenaiResponses,
             &json!({"model": "gpt-4o", "input": "hello"}),
         )
         .unwrap();
@@ -516,7 +505,7 @@ mod tests {
             {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c", "output": "42 rows"},
         ], "reasoning": {"effort": "low"}});
-        let p = parse(Api::Responses, &body).unwrap();
+        let p = parse(Api::OpenaiResponses, &body).unwrap();
         assert_eq!(
             (p.last, p.last_text.as_str(), p.thinking),
             (Last::ToolResult, "42 rows", true)
@@ -535,7 +524,7 @@ mod tests {
             ],
             "thinking": {"type": "enabled", "budget_tokens": 1024},
         });
-        let p = parse(Api::Messages, &body).unwrap();
+        let p = parse(Api::Anthropic, &body).unwrap();
         assert_eq!(
             (p.last, p.last_text.as_str(), p.thinking),
             (Last::ToolResult, "out", true)
@@ -546,39 +535,43 @@ mod tests {
     #[test]
     fn bad_fields_are_named() {
         let cases = [
-            (Api::Chat, json!({"model": "m"}), "messages"),
+            (Api::OpenaiChat, json!({"model": "m"}), "messages"),
             (
-                Api::Chat,
+                Api::OpenaiChat,
                 json!({"messages": [{"role": "user", "content": "x"}]}),
                 "model",
             ),
             (
-                Api::Chat,
+                Api::OpenaiChat,
                 json!({"model": "m", "messages": [{"content": "x"}]}),
                 "messages[0].role",
             ),
             (
-                Api::Chat,
+                Api::OpenaiChat,
                 json!({"model": "m", "messages": [{"role": "user"}], "stream": "yes"}),
                 "stream",
             ),
-            (Api::Responses, json!({"model": "m", "input": []}), "input"),
             (
-                Api::Responses,
+                Api::OpenaiResponses,
+                json!({"model": "m", "input": []}),
+                "input",
+            ),
+            (
+                Api::OpenaiResponses,
                 json!({"model": "m", "input": "x", "tools": [{"type": "function"}]}),
                 "tools[0].name",
             ),
             (
-                Api::Messages,
+                Api::Anthropic,
                 json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
                 "max_tokens",
             ),
             (
-                Api::Messages,
+                Api::Anthropic,
                 json!({"model": "m", "max_tokens": 5, "messages": [{"role": "narrator", "content": "x"}]}),
                 "messages[0].role",
             ),
-            (Api::Messages, json!([1, 2]), "(body)"),
+            (Api::Anthropic, json!([1, 2]), "(body)"),
         ];
         for (api, body, field) in cases {
             match parse(api, &body) {

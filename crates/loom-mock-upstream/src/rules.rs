@@ -7,14 +7,14 @@
 use serde_json::{Map, Value};
 
 use crate::error::{MockError, Result};
-use crate::request::Api;
+use crate::request::{self, Api};
 
 /// Checks the tool-call rules of `api` on a body whose basic shape has been read already.
 pub(crate) fn check(api: Api, body: &Map<String, Value>, thinking: bool) -> Result<()> {
-    let record = api.record();
+    let record = request::record(api);
     match api {
-        Api::Chat => chat(record, items(body, "messages")),
-        Api::Responses => {
+        Api::OpenaiChat => chat(record, items(body, "messages")),
+        Api::OpenaiResponses => {
             // With `previous_response_id` the earlier calls live on the server, out of sight.
             if body
                 .get("previous_response_id")
@@ -24,7 +24,7 @@ pub(crate) fn check(api: Api, body: &Map<String, Value>, thinking: bool) -> Resu
             }
             responses(record, items(body, "input"))
         }
-        Api::Messages => messages(record, items(body, "messages"), thinking),
+        Api::Anthropic => messages(record, items(body, "messages"), thinking),
     }
 }
 
@@ -249,20 +249,20 @@ mod tests {
         let user = json!({"role": "user", "content": "u"});
         let result = |id: &str| json!({"role": "tool", "tool_call_id": id, "content": "r"});
         let ok = json!({"messages": [user, call, result("c2"), result("c1"), user]});
-        assert_eq!(field_of(Api::Chat, ok, false), None);
+        assert_eq!(field_of(Api::OpenaiChat, ok, false), None);
         let missing = json!({"messages": [user, call, result("c1"), user]});
         assert_eq!(
-            field_of(Api::Chat, missing, false).as_deref(),
+            field_of(Api::OpenaiChat, missing, false).as_deref(),
             Some("messages[1]")
         );
         let trailing = json!({"messages": [user, call]});
         assert_eq!(
-            field_of(Api::Chat, trailing, false).as_deref(),
+            field_of(Api::OpenaiChat, trailing, false).as_deref(),
             Some("messages[1]")
         );
         let orphan = json!({"messages": [user, result("c9")]});
         assert_eq!(
-            field_of(Api::Chat, orphan, false).as_deref(),
+            field_of(Api::OpenaiChat, orphan, false).as_deref(),
             Some("messages[1].role")
         );
     }
@@ -274,23 +274,28 @@ mod tests {
         let out = |id: &str| json!({"type": "function_call_output", "call_id": id, "output": "r"});
         assert_eq!(
             field_of(
-                Api::Responses,
+                Api::OpenaiResponses,
                 json!({"input": ["x", call, out("c1")]}),
                 false
             ),
             None
         );
         assert_eq!(
-            field_of(Api::Responses, json!({"input": [call]}), false).as_deref(),
+            field_of(Api::OpenaiResponses, json!({"input": [call]}), false).as_deref(),
             Some("input[0]")
         );
         assert_eq!(
-            field_of(Api::Responses, json!({"input": [call, out("c2")]}), false).as_deref(),
+            field_of(
+                Api::OpenaiResponses,
+                json!({"input": [call, out("c2")]}),
+                false
+            )
+            .as_deref(),
             Some("input[1].call_id")
         );
         assert_eq!(
             field_of(
-                Api::Responses,
+                Api::OpenaiResponses,
                 json!({"input": [out("c2")], "previous_response_id": "resp_1"}),
                 false
             ),
@@ -307,7 +312,7 @@ mod tests {
         let result = |id: &str| json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "r"}]});
         assert_eq!(
             field_of(
-                Api::Messages,
+                Api::Anthropic,
                 json!({"messages": [user, uses(thought.clone()), result("t1")]}),
                 true
             ),
@@ -315,7 +320,7 @@ mod tests {
         );
         assert_eq!(
             field_of(
-                Api::Messages,
+                Api::Anthropic,
                 json!({"messages": [user, uses(text.clone()), result("t1")]}),
                 false
             ),
@@ -323,7 +328,7 @@ mod tests {
         );
         assert_eq!(
             field_of(
-                Api::Messages,
+                Api::Anthropic,
                 json!({"messages": [user, uses(text.clone()), result("t1")]}),
                 true
             )
@@ -332,7 +337,7 @@ mod tests {
         );
         assert_eq!(
             field_of(
-                Api::Messages,
+                Api::Anthropic,
                 json!({"messages": [user, uses(text.clone()), user]}),
                 false
             )
@@ -341,7 +346,7 @@ mod tests {
         );
         assert_eq!(
             field_of(
-                Api::Messages,
+                Api::Anthropic,
                 json!({"messages": [user, uses(text), result("t2")]}),
                 false
             )
@@ -349,7 +354,7 @@ mod tests {
             Some("messages[2]")
         );
         assert_eq!(
-            field_of(Api::Messages, json!({"messages": [result("t1")]}), false).as_deref(),
+            field_of(Api::Anthropic, json!({"messages": [result("t1")]}), false).as_deref(),
             Some("messages[0]")
         );
     }

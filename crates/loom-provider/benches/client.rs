@@ -9,9 +9,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use loom_core::Api;
 use loom_mock_upstream::{Mock, MockHandle};
 use loom_provider::client::{Client, ProviderConfig};
-use loom_provider::Api;
 use serde_json::{json, Value};
 
 fn client(api: Api, mock: &MockHandle, model: &str) -> Client {
@@ -38,7 +38,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("client");
     group.measurement_time(Duration::from_secs(5));
 
-    let chat = client(Api::ChatCompletions, &mock, "gpt-4o");
+    let chat = client(Api::OpenaiChat, &mock, "gpt-4o");
     let body = chat_body();
     group.bench_function("chat_whole", |b| {
         b.iter(|| black_box(chat.complete(&body, false, &mut |_| {}).unwrap()))
@@ -47,7 +47,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(chat.complete(&body, true, &mut |_| {}).unwrap()))
     });
 
-    let messages = client(Api::Messages, &mock, "claude-haiku-4-5");
+    let messages = client(Api::Anthropic, &mock, "claude-haiku-4-5");
     let body = json!({
         "max_tokens": 2048,
         "thinking": {"type": "enabled", "budget_tokens": 1024},

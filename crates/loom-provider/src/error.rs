@@ -1,6 +1,6 @@
 //! The one error type of the wire-format parsers: which API, which body or event, which field, why.
 
-use crate::Api;
+use loom_core::Api;
 
 /// A `Result` whose error is a [`ProviderError`].
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::Api;
+use loom_core::Api;
 
 /// The error body `api`'s clients expect for an HTTP `status`.
 ///
@@ -16,11 +16,11 @@ pub fn error_body(api: Api, status: u16, message: &str, param: Option<&str>) -> 
     // A [`crate::RequestError`] about the body itself has an empty field: no param to name.
     let param = param.filter(|p| !p.is_empty());
     match api {
-        Api::ChatCompletions | Api::Responses => {
+        Api::OpenaiChat | Api::OpenaiResponses => {
             let (kind, code) = openai_type(status);
             json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
         }
-        Api::Messages => {
+        Api::Anthropic => {
             let message = match param {
                 Some(p) => format!("{p}: {message}"),
                 None => message.to_owned(),
@@ -66,17 +66,17 @@ mod tests {
 
     #[test]
     fn openai_shape_carries_type_param_and_code() {
-        let b = error_body(Api::ChatCompletions, 400, "bad", Some("messages[1].role"));
+        let b = error_body(Api::OpenaiChat, 400, "bad", Some("messages[1].role"));
         assert_eq!(
             b,
             json!({"error": {"message": "bad", "type": "invalid_request_error",
                               "param": "messages[1].role", "code": null}})
         );
-        let b = error_body(Api::Responses, 401, "no key", None);
+        let b = error_body(Api::OpenaiResponses, 401, "no key", None);
         assert_eq!(b["error"]["type"], "authentication_error");
         assert_eq!(b["error"]["code"], "invalid_api_key");
         assert_eq!(b["error"]["param"], Value::Null);
-        let b = error_body(Api::ChatCompletions, 400, "expected an object", Some(""));
+        let b = error_body(Api::OpenaiChat, 400, "expected an object", Some(""));
         assert_eq!(b["error"]["param"], Value::Null);
         for (status, kind) in [
             (403, "permission_error"),
@@ -88,14 +88,14 @@ mod tests {
             (502, "server_error"),
             (504, "timeout"),
         ] {
-            let b = error_body(Api::ChatCompletions, status, "m", None);
+            let b = error_body(Api::OpenaiChat, status, "m", None);
             assert_eq!(b["error"]["type"], kind, "status {status}");
         }
     }
 
     #[test]
     fn anthropic_shape_names_the_field_in_the_message() {
-        let b = error_body(Api::Messages, 400, "expected a string", Some("system"));
+        let b = error_body(Api::Anthropic, 400, "expected a string", Some("system"));
         assert_eq!(
             b,
             json!({"type": "error", "error": {"type": "invalid_request_error",
@@ -111,7 +111,7 @@ mod tests {
             (529, "overloaded_error"),
             (418, "invalid_request_error"),
         ] {
-            let b = error_body(Api::Messages, status, "m", None);
+            let b = error_body(Api::Anthropic, status, "m", None);
             assert_eq!(b["error"]["type"], kind, "status {status}");
             assert_eq!(b["error"]["message"], "m");
         }

@@ -19,14 +19,15 @@
 //! chunks go through the parser into the assembler; only a finished turn is logged.
 //!
 //! ```
-//! use loom_provider::{Api, SseParser, StreamAssembler};
+//! use loom_core::Api;
+//! use loom_provider::{SseParser, StreamAssembler};
 //!
 //! let chunks: [&[u8]; 2] = [
 //!     b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\nev",
 //!     b"ent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
 //! ];
 //! let mut parser = SseParser::new();
-//! let mut turn = StreamAssembler::new(Api::Messages);
+//! let mut turn = StreamAssembler::new(Api::Anthropic);
 //! for chunk in chunks {
 //!     for event in parser.push(chunk) {
 //!         turn.push(&event)?;
@@ -51,5 +52,5 @@ mod sse;
 pub use check::{check_continuation, check_request, CallIds, RequestError};
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;
-pub use reply::{parse_reply, Api, AssistantReply, ProviderUsage, StreamAssembler};
+pub use reply::{parse_reply, AssistantReply, ProviderUsage, StreamAssembler};
 pub use sse::{SseEvent, SseParser};

@@ -283,19 +283,15 @@ fn count_tokens(py: Python<'_>, text: String, model: String) -> PyResult<u64> {
 #[pyo3(signature = (body, model, format="openai-chat".to_owned()))]
 fn count_request(py: Python<'_>, body: String, model: String, format: String) -> PyResult<u64> {
     py.detach(move || {
-        let wire = match format.as_str() {
-            "openai-chat" => loom_tokens::WireFormat::OpenAiChat,
-            "openai-responses" => loom_tokens::WireFormat::OpenAiResponses,
-            "anthropic" => loom_tokens::WireFormat::AnthropicMessages,
-            other => {
-                return Err(invalid(
-                    "format",
-                    format!(
-                    "unknown format `{other}`; expected openai-chat, openai-responses or anthropic"
+        let wire = loom_core::Api::parse(&format).ok_or_else(|| {
+            invalid(
+                "format",
+                format!(
+                    "unknown format `{format}`; expected {}",
+                    loom_core::Api::NAMES
                 ),
-                ))
-            }
-        };
+            )
+        })?;
         let value: serde_json::Value =
             serde_json::from_str(&body).map_err(|e| invalid("body", e.to_string()))?;
         let (tokenizer, images) = tokenizer(&model)?;
@@ -413,9 +409,8 @@ impl Database {
         let inner = Arc::clone(&self.inner);
         py.detach(move || {
             let mut opts = loom_import::ParseOptions::new(now_ms());
-            opts.format = format
-                .parse()
-                .map_err(|e: loom_import::ImportError| invalid("format", e.to_string()))?;
+            opts.format = loom_import::requested_format(&format)
+                .map_err(|e| invalid("format", e.to_string()))?;
             opts.session = Some(session_id(&session)?);
             opts.agent = agent
                 .map(|a| AgentId::new(a).map_err(|e| invalid("agent", e.to_string())))
@@ -467,9 +462,8 @@ impl Database {
         let inner = Arc::clone(&self.inner);
         py.detach(move || {
             let id = session_id(&session)?;
-            let format = format
-                .parse()
-                .map_err(|e: loom_import::ImportError| invalid("format", e.to_string()))?;
+            let format = loom_import::requested_format(&format)
+                .map_err(|e| invalid("format", e.to_string()))?;
             let agent = agent
                 .map(|a| AgentId::new(a).map_err(|e| invalid("agent", e.to_string())))
                 .transpose()?;

@@ -129,7 +129,7 @@ fn replay_all(
         model: "gpt-4o".into(),
         budget: BUDGET,
         policy: Policy::default(),
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         reduce: ReduceConfig::default(),
     };
     let replayer = Replayer::new(opts, meter, blobs);

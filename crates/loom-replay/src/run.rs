@@ -692,7 +692,7 @@ mod tests {
             piece: Piece { key: 2, tokens: 5 },
             msg: &is,
         }];
-        let sent = sent(&now, Some(&prev), 3, 100, Format::OpenaiChat, &ApproxMeter);
+        let sent = sent(&now, Some(&prev), 3, 100, Format::OPENAI_CHAT, &ApproxMeter);
         assert_eq!(sent.tokens, 8);
         assert_eq!(sent.cached, 5);
     }

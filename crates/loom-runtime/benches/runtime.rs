@@ -178,7 +178,7 @@ fn worker_config(meter: Arc<Tokenizer>) -> WorkerConfig {
         ..Policy::default()
     };
     let setup = RenderSetup {
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         model: "gpt-4o".into(),
         tools: Vec::new(),
         meter,
@@ -325,7 +325,7 @@ fn bench_hooks(c: &mut Criterion) {
         );
     let meter = Tokenizer::Bpe(Encoding::O200kBase);
     let budget = InjectionBudget {
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         meter: &meter,
         reserve: 4_000,
     };

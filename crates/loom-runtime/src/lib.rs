@@ -22,8 +22,8 @@ pub use hooks::{
     PreRun, SideRecord, TurnRender, TurnView,
 };
 pub use summary::{
-    check_summary, conversation_prefix, summary_views, Api, DeterministicSummarizer,
-    HttpSummarizer, Rejection, Summarizer, SummaryRequest, DEFAULT_SECTIONS,
+    check_summary, conversation_prefix, summary_views, DeterministicSummarizer, HttpSummarizer,
+    Rejection, Summarizer, SummaryRequest, DEFAULT_SECTIONS,
 };
 pub use task::{ContextConfig, TaskContext, TaskContextManager, TaskItem};
 pub use worker::{

@@ -66,7 +66,7 @@ fn main() -> anyhow::Result<()> {
     let spec = RenderSpec {
         model: "gpt-4o".into(),
         budget: Some(16_000),
-        format: loom_core::render::Format::OpenaiChat,
+        format: loom_core::render::Format::OPENAI_CHAT,
         tools: Vec::new(),
         always_record: false,
         injections: Vec::new(),

@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
     let spec = RenderSpec {
         model: "gpt-4o".into(),
         budget: Some(16_000),
-        format: loom_core::render::Format::OpenaiChat,
+        format: loom_core::render::Format::OPENAI_CHAT,
         tools: Vec::new(),
         always_record: false,
         injections: Vec::new(),
@@ -80,7 +80,7 @@ fn main() -> anyhow::Result<()> {
                     &blobs,
                     &id,
                     &body,
-                    loom_import::Format::OpenAi,
+                    Some(loom_core::Api::OpenaiChat),
                     None,
                     1,
                 )

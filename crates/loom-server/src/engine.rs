@@ -13,7 +13,7 @@ use loom_core::{ReduceConfig, SessionId};
 use loom_store::{NewModelCall, StoreError, Summary};
 
 use crate::live::{lock_live, Backend, Continued, Live, TURN_ATTEMPTS};
-use loom_tokens::{Registry, Tokenizer};
+use loom_tokens::{CountTokens, Registry, Tokenizer};
 
 use crate::error::{ApiError, Result};
 
@@ -57,6 +57,10 @@ pub struct RenderOutcome<B = serde_json::Value> {
     pub body: B,
     /// What was included, stubbed, folded, summarised or dropped.
     pub receipt: Receipt,
+    /// The factor the budget was divided by because the provider counted this session's
+    /// requests above Loom's estimate ([`Live::anchor`]); `None` when it did not or the count
+    /// is exact.
+    pub anchor: Option<f64>,
     /// The model call recorded for it, if one was.
     pub model_call: Option<u64>,
 }
@@ -234,7 +238,17 @@ impl Engine {
         body: impl Fn(&render::Rendered, &mut CostMemo) -> Result<B>,
     ) -> Result<(RenderOutcome<B>, Option<NewModelCall>)> {
         let session = live.id().clone();
-        let (meter, policy) = self.prepare(spec)?;
+        let (meter, mut policy) = self.prepare(spec)?;
+        // An estimate the provider's own count has shown low is kept an upper bound by leaving
+        // the request that much less room.
+        let anchor = if meter.exact() { None } else { live.anchor() };
+        if let Some(factor) = anchor {
+            let room = policy.context_window - policy.response_reserve;
+            policy.context_window = policy.response_reserve + (room as f64 / factor) as u64;
+            policy
+                .validate()
+                .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
+        }
         let summaries = summary_views(live.summaries());
         let policy_version = policy.version();
         let format = spec.format.as_str();
@@ -291,11 +305,25 @@ impl Engine {
             RenderOutcome {
                 body,
                 receipt: rendered.receipt,
+                anchor,
                 model_call: None,
             },
             record,
         ))
     }
+}
+
+/// Bounds on an anchoring factor: a provider's count and Loom's estimate of the same request
+/// never differ more than this unless something else is wrong (then the estimate stands).
+pub(crate) const ANCHOR_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
+
+/// The provider's count of a rendered call's input over Loom's estimate of it, when both are
+/// known and within [`ANCHOR_RANGE`].
+pub(crate) fn reported_ratio(call: &loom_store::ModelCall) -> Option<f64> {
+    let reported = call.usage?.input_tokens as f64;
+    let estimated = call.call.receipt["receipt"]["estimate"].as_u64()? as f64;
+    let factor = reported / estimated;
+    (estimated > 0.0 && ANCHOR_RANGE.contains(&factor)).then_some(factor)
 }
 
 /// The summaries a render can apply: those that cover the log from its start.

@@ -78,6 +78,8 @@ pub struct Live {
     summaries: Vec<Summary>,
     /// The newest receipt, which a render continues from.
     last_call: Option<ModelCall>,
+    /// The largest anchoring factor this state has seen ([`Live::anchor`]).
+    anchor: Option<f64>,
     /// The compaction state of the newest receipt as this state rendered it (by the receipt's
     /// id), so the next render continues from it without reading the receipt's JSON again.
     last_state: Option<(u64, Continued)>,
@@ -183,6 +185,7 @@ impl Live {
             ledger,
             summaries: all.summaries.unwrap_or_default(),
             last_call: all.last_call,
+            anchor: None,
             last_state: None,
             rendered: None,
             pending: None,
@@ -211,6 +214,25 @@ impl Live {
     /// The newest receipt.
     pub fn last_call(&self) -> Option<&ModelCall> {
         self.last_call.as_ref()
+    }
+
+    /// How much more than Loom's estimate the provider counts this session's requests: its
+    /// reported input over the estimate of the newest rendered call, rounded up to the next
+    /// sixteenth and never lowered while the session is held (a factor that moved with every
+    /// call would change the policy, and with it the cached prefix, on every call). `None` while
+    /// the provider has never counted more than the estimate.
+    pub fn anchor(&mut self) -> Option<f64> {
+        let seen = self
+            .last_call
+            .as_ref()
+            .and_then(crate::engine::reported_ratio)
+            .filter(|f| *f > 1.0)
+            .map(|f| (f * 16.0).ceil() / 16.0);
+        self.anchor = match (self.anchor, seen) {
+            (Some(held), Some(seen)) => Some(held.max(seen)),
+            (held, seen) => held.or(seen),
+        };
+        self.anchor
     }
 
     /// Takes the compaction state of the newest receipt when this state rendered it; `None`
@@ -757,7 +779,7 @@ mod tests {
         let spec = RenderSpec {
             model: "gpt-4o".into(),
             budget: Some(1_500),
-            format: Format::OpenaiChat,
+            format: Format::OPENAI_CHAT,
             tools: Vec::new(),
             always_record: true,
             injections: Vec::new(),
@@ -817,9 +839,9 @@ mod tests {
         let b = t.backend();
         let engine = crate::Engine::built_in().unwrap();
         for format in [
-            Format::OpenaiChat,
-            Format::OpenaiResponses,
-            Format::Anthropic,
+            Format::OPENAI_CHAT,
+            Format::OPENAI_RESPONSES,
+            Format::ANTHROPIC,
         ] {
             // The same log twice: one rendered as values, one as bytes (which copies the
             // messages a call shares with the last one's body).

@@ -36,5 +36,5 @@ pub use estimate::{
 pub use hf::TokenizerFile;
 pub use image::{data_url_size, image_size, ImageRule, UNKNOWN_SIZE};
 pub use registry::{ModelInfo, Registry, TokenizerSpec};
-pub use request::{count_request, RequestCount, WireFormat};
+pub use request::{count_request, RequestCount};
 pub use tokenizer::{CountTokens, Tokenizer};

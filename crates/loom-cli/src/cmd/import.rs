@@ -9,34 +9,20 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use loom_core::{AgentId, SessionId};
-use loom_import::{Format, ImportReport, Importer, ParseOptions, Progress, DEFAULT_INLINE_LIMIT};
+use loom_core::{AgentId, Api, SessionId};
+use loom_import::{ImportReport, Importer, ParseOptions, Progress, DEFAULT_INLINE_LIMIT};
 
 use super::Context;
 use crate::exit;
 
-/// Input formats, as the command line spells them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum FormatArg {
-    /// Tell the format from the content.
-    Auto,
-    /// OpenAI Chat Completions messages (JSON list, `{"messages"}` or JSONL trajectories).
-    Openai,
-    /// Anthropic Messages (`system` plus messages with content blocks).
-    Anthropic,
-    /// OpenAI Responses input items.
-    Responses,
-}
+/// `--format`: `None` for `auto`, or the API a file's records are written for.
+#[derive(Debug, Clone, Copy)]
+struct FormatArg(Option<Api>);
 
-impl From<FormatArg> for Format {
-    fn from(f: FormatArg) -> Self {
-        match f {
-            FormatArg::Auto => Format::Auto,
-            FormatArg::Openai => Format::OpenAi,
-            FormatArg::Anthropic => Format::Anthropic,
-            FormatArg::Responses => Format::Responses,
-        }
-    }
+fn format_arg(name: &str) -> Result<FormatArg, String> {
+    loom_import::requested_format(name)
+        .map(FormatArg)
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Debug, clap::Args)]
@@ -44,8 +30,10 @@ pub(crate) struct Args {
     /// JSON or JSONL files to import.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
-    /// Input format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
+    /// Input format: `auto` (tell it from the content), `openai` (OpenAI Chat Completions:
+    /// a JSON list, `{"messages"}` or JSONL trajectories), `anthropic` (Anthropic Messages:
+    /// `system` plus messages with content blocks) or `responses` (OpenAI Responses input items).
+    #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = format_arg)]
     format: FormatArg,
     /// Session id for a single-conversation file (default: the file name without extension, or
     /// the trajectory's `id`).
@@ -69,7 +57,7 @@ pub(crate) struct Args {
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut opts = ParseOptions::new(super::now_ms());
-    opts.format = args.format.into();
+    opts.format = args.format.0;
     opts.inline_limit = args.inline_limit;
     opts.session = args
         .session

@@ -213,10 +213,7 @@ fn extractor(
             raw.model = Some(model);
             raw.resolve()
         }
-        None => loom_provider::client::ProviderConfig::from_env(
-            loom_provider::Api::ChatCompletions,
-            model,
-        ),
+        None => loom_provider::client::ProviderConfig::from_env(loom_core::Api::OpenaiChat, model),
     }
     .map_err(|e| bad_input(anyhow::Error::new(e)))?;
     loom_memory::ProviderFacts::new(provider).map_err(mapped)

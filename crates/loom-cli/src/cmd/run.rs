@@ -291,7 +291,7 @@ fn replies_in(store: &dyn loom_store::Store, session: &str) -> anyhow::Result<us
 fn knowledge_hooks(
     env: &Env,
     spec: &RunSpec,
-    api: loom_provider::Api,
+    api: loom_core::Api,
     k: &loom_agent::KnowledgeConfig,
     memory: Option<std::sync::Arc<dyn loom_memory::Memory>>,
 ) -> anyhow::Result<loom_runtime::Hooks> {
@@ -321,7 +321,7 @@ fn knowledge_hooks(
 fn prepared(
     env: &Env,
     spec: &RunSpec,
-    api: loom_provider::Api,
+    api: loom_core::Api,
 ) -> anyhow::Result<(
     loom_server::engine::RenderSpec,
     loom_tokens::Tokenizer,
@@ -330,7 +330,7 @@ fn prepared(
     let render = loom_server::engine::RenderSpec {
         model: spec.model.clone(),
         budget: spec.budget,
-        format: loom_agent::format_of(api),
+        format: api.into(),
         tools: Vec::new(),
         always_record: false,
         injections: Vec::new(),
@@ -347,7 +347,7 @@ fn prepared(
 fn worker_config(
     env: &Env,
     spec: &RunSpec,
-    api: loom_provider::Api,
+    api: loom_core::Api,
 ) -> anyhow::Result<loom_runtime::WorkerConfig> {
     let (render, meter, policy) = prepared(env, spec, api)?;
     Ok(loom_runtime::WorkerConfig::new(

@@ -9,7 +9,8 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use loom_tokens::{count_request, CountTokens, Registry, Tokenizer, TokenizerFile, WireFormat};
+use loom_core::Api;
+use loom_tokens::{count_request, CountTokens, Registry, Tokenizer, TokenizerFile};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -87,7 +88,7 @@ fn count(args: &Args, bytes: &[u8], out: &mut dyn Write) -> anyhow::Result<()> {
             if let Some(tools) = t.get("tools").filter(|v| v.is_array()) {
                 body["tools"] = tools.clone();
             }
-            let count = count_request(WireFormat::OpenAiChat, &body, &tokenizer, &info.image)
+            let count = count_request(Api::OpenaiChat, &body, &tokenizer, &info.image)
                 .with_context(|| format!("line {line}"))
                 .map_err(bad_input)?;
             let id = t
@@ -208,7 +209,7 @@ mod tests {
             base: 85,
             per_tile: 170,
         };
-        let a = count_request(WireFormat::OpenAiChat, &body, &t, &rule)?.total();
+        let a = count_request(Api::OpenaiChat, &body, &t, &rule)?.total();
         assert_eq!(lines, [format!("a\t{a}").as_str(), lines[1]]);
         assert!(lines[1].starts_with("b\t"));
         // One line that is not a trajectory makes the file plain text.

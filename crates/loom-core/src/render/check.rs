@@ -57,9 +57,9 @@ fn malformed(index: usize, reason: impl Into<String>) -> Violation {
 /// Checks a body against the rules of its format.
 pub fn check_request(format: Format, body: &Value) -> Result<(), Violation> {
     match format {
-        Format::OpenaiChat => check_chat(body),
-        Format::OpenaiResponses => check_responses(body),
-        Format::Anthropic => check_anthropic(body),
+        Format::OPENAI_CHAT => check_chat(body),
+        Format::OPENAI_RESPONSES => check_responses(body),
+        Format::ANTHROPIC => check_anthropic(body),
         Format::React => match body.get("prompt") {
             Some(Value::String(s)) if !s.is_empty() => Ok(()),
             _ => Err(malformed(0, "`prompt` must be a non-empty string")),

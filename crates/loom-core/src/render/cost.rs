@@ -37,6 +37,7 @@ pub(crate) fn fingerprint(state: &CompactionState) -> u64 {
     }
     // Elided seqs include the task statement, which stays in place before the boundary.
     state.elided.hash(&mut h);
+    state.elided_chars.hash(&mut h);
     state.summary.hash(&mut h);
     state.block_lines.hash(&mut h);
     h.write_u64(u64::MAX);
@@ -77,8 +78,9 @@ pub enum Key {
     /// The head of the unit opened at this seq, whether its text is dropped, and how many of its
     /// calls have their results (an error result marks its call in some formats).
     Unit(Seq, bool, usize),
-    /// One result of a unit in one form.
-    Result(Seq, usize, ResultForm),
+    /// One result of a unit in one form (with the characters an elided result keeps, when it
+    /// keeps more than the policy's head and tail).
+    Result(Seq, usize, ResultForm, u32),
     /// The compact block: boundary, summary version, line cap, a hash of the fold boundaries its
     /// groups are closed at (`None` when steps are not grouped), and how many results arrived
     /// late for folded units.
@@ -298,7 +300,11 @@ impl<'a> Coster<'a> {
         let Some(paired) = turn.calls.get(call) else {
             return 0;
         };
-        self.memo(Key::Result(unit.seq, call, form), |c| {
+        let kept = match (form, &paired.result) {
+            (ResultForm::Elided, Some(r)) => state.elided_chars.get(&r.seq).copied().unwrap_or(0),
+            _ => 0,
+        };
+        self.memo(Key::Result(unit.seq, call, form, kept), |c| {
             c.result_piece(proj, state, paired, form)
         })
     }

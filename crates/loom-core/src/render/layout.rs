@@ -36,8 +36,9 @@ pub type StepIndex = HashMap<String, Step>;
 pub(crate) fn form_of(paired: &Paired, state: &CompactionState) -> ResultForm {
     match &paired.result {
         None => ResultForm::Missing,
-        Some(r) if state.elided.contains(&r.seq) => ResultForm::Elided,
+        // A last resort may stub a result an earlier point elided: the later cut stands.
         Some(r) if state.stubbed.contains(&r.seq) => ResultForm::Stubbed,
+        Some(r) if state.elided.contains(&r.seq) => ResultForm::Elided,
         // A diff only while the page it is against is still sent whole; when a compaction has
         // taken that page, the page is sent whole until the next render picks a new base.
         Some(r)
@@ -119,7 +120,8 @@ pub(crate) fn result_content(paired: &Paired, form: ResultForm, t: &Texts<'_>) -
         },
         (ResultForm::Elided, Some(r)) => match &r.output {
             ToolOutput::Text(s) => {
-                MessageContent::Text(elide(s, head_chars, tail_chars, &paired.reference(step)))
+                let (head, tail) = t.state.elision(r.seq, head_chars, tail_chars);
+                MessageContent::Text(elide(s, head, tail, &paired.reference(step)))
             }
             _ => stub(paired, step),
         },
@@ -300,6 +302,9 @@ pub(crate) fn unit_key(unit: &Unit, state: &CompactionState) -> u64 {
     if let UnitBody::Turn(turn) = &unit.body {
         for p in &turn.calls {
             form_of(p, state).hash(&mut h);
+            if let Some(r) = &p.result {
+                state.elided_chars.get(&r.seq).hash(&mut h);
+            }
         }
     }
     h.finish()

@@ -72,6 +72,11 @@ pub struct CompactionState {
     pub stubbed: BTreeSet<Seq>,
     /// Result seqs rendered as head + tail + reference.
     pub elided: BTreeSet<Seq>,
+    /// Elided results that keep more than the policy's head and tail: the characters kept, split
+    /// between head and tail in the policy's proportion. A last resort sizes the newest results
+    /// so that the request lands at the low watermark instead of far below it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub elided_chars: BTreeMap<Seq, u32>,
     /// Browser pages (result seqs) rendered as their line diff against an earlier page sent
     /// whole (its result seq), which stays verbatim while they do.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -103,6 +108,18 @@ impl CompactionState {
     /// Records the rule that cut `seq`, unless an earlier one did.
     pub(crate) fn cut_by(&mut self, seq: Seq, rule: CutRule) {
         self.rules.entry(seq).or_insert(rule);
+    }
+
+    /// The head and tail an elided result at `seq` keeps, given the policy's.
+    pub(crate) fn elision(&self, seq: Seq, head: usize, tail: usize) -> (usize, usize) {
+        match self.elided_chars.get(&seq) {
+            Some(&kept) if head + tail > 0 => {
+                let kept = kept as usize;
+                let h = kept * head / (head + tail);
+                (h, kept - h)
+            }
+            _ => (head, tail),
+        }
     }
 
     /// Lines the compact block may hold under this state, given the policy's cap.

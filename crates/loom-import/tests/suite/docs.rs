@@ -1,8 +1,8 @@
 //! `docs/formats.md` is checked: its event examples are the serialised form, and its import
 //! examples import into exactly the events shown.
 
+use loom_core::Api;
 use loom_core::Event;
-use loom_import::Format;
 use loom_store::MemoryBlobStore;
 
 use super::parse_as;
@@ -67,8 +67,7 @@ fn every_documented_import_gives_the_documented_events() {
             continue;
         }
         let blobs = MemoryBlobStore::new();
-        let sessions =
-            parse_as(input, Format::Auto, &blobs).unwrap_or_else(|e| panic!("{e} in\n{input}"));
+        let sessions = parse_as(input, None, &blobs).unwrap_or_else(|e| panic!("{e} in\n{input}"));
         assert_eq!(sessions.len(), 1);
         let events: Vec<Event> = sessions[0]
             .events
@@ -90,6 +89,6 @@ fn every_documented_import_gives_the_documented_events() {
     }
     assert_eq!(
         checked,
-        [Format::OpenAi, Format::Anthropic, Format::Responses]
+        [Api::OpenaiChat, Api::Anthropic, Api::OpenaiResponses]
     );
 }

@@ -1,6 +1,6 @@
 //! Bad input: every error names the file, the line or record, the field and the reason.
 
-use loom_import::{Format, ImportError};
+use loom_import::ImportError;
 use loom_store::MemoryBlobStore;
 
 use super::parse_err;
@@ -108,7 +108,7 @@ fn invalid_utf8_reports_the_byte_offset() {
     bytes.push(0xe9); // Latin-1 é
     bytes.extend_from_slice(br#""}]"#);
     let blobs = MemoryBlobStore::new();
-    let opts = super::opts(Format::Auto);
+    let opts = super::opts(None);
     let e =
         loom_import::parse_reader("latin1.json", "latin1", &bytes[..], &opts, &blobs).unwrap_err();
     assert!(
@@ -179,7 +179,7 @@ fn a_top_level_scalar_is_not_a_record() {
 #[test]
 fn session_option_needs_a_single_conversation() {
     let blobs = MemoryBlobStore::new();
-    let mut opts = super::opts(Format::Auto);
+    let mut opts = super::opts(None);
     opts.session = Some(loom_core::SessionId::new("mine").unwrap());
     let two = jsonl(&[traj("a", &[USER]), traj("b", &[USER])]);
     let e = loom_import::parse_reader("t.jsonl", "t", two.as_bytes(), &opts, &blobs).unwrap_err();

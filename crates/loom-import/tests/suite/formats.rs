@@ -1,7 +1,7 @@
 //! Each format's mapping to events, and format detection.
 
+use loom_core::Api;
 use loom_core::{ContentType, EventBody, ToolOutput};
-use loom_import::Format;
 use loom_store::MemoryBlobStore;
 use serde_json::json;
 
@@ -28,7 +28,7 @@ fn openai_messages_map_one_to_one() {
     let s = &sessions[0];
     assert_eq!(s.id.as_str(), "conv");
     assert_eq!(s.agent.as_str(), "agent");
-    assert_eq!(s.format, Format::OpenAi);
+    assert_eq!(s.format, Api::OpenaiChat);
     let bodies = json_bodies(&s.events);
     assert_eq!(bodies[0], json!({"kind": "system", "content": "be brief"}));
     assert_eq!(
@@ -102,7 +102,7 @@ fn anthropic_blocks_map_to_events_in_order() {
           {"type": "text", "text": "fixed"}]}
       ]}"#;
     let s = &parse_ok(text)[0];
-    assert_eq!(s.format, Format::Anthropic);
+    assert_eq!(s.format, Api::Anthropic);
     let bodies = json_bodies(&s.events);
     assert_eq!(
         bodies[0],
@@ -158,7 +158,7 @@ fn responses_items_merge_one_turn_into_one_assistant_event() {
       {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "thanks"}]}
     ]}"#;
     let s = &parse_ok(text)[0];
-    assert_eq!(s.format, Format::Responses);
+    assert_eq!(s.format, Api::OpenaiResponses);
     let bodies = json_bodies(&s.events);
     assert_eq!(bodies[0], json!({"kind": "system", "content": "be exact"}));
     assert_eq!(
@@ -203,7 +203,7 @@ fn explicit_format_reads_plain_messages_too() {
     let blobs = MemoryBlobStore::new();
     let text = r#"[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]"#;
     let mut all = Vec::new();
-    for format in [Format::OpenAi, Format::Anthropic, Format::Responses] {
+    for format in [Api::OpenaiChat, Api::Anthropic, Api::OpenaiResponses] {
         let s = parse_as(text, format, &blobs).unwrap();
         all.push(json_bodies(&s[0].events));
     }
@@ -215,7 +215,7 @@ fn explicit_format_reads_plain_messages_too() {
 fn explicit_format_refuses_foreign_fields() {
     let blobs = MemoryBlobStore::new();
     let text = r#"{"system": "s", "messages": [{"role": "user", "content": "hi"}]}"#;
-    let e = parse_as(text, Format::OpenAi, &blobs)
+    let e = parse_as(text, Api::OpenaiChat, &blobs)
         .unwrap_err()
         .to_string();
     assert!(
@@ -223,7 +223,7 @@ fn explicit_format_refuses_foreign_fields() {
         "{e}"
     );
     let text = r#"[{"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "f", "input": {}}]}]"#;
-    let e = parse_as(text, Format::OpenAi, &blobs)
+    let e = parse_as(text, Api::OpenaiChat, &blobs)
         .unwrap_err()
         .to_string();
     assert!(

@@ -1,7 +1,7 @@
 //! Long tool outputs go to the blob store with the stats of the original bytes.
 
 use loom_core::{ContentStats, ContentType, EventBody, ToolOutput};
-use loom_import::{parse_reader, Format};
+use loom_import::parse_reader;
 use loom_store::{BlobStore, MemoryBlobStore};
 
 use super::opts;
@@ -27,7 +27,7 @@ fn outputs_above_the_limit_are_offloaded_with_original_stats() {
     // Escapes, quotes and multi-byte characters: the blob holds the decoded text.
     let output = "line \"one\" — ✓\tx\\y\n".repeat(5_000);
     let blobs = MemoryBlobStore::new();
-    let mut o = opts(Format::Auto);
+    let mut o = opts(None);
     o.inline_limit = 1024;
     let text = chat_with_output(&output);
     let s = parse_reader("big.json", "big", text.as_bytes(), &o, &blobs).unwrap();
@@ -46,7 +46,7 @@ fn outputs_above_the_limit_are_offloaded_with_original_stats() {
 fn outputs_at_the_limit_stay_inline() {
     let output = "x".repeat(1024);
     let blobs = MemoryBlobStore::new();
-    let mut o = opts(Format::Auto);
+    let mut o = opts(None);
     o.inline_limit = 1024;
     let text = chat_with_output(&output);
     let s = parse_reader("small.json", "small", text.as_bytes(), &o, &blobs).unwrap();
@@ -65,7 +65,7 @@ fn long_text_in_several_parts_is_offloaded_joined() {
             {{"type": "text", "text": "{a}"}}, {{"type": "text", "text": "{b}"}}]}}]}}]}}"#
     );
     let blobs = MemoryBlobStore::new();
-    let mut o = opts(Format::Auto);
+    let mut o = opts(None);
     o.inline_limit = 1000;
     let s = parse_reader("parts.json", "parts", text.as_bytes(), &o, &blobs).unwrap();
     let (content, stats) = result_of(&s[0].events);
@@ -82,7 +82,7 @@ fn long_user_text_is_kept_inline_in_the_event() {
     let long = "u".repeat(5000);
     let text = format!(r#"[{{"role": "user", "content": "{long}"}}]"#);
     let blobs = MemoryBlobStore::new();
-    let mut o = opts(Format::Auto);
+    let mut o = opts(None);
     o.inline_limit = 100;
     let s = parse_reader("u.json", "u", text.as_bytes(), &o, &blobs).unwrap();
     let body = serde_json::to_value(&s[0].events[0].body).unwrap();
@@ -94,7 +94,7 @@ fn long_user_text_is_kept_inline_in_the_event() {
 fn stats_detect_the_type_of_offloaded_output() {
     let output = format!("{{\"rows\": [{}]}}", vec!["1"; 3000].join(","));
     let blobs = MemoryBlobStore::new();
-    let mut o = opts(Format::Auto);
+    let mut o = opts(None);
     o.inline_limit = 512;
     let text = chat_with_output(&output);
     let s = parse_reader("j.json", "j", text.as_bytes(), &o, &blobs).unwrap();

@@ -8,9 +8,9 @@ mod native;
 mod reimport;
 mod traces;
 
-use loom_core::{EventBody, NewEvent};
+use loom_core::{Api, EventBody, NewEvent};
 use loom_import::{
-    parse_file, parse_reader, parse_slice, Format, ImportError, ParseOptions, ParsedSession,
+    parse_file, parse_reader, parse_slice, ImportError, ParseOptions, ParsedSession,
 };
 use loom_store::MemoryBlobStore;
 
@@ -18,9 +18,9 @@ use loom_store::MemoryBlobStore;
 pub(crate) const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
 
 /// Options with a fixed timestamp.
-pub(crate) fn opts(format: Format) -> ParseOptions {
+pub(crate) fn opts(format: impl Into<Option<Api>>) -> ParseOptions {
     let mut o = ParseOptions::new(1_700_000_000_000);
-    o.format = format;
+    o.format = format.into();
     o
 }
 
@@ -28,9 +28,10 @@ pub(crate) fn opts(format: Format) -> ParseOptions {
 /// the one for documents in memory must agree on every input, sessions and errors alike.
 pub(crate) fn parse_as(
     text: &str,
-    format: Format,
+    format: impl Into<Option<Api>>,
     blobs: &MemoryBlobStore,
 ) -> Result<Vec<ParsedSession>, ImportError> {
+    let format = format.into();
     let streamed = parse_reader("conv.json", "conv", text.as_bytes(), &opts(format), blobs);
     let sliced = parse_slice("conv.json", "conv", text.as_bytes(), &opts(format), blobs);
     match (&streamed, &sliced) {
@@ -44,7 +45,8 @@ pub(crate) fn parse_as(
 
 /// Checks that a file holding `text` reads as the streaming reader reads it: `parse_file` parses
 /// a file from memory one line at a time and falls back to the streaming reader.
-pub(crate) fn same_as_file(text: &str, format: Format) {
+pub(crate) fn same_as_file(text: &str, format: impl Into<Option<Api>>) {
+    let format = format.into();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("conv.json");
     std::fs::write(&path, text).unwrap();
@@ -62,7 +64,7 @@ pub(crate) fn same_as_file(text: &str, format: Format) {
 /// Parses `text` with auto-detection; panics on error.
 pub(crate) fn parse_ok(text: &str) -> Vec<ParsedSession> {
     let blobs = MemoryBlobStore::new();
-    match parse_as(text, Format::Auto, &blobs) {
+    match parse_as(text, None, &blobs) {
         Ok(s) => s,
         Err(e) => panic!("unexpected error: {e}"),
     }
@@ -81,7 +83,7 @@ pub(crate) fn json_bodies(events: &[NewEvent]) -> serde_json::Value {
 /// The error of parsing `text` (auto), as text.
 pub(crate) fn parse_err(text: &str) -> String {
     let blobs = MemoryBlobStore::new();
-    match parse_as(text, Format::Auto, &blobs) {
+    match parse_as(text, None, &blobs) {
         Ok(s) => panic!("expected an error, got {} sessions", s.len()),
         Err(e) => e.to_string(),
     }

@@ -7,25 +7,24 @@ use loom_core::render::{
     check_request, render, ApproxMeter, Audience, CompactionState, CostMemo, Format as Wire,
     Policy, RenderInput,
 };
-use loom_core::{Event, EventBody, NativeApi};
-use loom_import::Format;
+use loom_core::{Api, Event, EventBody};
 use loom_store::MemoryBlobStore;
 use serde_json::{json, Value};
 
 use super::parse_as;
 
 /// Imports `input` and renders the whole session in `wire`; returns the events and the body.
-fn import_and_render(input: &Value, format: Format, wire: Wire) -> (Vec<Event>, Value) {
+fn import_and_render(input: &Value, format: Api, wire: Wire) -> (Vec<Event>, Value) {
     let blobs = MemoryBlobStore::new();
     let sessions = parse_as(&input.to_string(), format, &blobs).unwrap();
     render_sessions(&sessions, wire)
 }
 
 /// [`import_and_render`] as the proxy reads a client's request: keeping what Loom does not model.
-fn import_kept_and_render(input: &Value, format: Format, wire: Wire) -> (Vec<Event>, Value) {
+fn import_kept_and_render(input: &Value, format: Api, wire: Wire) -> (Vec<Event>, Value) {
     let blobs = MemoryBlobStore::new();
     let mut opts = loom_import::ParseOptions::new(0);
-    opts.format = format;
+    opts.format = Some(format);
     opts.keep_unknown = true;
     let text = input.to_string();
     let sessions =
@@ -97,7 +96,7 @@ fn anthropic_history() -> Value {
 #[test]
 fn anthropic_thinking_blocks_round_trip_byte_for_byte() {
     let input = anthropic_history();
-    let (events, body) = import_and_render(&input, Format::Anthropic, Wire::Anthropic);
+    let (events, body) = import_and_render(&input, Api::Anthropic, Wire::ANTHROPIC);
     let EventBody::Assistant {
         reasoning, native, ..
     } = &events[2].body
@@ -108,7 +107,7 @@ fn anthropic_thinking_blocks_round_trip_byte_for_byte() {
         reasoning.as_deref(),
         Some("Read it first.\nCarefully.\n\n[redacted thinking]")
     );
-    assert_eq!(native.as_ref().map(|n| n.api), Some(NativeApi::Anthropic));
+    assert_eq!(native.as_ref().map(|n| n.api), Some(Api::Anthropic));
     // Every assistant message of the render starts with the thinking blocks it was imported with.
     let sent: Vec<&Value> = body["messages"]
         .as_array()
@@ -159,7 +158,7 @@ fn responses_reasoning_items_round_trip_byte_for_byte() {
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "3 and 7."}]},
         {"role": "user", "content": "Thanks."}
     ]});
-    let (events, body) = import_and_render(&input, Format::Responses, Wire::OpenaiResponses);
+    let (events, body) = import_and_render(&input, Api::OpenaiResponses, Wire::OPENAI_RESPONSES);
     let EventBody::Assistant { reasoning, .. } = &events[4].body else {
         panic!("expected an assistant event, got {:?}", events[4].body)
     };
@@ -190,12 +189,9 @@ fn responses_reasoning_items_round_trip_byte_for_byte() {
 
 #[test]
 fn native_items_stay_with_their_own_provider() {
-    let (_, chat) = import_and_render(&anthropic_history(), Format::Anthropic, Wire::OpenaiChat);
-    let (_, responses) = import_and_render(
-        &anthropic_history(),
-        Format::Anthropic,
-        Wire::OpenaiResponses,
-    );
+    let (_, chat) = import_and_render(&anthropic_history(), Api::Anthropic, Wire::OPENAI_CHAT);
+    let (_, responses) =
+        import_and_render(&anthropic_history(), Api::Anthropic, Wire::OPENAI_RESPONSES);
     for body in [chat, responses] {
         let text = body.to_string();
         assert!(!text.contains("EqQBCkYIARgCKkD3"), "{text}");
@@ -212,7 +208,7 @@ fn a_thinking_block_without_signature_is_reasoning_text_only() {
             {"type": "text", "text": "hello"}]}
     ]});
     let blobs = MemoryBlobStore::new();
-    let sessions = parse_as(&input.to_string(), Format::Anthropic, &blobs).unwrap();
+    let sessions = parse_as(&input.to_string(), Api::Anthropic, &blobs).unwrap();
     let EventBody::Assistant {
         reasoning, native, ..
     } = &sessions[0].events[1].body
@@ -231,7 +227,7 @@ fn a_reasoning_item_without_id_is_reasoning_text_only() {
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}
     ]});
     let blobs = MemoryBlobStore::new();
-    let sessions = parse_as(&input.to_string(), Format::Responses, &blobs).unwrap();
+    let sessions = parse_as(&input.to_string(), Api::OpenaiResponses, &blobs).unwrap();
     let EventBody::Assistant {
         reasoning, native, ..
     } = &sessions[0].events[1].body
@@ -248,7 +244,7 @@ fn a_reasoning_item_without_id_is_reasoning_text_only() {
 fn what_loom_does_not_model_comes_back_as_it_came() {
     let narrator = json!({"role": "narrator", "content": "b"});
     let input = json!([{"role": "user", "content": "a"}, narrator]);
-    let (_, body) = import_kept_and_render(&input, Format::OpenAi, Wire::OpenaiChat);
+    let (_, body) = import_kept_and_render(&input, Api::OpenaiChat, Wire::OPENAI_CHAT);
     assert_eq!(body["messages"][1], narrator, "{body}");
 
     let document = json!({"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes"}, "title": "notes.txt", "citations": {"enabled": true}});
@@ -260,14 +256,14 @@ fn what_loom_does_not_model_comes_back_as_it_came() {
         {"role": "assistant", "content": [server_use, server_result, {"type": "text", "text": "found"}]},
         {"role": "user", "content": "thanks"}
     ]});
-    let (events, body) = import_kept_and_render(&input, Format::Anthropic, Wire::Anthropic);
+    let (events, body) = import_kept_and_render(&input, Api::Anthropic, Wire::ANTHROPIC);
     assert_eq!(events.len(), 3);
     let blocks = |i: usize| body["messages"][i]["content"].clone();
     assert_eq!(blocks(0)[1], document, "{body}");
     assert_eq!(blocks(1)[0], server_use, "{body}");
     assert_eq!(blocks(1)[1], server_result, "{body}");
     // Another API gets it as text, never as a block it would refuse.
-    let (_, chat) = import_kept_and_render(&input, Format::Anthropic, Wire::OpenaiChat);
+    let (_, chat) = import_kept_and_render(&input, Api::Anthropic, Wire::OPENAI_CHAT);
     assert!(
         chat.to_string()
             .contains("[document content from anthropic]"),
@@ -283,7 +279,7 @@ fn what_loom_does_not_model_comes_back_as_it_came() {
         compaction,
         {"type": "message", "role": "user", "content": "go on"}
     ]});
-    let (_, body) = import_kept_and_render(&input, Format::Responses, Wire::OpenaiResponses);
+    let (_, body) = import_kept_and_render(&input, Api::OpenaiResponses, Wire::OPENAI_RESPONSES);
     let items = body["input"].as_array().unwrap();
     assert_eq!(items[0], extra, "{body}");
     assert_eq!(items[1]["content"][1], file, "{body}");

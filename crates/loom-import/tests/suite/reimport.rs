@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use loom_import::{Format, ImportError, Importer, NoProgress};
+use loom_import::{ImportError, Importer, NoProgress};
 use loom_store::{MemoryBlobStore, MemoryStore, Store};
 
 use super::opts;
@@ -26,13 +26,13 @@ fn reimport_of_identical_sessions_changes_nothing() {
     let good = write(dir.path(), "good.jsonl", GOOD);
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
-    let first = Importer::new(&store, &blobs, opts(Format::Auto))
+    let first = Importer::new(&store, &blobs, opts(None))
         .run(std::slice::from_ref(&good), &mut NoProgress)
         .unwrap();
     assert_eq!((first.imported, first.unchanged, first.events), (2, 0, 3));
     let before = store.sessions().unwrap();
     // A later import has a later timestamp; identity ignores it.
-    let mut later = opts(Format::Auto);
+    let mut later = opts(None);
     later.ts_ms += 60_000;
     let again = Importer::new(&store, &blobs, later)
         .run(&[good], &mut NoProgress)
@@ -52,7 +52,7 @@ fn reimport_with_different_events_names_the_first_differing_seq() {
     );
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
-    let importer = Importer::new(&store, &blobs, opts(Format::Auto));
+    let importer = Importer::new(&store, &blobs, opts(None));
     importer.run(&[good], &mut NoProgress).unwrap();
     let e = importer.run(&[changed], &mut NoProgress).unwrap_err();
     assert!(matches!(&e, ImportError::Conflict { seq: 2, .. }), "{e}");
@@ -80,7 +80,7 @@ fn a_bad_file_anywhere_stores_nothing() {
     );
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
-    let e = Importer::new(&store, &blobs, opts(Format::Auto))
+    let e = Importer::new(&store, &blobs, opts(None))
         .run(&[good, bad], &mut NoProgress)
         .unwrap_err();
     assert!(e.to_string().contains("bad.jsonl:3 (record 3)"), "{e}");
@@ -94,12 +94,12 @@ fn one_session_twice_in_an_import() {
     let b = write(dir.path(), "b.jsonl", GOOD);
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
-    let importer = Importer::new(&store, &blobs, opts(Format::Auto));
+    let importer = Importer::new(&store, &blobs, opts(None));
     let report = importer.run(&[a.clone(), b], &mut NoProgress).unwrap();
     assert_eq!(report.imported, 2);
     let c = write(dir.path(), "c.jsonl", &GOOD.replace("\"a\"", "\"z\""));
     let store = MemoryStore::new();
-    let importer = Importer::new(&store, &blobs, opts(Format::Auto));
+    let importer = Importer::new(&store, &blobs, opts(None));
     let e = importer.run(&[a, c], &mut NoProgress).unwrap_err();
     assert!(matches!(e, ImportError::DuplicateSession { .. }), "{e}");
     assert!(store.sessions().unwrap().is_empty());
@@ -115,10 +115,10 @@ fn single_conversations_are_named_after_the_file_or_the_option() {
     );
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
-    Importer::new(&store, &blobs, opts(Format::Auto))
+    Importer::new(&store, &blobs, opts(None))
         .run(std::slice::from_ref(&path), &mut NoProgress)
         .unwrap();
-    let mut named = opts(Format::Auto);
+    let mut named = opts(None);
     named.session = Some(loom_core::SessionId::new("mine").unwrap());
     Importer::new(&store, &blobs, named.clone())
         .run(std::slice::from_ref(&path), &mut NoProgress)
@@ -141,7 +141,7 @@ fn an_extending_import_appends_the_rest_and_still_refuses_a_departure() {
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
     let read = |text: &str| {
-        loom_import::parse_slice("t", "t", text.as_bytes(), &opts(Format::Auto), &blobs).unwrap()
+        loom_import::parse_slice("t", "t", text.as_bytes(), &opts(None), &blobs).unwrap()
     };
     let short = r#"{"id": "s", "messages": [{"role": "user", "content": "a"}]}"#;
     let long = r#"{"id": "s", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}"#;

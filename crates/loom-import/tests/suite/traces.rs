@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
+use loom_core::Api;
 use loom_core::EventBody;
-use loom_import::{parse_file, Format, Importer, NoProgress};
+use loom_import::{parse_file, Importer, NoProgress};
 use loom_store::{CallStatus, MemoryBlobStore, MemoryStore, Store};
 
 use super::{opts, TRACES};
@@ -36,13 +37,13 @@ fn direct_count(path: &PathBuf) -> (usize, usize) {
 fn every_trace_file_parses_with_one_event_per_message() {
     for path in trace_files() {
         let blobs = MemoryBlobStore::new();
-        let sessions = parse_file(&path, &opts(Format::Auto), &blobs)
+        let sessions = parse_file(&path, &opts(None), &blobs)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let (want_sessions, want_events) = direct_count(&path);
         let events: usize = sessions.iter().map(|s| s.events.len()).sum();
         assert_eq!(sessions.len(), want_sessions, "{}", path.display());
         assert_eq!(events, want_events, "{}", path.display());
-        assert!(sessions.iter().all(|s| s.format == Format::OpenAi));
+        assert!(sessions.iter().all(|s| s.format == Api::OpenaiChat));
     }
 }
 
@@ -53,7 +54,7 @@ fn ids_and_agents_come_from_the_trajectories() {
     let first: serde_json::Value =
         serde_json::from_str(first_line.lines().next().unwrap()).unwrap();
     let blobs = MemoryBlobStore::new();
-    let sessions = parse_file(&path, &opts(Format::Auto), &blobs).unwrap();
+    let sessions = parse_file(&path, &opts(None), &blobs).unwrap();
     assert_eq!(sessions[0].id.as_str(), first["id"].as_str().unwrap());
     assert_eq!(
         sessions[0].agent.as_str(),
@@ -68,7 +69,7 @@ fn reused_call_ids_are_renamed_and_results_follow_them() {
     // tau-bench reuses call ids once their result is in.
     let path = PathBuf::from(TRACES).join("tau_bench_airline_gpt4o.jsonl");
     let blobs = MemoryBlobStore::new();
-    let sessions = parse_file(&path, &opts(Format::Auto), &blobs).unwrap();
+    let sessions = parse_file(&path, &opts(None), &blobs).unwrap();
     let mut renamed = 0;
     for s in &sessions {
         let mut calls = std::collections::BTreeSet::new();
@@ -92,7 +93,7 @@ fn reused_call_ids_are_renamed_and_results_follow_them() {
 fn all_traces_import_and_unfinished_calls_stay_pending() {
     let store = MemoryStore::new();
     let blobs = MemoryBlobStore::new();
-    let importer = Importer::new(&store, &blobs, opts(Format::Auto));
+    let importer = Importer::new(&store, &blobs, opts(None));
     let files = trace_files();
     let report = importer.run(&files, &mut NoProgress).unwrap();
     let (mut want_sessions, mut want_events) = (0, 0);
@@ -131,7 +132,7 @@ fn a_trace_file_reads_from_memory_as_the_streaming_reader_reads_it() {
     // The shared traces, read whole and line by line, against the streaming reader.
     for path in trace_files() {
         let text = std::fs::read_to_string(&path).unwrap();
-        super::same_as_file(&text, Format::Auto);
+        super::same_as_file(&text, None);
     }
     let line = r#"{"id": "t1", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}"#;
     let other = r#"{"id": "t2", "messages": [{"role": "user", "content": "more"}]}"#;
@@ -146,6 +147,6 @@ fn a_trace_file_reads_from_memory_as_the_streaming_reader_reads_it() {
         format!("{line}\nnot json\n"),
         String::new(),
     ] {
-        super::same_as_file(&text, Format::Auto);
+        super::same_as_file(&text, None);
     }
 }

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use loom_core::Api;
 use loom_provider::client::{Client, ProviderConfig};
-use loom_provider::Api;
 
 use super::{normalize, EmbedError, Embedder};
 
@@ -60,7 +60,7 @@ impl OpenAiEmbedder {
             model: id.clone(),
             source: Box::new(e),
         };
-        let mut config = ProviderConfig::from_env(Api::ChatCompletions, model).map_err(call)?;
+        let mut config = ProviderConfig::from_env(Api::OpenaiChat, model).map_err(call)?;
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         if let Some(url) = var(BASE_URL_ENV) {
             config.base_url = url;

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use loom_core::Api;
 use loom_memory::{EmbedError, Embedder, Filters, MemoryError, OpenAiEmbedder, Search, Written};
 use loom_mock_upstream::{Fault, Mock, MockHandle};
 use loom_provider::client::{Backoff, CallError, ProviderConfig};
-use loom_provider::Api;
 
 use super::support::{agent, conformance, turn, Db};
 
@@ -33,7 +33,7 @@ fn upstream() -> Upstream {
 }
 
 fn openai(up: &Upstream, dimensions: Option<usize>) -> OpenAiEmbedder {
-    let mut c = ProviderConfig::new(Api::ChatCompletions, up.handle.base_url());
+    let mut c = ProviderConfig::new(Api::OpenaiChat, up.handle.base_url());
     c.api_key = Some("test-key".into());
     c.model = Some("text-embedding-3-small".into());
     c.timeout = Duration::from_secs(20);

@@ -5,12 +5,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use loom_core::Api;
 use loom_core::{AgentId, EventBody, MessageContent, NewEvent};
 use loom_memory::extract::{Reply, DEFAULT_WINDOW_TOKENS, INSTRUCTIONS};
 use loom_memory::{extract, FactModel, ItemKind, Memory, MemoryError, ProviderFacts, Search, Tier};
 use loom_mock_upstream::{Fault, Mock, MockHandle};
 use loom_provider::client::ProviderConfig;
-use loom_provider::Api;
 use loom_store::{MemoryStore, NewSession, Store};
 
 use super::support::{conformance, session};
@@ -311,20 +311,20 @@ fn upstream() -> (MockHandle, tokio::runtime::Runtime) {
 /// A reply body of `api` whose text is `text`, as the provider sends it.
 fn reply_body(api: Api, text: &str) -> String {
     let body = match api {
-        Api::ChatCompletions => serde_json::json!({
+        Api::OpenaiChat => serde_json::json!({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
             "choices": [{"index": 0, "finish_reason": "stop",
                 "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": 321, "completion_tokens": 12, "total_tokens": 333}
         }),
-        Api::Responses => serde_json::json!({
+        Api::OpenaiResponses => serde_json::json!({
             "id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
             "model": "gpt-4o-mini",
             "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}],
             "usage": {"input_tokens": 321, "output_tokens": 12, "total_tokens": 333}
         }),
-        Api::Messages => serde_json::json!({
+        Api::Anthropic => serde_json::json!({
             "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
             "content": [{"type": "text", "text": text}],
             "stop_reason": "end_turn", "stop_sequence": null,
@@ -338,9 +338,9 @@ fn reply_body(api: Api, text: &str) -> String {
 fn the_provider_extractor_speaks_each_api_and_records_its_usage() {
     let (up, _rt) = upstream();
     for (api, model, path) in [
-        (Api::ChatCompletions, "gpt-4o-mini", "/v1/chat/completions"),
-        (Api::Responses, "gpt-4o-mini", "/v1/responses"),
-        (Api::Messages, "claude-haiku-4-5", "/v1/messages"),
+        (Api::OpenaiChat, "gpt-4o-mini", "/v1/chat/completions"),
+        (Api::OpenaiResponses, "gpt-4o-mini", "/v1/responses"),
+        (Api::Anthropic, "claude-haiku-4-5", "/v1/messages"),
     ] {
         up.reset();
         let mut c = ProviderConfig::new(api, up.base_url());
@@ -369,12 +369,12 @@ fn the_provider_extractor_speaks_each_api_and_records_its_usage() {
         let body = &sent[0].body;
         assert_eq!(body["model"], model);
         let (system, user) = match api {
-            Api::ChatCompletions => (
+            Api::OpenaiChat => (
                 body["messages"][0]["content"].clone(),
                 body["messages"][1]["content"].clone(),
             ),
-            Api::Responses => (body["instructions"].clone(), body["input"].clone()),
-            Api::Messages => (
+            Api::OpenaiResponses => (body["instructions"].clone(), body["input"].clone()),
+            Api::Anthropic => (
                 body["system"].clone(),
                 body["messages"][0]["content"].clone(),
             ),
@@ -390,7 +390,7 @@ fn the_provider_extractor_speaks_each_api_and_records_its_usage() {
 #[test]
 fn a_provider_error_names_the_window_and_writes_nothing() {
     let (up, _rt) = upstream();
-    let mut c = ProviderConfig::new(Api::ChatCompletions, up.base_url());
+    let mut c = ProviderConfig::new(Api::OpenaiChat, up.base_url());
     c.model = Some("gpt-4o-mini".into());
     c.max_retries = 0;
     let facts = ProviderFacts::new(c).unwrap();
@@ -419,7 +419,7 @@ fn a_provider_error_names_the_window_and_writes_nothing() {
 
 #[test]
 fn an_extractor_without_a_model_is_refused() {
-    let c = ProviderConfig::new(Api::ChatCompletions, "http://127.0.0.1:9");
+    let c = ProviderConfig::new(Api::OpenaiChat, "http://127.0.0.1:9");
     let err = ProviderFacts::new(c).unwrap_err();
     assert!(err.to_string().contains("extractor.model"), "{err}");
 }

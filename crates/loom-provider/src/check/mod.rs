@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use crate::json::{join, kind, missing, opt_str, FieldError};
-use crate::Api;
+use loom_core::Api;
 
 /// Why a client request would be refused by the provider: the field and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,9 +75,9 @@ pub fn check_continuation(
     }
     let mut calls = Calls::after(earlier);
     match api {
-        Api::ChatCompletions => chat::check(body, &mut calls),
-        Api::Responses => responses::check(body, &mut calls),
-        Api::Messages => messages::check(body, &mut calls),
+        Api::OpenaiChat => chat::check(body, &mut calls),
+        Api::OpenaiResponses => responses::check(body, &mut calls),
+        Api::Anthropic => messages::check(body, &mut calls),
     }
     .map_err(RequestError::from)?;
     earlier.0.extend(calls.made.into_keys());
@@ -239,17 +239,17 @@ mod tests {
             call("c1"),
             result("c1"),
         ]);
-        check_continuation(Api::ChatCompletions, &first, &mut ids).unwrap();
+        check_continuation(Api::OpenaiChat, &first, &mut ids).unwrap();
         assert_eq!(ids.len(), 1);
         let reused = body(vec![call("c1"), result("c1")]);
-        let e = check_continuation(Api::ChatCompletions, &reused, &mut ids).unwrap_err();
+        let e = check_continuation(Api::OpenaiChat, &reused, &mut ids).unwrap_err();
         assert_eq!(e.field, "messages[0].tool_calls[0].id");
         assert!(e.reason.contains("an earlier message"), "{e}");
         assert_eq!(ids.len(), 1, "a refused body adds nothing");
         let unanswered = body(vec![result("c1")]);
-        assert!(check_continuation(Api::ChatCompletions, &unanswered, &mut ids).is_err());
+        assert!(check_continuation(Api::OpenaiChat, &unanswered, &mut ids).is_err());
         let next = body(vec![call("c2"), result("c2")]);
-        check_continuation(Api::ChatCompletions, &next, &mut ids).unwrap();
+        check_continuation(Api::OpenaiChat, &next, &mut ids).unwrap();
         assert_eq!(ids.len(), 2);
     }
 

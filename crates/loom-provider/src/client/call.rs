@@ -14,7 +14,9 @@ use super::delta::{self, Delta};
 use super::error::{retryable_status, CallError};
 use super::retry;
 use super::{Client, Completion};
-use crate::{parse_reply, Api, ProviderError, SseParser, StreamAssembler};
+use loom_core::Api;
+
+use crate::{parse_reply, ProviderError, SseParser, StreamAssembler};
 
 /// Largest reply body read into memory; a provider's reply is far smaller, so more is a fault.
 const MAX_REPLY_BYTES: u64 = 64 << 20;
@@ -168,7 +170,7 @@ fn prepare(api: Api, model: Option<&str>, body: &[u8], stream: bool) -> Result<V
         }
     }
     map.insert("stream".into(), raw(&stream)?);
-    if api == Api::ChatCompletions {
+    if api == Api::OpenaiChat {
         if stream {
             // Options the caller gave are kept, with the usage asked for.
             let mut options = map
@@ -478,7 +480,7 @@ mod tests {
             None => assert!(map.get("model").is_some_and(Value::is_string)),
         }
         map.insert("stream".into(), Value::Bool(stream));
-        if api == Api::ChatCompletions {
+        if api == Api::OpenaiChat {
             if stream {
                 let options = map
                     .entry("stream_options")
@@ -512,7 +514,7 @@ mod tests {
             json!({"model": "m", "max_tokens": 16, "messages": messages, "stream_options": 3}),
             json!({"model": "m", "a\"b": {"z": null, "y": true}, "\u{7f}": "x"}),
         ];
-        for api in [Api::ChatCompletions, Api::Responses, Api::Messages] {
+        for api in [Api::OpenaiChat, Api::OpenaiResponses, Api::Anthropic] {
             for body in &bodies {
                 for model in [None, Some("configured")] {
                     for stream in [false, true] {
@@ -533,10 +535,10 @@ mod tests {
     #[test]
     fn a_body_that_is_not_an_object_or_not_json_is_refused() {
         for body in [&b"[1]"[..], b"\"x\"", b"{\"model\": ", b""] {
-            let err = prepare(Api::Messages, Some("m"), body, true).unwrap_err();
+            let err = prepare(Api::Anthropic, Some("m"), body, true).unwrap_err();
             assert!(err.to_string().contains("JSON object"), "{err}");
         }
-        let err = prepare(Api::Messages, None, br#"{"model": 3}"#, true).unwrap_err();
+        let err = prepare(Api::Anthropic, None, br#"{"model": 3}"#, true).unwrap_err();
         assert!(err.to_string().contains("model"), "{err}");
         let err = value_bytes(&json!([1])).unwrap_err();
         assert!(err.to_string().contains("an array"), "{err}");

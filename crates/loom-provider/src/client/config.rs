@@ -10,7 +10,7 @@ use reqwest::Url;
 use serde::Deserialize;
 
 use super::error::CallError;
-use crate::Api;
+use loom_core::Api;
 
 /// The Anthropic API version Loom speaks, sent as `anthropic-version`.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -100,10 +100,10 @@ impl std::fmt::Debug for ProviderConfig {
 /// The environment variables of an API's key and base URL, and its default base URL.
 fn env_names(api: Api) -> (&'static str, &'static str, &'static str) {
     match api {
-        Api::ChatCompletions | Api::Responses => {
+        Api::OpenaiChat | Api::OpenaiResponses => {
             ("OPENAI_API_KEY", "OPENAI_BASE_URL", OPENAI_BASE_URL)
         }
-        Api::Messages => (
+        Api::Anthropic => (
             "ANTHROPIC_API_KEY",
             "ANTHROPIC_BASE_URL",
             ANTHROPIC_BASE_URL,
@@ -289,13 +289,13 @@ pub fn endpoint(api: Api, base_url: &str) -> Result<Url, CallError> {
     }
     let bare = matches!(url.path(), "" | "/");
     let full = match api {
-        Api::Messages => {
+        Api::Anthropic => {
             let base = trimmed.strip_suffix("/v1").unwrap_or(trimmed);
             format!("{base}/v1/messages")
         }
-        Api::ChatCompletions | Api::Responses => {
+        Api::OpenaiChat | Api::OpenaiResponses => {
             let path = match api {
-                Api::Responses => "/responses",
+                Api::OpenaiResponses => "/responses",
                 _ => "/chat/completions",
             };
             if bare {
@@ -327,7 +327,7 @@ pub fn credential_headers(api: Api, key: Option<&str>) -> Result<HeaderMap, Call
         Ok::<_, CallError>(value)
     };
     match api {
-        Api::ChatCompletions | Api::Responses => {
+        Api::OpenaiChat | Api::OpenaiResponses => {
             if let Some(key) = key {
                 headers.insert(
                     reqwest::header::AUTHORIZATION,
@@ -335,7 +335,7 @@ pub fn credential_headers(api: Api, key: Option<&str>) -> Result<HeaderMap, Call
                 );
             }
         }
-        Api::Messages => {
+        Api::Anthropic => {
             headers.insert(
                 HeaderName::from_static("anthropic-version"),
                 HeaderValue::from_static(ANTHROPIC_VERSION),
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn endpoints_accept_base_urls_with_or_without_the_version() {
-        let chat = Api::ChatCompletions;
+        let chat = Api::OpenaiChat;
         for base in [
             "https://api.openai.com/v1",
             "https://api.openai.com/v1/",
@@ -389,7 +389,7 @@ mod tests {
             );
         }
         assert_eq!(
-            url(Api::Responses, "http://127.0.0.1:11434/v1"),
+            url(Api::OpenaiResponses, "http://127.0.0.1:11434/v1"),
             "http://127.0.0.1:11434/v1/responses"
         );
         assert_eq!(
@@ -403,7 +403,7 @@ mod tests {
             "https://api.anthropic.com/v1/",
         ] {
             assert_eq!(
-                url(Api::Messages, base),
+                url(Api::Anthropic, base),
                 "https://api.anthropic.com/v1/messages"
             );
         }
@@ -413,17 +413,19 @@ mod tests {
 
     #[test]
     fn credentials_per_api_and_a_key_that_cannot_be_a_header() {
-        let h = credential_headers(Api::ChatCompletions, Some("sk-1")).unwrap();
+        let h = credential_headers(Api::OpenaiChat, Some("sk-1")).unwrap();
         assert_eq!(h["authorization"], "Bearer sk-1");
         assert!(h["authorization"].is_sensitive());
         assert_eq!(h.len(), 1);
-        let h = credential_headers(Api::Messages, Some("sk-ant")).unwrap();
+        let h = credential_headers(Api::Anthropic, Some("sk-ant")).unwrap();
         assert_eq!(h["x-api-key"], "sk-ant");
         assert_eq!(h["anthropic-version"], ANTHROPIC_VERSION);
         assert!(!h.contains_key("authorization"));
-        assert_eq!(credential_headers(Api::Messages, None).unwrap().len(), 1);
-        assert!(credential_headers(Api::Responses, None).unwrap().is_empty());
-        let err = credential_headers(Api::Responses, Some("sk\nx")).unwrap_err();
+        assert_eq!(credential_headers(Api::Anthropic, None).unwrap().len(), 1);
+        assert!(credential_headers(Api::OpenaiResponses, None)
+            .unwrap()
+            .is_empty());
+        let err = credential_headers(Api::OpenaiResponses, Some("sk\nx")).unwrap_err();
         assert!(err.to_string().contains("api_key"), "{err}");
         assert!(!err.to_string().contains("sk"), "{err}");
     }
@@ -443,21 +445,26 @@ mod tests {
             ("ANTHROPIC_API_KEY", "sk-ant"),
             ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/v1"),
         ]);
-        let c =
-            ProviderConfig::from_lookup(Api::Responses, Some("gpt-4o".into()), None, None, &vars)
-                .unwrap();
+        let c = ProviderConfig::from_lookup(
+            Api::OpenaiResponses,
+            Some("gpt-4o".into()),
+            None,
+            None,
+            &vars,
+        )
+        .unwrap();
         assert_eq!(c.base_url, OPENAI_BASE_URL);
         assert_eq!(c.api_key.as_deref(), Some("sk-openai"));
         assert_eq!(c.model.as_deref(), Some("gpt-4o"));
         let c =
-            ProviderConfig::from_lookup(Api::Messages, Some("claude".into()), None, None, &vars)
+            ProviderConfig::from_lookup(Api::Anthropic, Some("claude".into()), None, None, &vars)
                 .unwrap();
         assert_eq!(c.base_url, "http://127.0.0.1:9/v1");
         assert_eq!(c.api_key.as_deref(), Some("sk-ant"));
-        let c = ProviderConfig::from_lookup(Api::Messages, None, None, None, &env(&[])).unwrap();
+        let c = ProviderConfig::from_lookup(Api::Anthropic, None, None, None, &env(&[])).unwrap();
         assert_eq!((c.base_url.as_str(), c.api_key), (ANTHROPIC_BASE_URL, None));
         let err = ProviderConfig::from_lookup(
-            Api::ChatCompletions,
+            Api::OpenaiChat,
             None,
             None,
             None,
@@ -469,7 +476,7 @@ mod tests {
 
     #[test]
     fn debug_never_shows_the_key_or_header_values() {
-        let mut c = ProviderConfig::new(Api::ChatCompletions, "http://x/v1");
+        let mut c = ProviderConfig::new(Api::OpenaiChat, "http://x/v1");
         c.api_key = Some("sk-very-secret".into());
         c.headers
             .insert("x-proxy-token".into(), "tok-secret".into());
@@ -492,7 +499,7 @@ mod tests {
                 "backoff_jitter": 0.5, "headers": {"x-team": "a"}}"#,
         );
         let c = raw.resolve_with(&env(&[("OLLAMA_KEY", "k")])).unwrap();
-        assert_eq!(c.api, Api::ChatCompletions);
+        assert_eq!(c.api, Api::OpenaiChat);
         assert_eq!(c.api_key.as_deref(), Some("k"));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert_eq!(c.backoff.jitter, 0.5);

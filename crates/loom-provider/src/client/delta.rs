@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
-use crate::{Api, AssistantReply, SseEvent};
+use loom_core::Api;
+
+use crate::{AssistantReply, SseEvent};
 
 /// A piece of a reply as it arrives, for a progress line; the complete turn is in
 /// [`super::Completion::reply`].
@@ -34,7 +36,7 @@ pub(crate) fn of_event(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
             .map(str::to_owned)
     };
     match api {
-        Api::ChatCompletions => {
+        Api::OpenaiChat => {
             let Some(choices) = data.get("choices").and_then(Value::as_array) else {
                 return;
             };
@@ -61,7 +63,7 @@ pub(crate) fn of_event(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
                 }
             }
         }
-        Api::Responses => {
+        Api::OpenaiResponses => {
             let kind = data
                 .get("type")
                 .and_then(Value::as_str)
@@ -86,7 +88,7 @@ pub(crate) fn of_event(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
                 _ => {}
             }
         }
-        Api::Messages => match data.get("type").and_then(Value::as_str) {
+        Api::Anthropic => match data.get("type").and_then(Value::as_str) {
             Some("content_block_delta") => {
                 let Some(delta) = data.get("delta") else {
                     return;
@@ -145,7 +147,7 @@ mod tests {
 
     #[test]
     fn each_apis_text_thinking_and_calls() {
-        let chat = Api::ChatCompletions;
+        let chat = Api::OpenaiChat;
         assert_eq!(
             deltas(
                 chat,
@@ -171,7 +173,7 @@ mod tests {
         assert!(deltas(chat, None, "[DONE]").is_empty());
         assert_eq!(
             deltas(
-                Api::Responses,
+                Api::OpenaiResponses,
                 Some("response.output_text.delta"),
                 r#"{"type":"response.output_text.delta","delta":"a"}"#
             ),
@@ -179,7 +181,7 @@ mod tests {
         );
         assert_eq!(
             deltas(
-                Api::Responses,
+                Api::OpenaiResponses,
                 None,
                 r#"{"type":"response.output_item.added","item":{"type":"function_call","name":"f"}}"#
             ),
@@ -187,16 +189,16 @@ mod tests {
         );
         assert_eq!(
             deltas(
-                Api::Messages,
+                Api::Anthropic,
                 None,
                 r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"t"}}"#
             ),
             [Delta::Thinking("t".into())]
         );
-        assert!(deltas(Api::Messages, None, r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"s"}}"#).is_empty());
+        assert!(deltas(Api::Anthropic, None, r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"s"}}"#).is_empty());
         assert_eq!(
             deltas(
-                Api::Messages,
+                Api::Anthropic,
                 None,
                 r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t","name":"g","input":{}}}"#
             ),

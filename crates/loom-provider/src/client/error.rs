@@ -253,14 +253,14 @@ mod tests {
             source,
         };
         let mid_stream = protocol(ProviderError::Upstream {
-            api: crate::Api::Messages,
+            api: loom_core::Api::Anthropic,
             record: "event 4 (error)".into(),
             kind: "overloaded_error".into(),
             message: "Overloaded".into(),
         });
         assert!(mid_stream.retryable());
         let garbled = protocol(ProviderError::Incomplete {
-            api: crate::Api::Messages,
+            api: loom_core::Api::Anthropic,
             reason: "r".into(),
         });
         assert!(!garbled.retryable());

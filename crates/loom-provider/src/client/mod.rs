@@ -14,9 +14,9 @@
 //!
 //! ```no_run
 //! use loom_provider::client::{Client, Delta, ProviderConfig};
-//! use loom_provider::Api;
+//! use loom_core::Api;
 //!
-//! let client = Client::new(ProviderConfig::from_env(Api::Messages, "claude-sonnet-4-5")?)?;
+//! let client = Client::new(ProviderConfig::from_env(Api::Anthropic, "claude-sonnet-4-5")?)?;
 //! let body = serde_json::json!({
 //!     "max_tokens": 1024,
 //!     "messages": [{"role": "user", "content": "List the files."}],

@@ -8,34 +8,13 @@ mod chat;
 mod messages;
 mod responses;
 
+use loom_core::Api;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{ProviderError, Result};
 use crate::json::FieldError;
 use crate::sse::SseEvent;
-
-/// The three wire formats Loom speaks, named after the endpoint a client calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    /// OpenAI Chat Completions, `POST /v1/chat/completions`.
-    ChatCompletions,
-    /// OpenAI Responses, `POST /v1/responses`.
-    Responses,
-    /// Anthropic Messages, `POST /v1/messages`.
-    Messages,
-}
-
-impl std::fmt::Display for Api {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Api::ChatCompletions => "chat completions",
-            Api::Responses => "responses",
-            Api::Messages => "messages",
-        })
-    }
-}
 
 /// The provider's own token counts for one call, normalised so that input includes cached input.
 ///
@@ -93,9 +72,9 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Result<AssistantReply> {
     let ctx = Ctx { api, event: None };
     let value: Value = serde_json::from_slice(body).map_err(|e| ctx.json(e))?;
     let reply = match api {
-        Api::ChatCompletions => chat::parse(&value),
-        Api::Responses => responses::parse(&value),
-        Api::Messages => messages::parse(&value, body),
+        Api::OpenaiChat => chat::parse(&value),
+        Api::OpenaiResponses => responses::parse(&value),
+        Api::Anthropic => messages::parse(&value, body),
     };
     reply.map(normalise).map_err(|f| ctx.fault(f))
 }
@@ -123,9 +102,9 @@ impl StreamAssembler {
     /// An assembler for a stream in `api`'s format.
     pub fn new(api: Api) -> Self {
         let state = match api {
-            Api::ChatCompletions => State::Chat(chat::Stream::default()),
-            Api::Responses => State::Responses(responses::Stream::default()),
-            Api::Messages => State::Messages(messages::Stream::default()),
+            Api::OpenaiChat => State::Chat(chat::Stream::default()),
+            Api::OpenaiResponses => State::Responses(responses::Stream::default()),
+            Api::Anthropic => State::Messages(messages::Stream::default()),
         };
         Self {
             api,
@@ -188,9 +167,11 @@ impl StreamAssembler {
             return Err(ProviderError::Incomplete {
                 api: self.api,
                 reason: match self.api {
-                    Api::ChatCompletions => "no `data: [DONE]`",
-                    Api::Responses => "no `response.completed`, `.incomplete` or `.failed` event",
-                    Api::Messages => "no `message_stop` event",
+                    Api::OpenaiChat => "no `data: [DONE]`",
+                    Api::OpenaiResponses => {
+                        "no `response.completed`, `.incomplete` or `.failed` event"
+                    }
+                    Api::Anthropic => "no `message_stop` event",
                 }
                 .to_owned(),
             });

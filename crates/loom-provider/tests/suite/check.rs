@@ -1,6 +1,8 @@
 //! Request checks: realistic requests pass; each broken one is refused naming its field.
 
-use loom_provider::{check_request, Api, RequestError};
+use loom_provider::{check_request, RequestError};
+
+use loom_core::Api;
 use serde_json::{json, Value};
 
 fn chat() -> Value {
@@ -120,20 +122,24 @@ fn refused(api: Api, body: &Value) -> RequestError {
 
 #[test]
 fn realistic_requests_pass() {
-    check_request(Api::ChatCompletions, &chat()).unwrap();
-    check_request(Api::Responses, &responses()).unwrap();
-    check_request(Api::Messages, &messages()).unwrap();
-    check_request(Api::Responses, &json!({"model": "gpt-4.1", "input": "Hi"})).unwrap();
+    check_request(Api::OpenaiChat, &chat()).unwrap();
+    check_request(Api::OpenaiResponses, &responses()).unwrap();
+    check_request(Api::Anthropic, &messages()).unwrap();
+    check_request(
+        Api::OpenaiResponses,
+        &json!({"model": "gpt-4.1", "input": "Hi"}),
+    )
+    .unwrap();
     // A stored prompt may carry the model.
     check_request(
-        Api::Responses,
+        Api::OpenaiResponses,
         &json!({"prompt": {"id": "pmpt_1"}, "input": "Hi"}),
     )
     .unwrap();
     // An output for a call in the stored conversation this request continues.
     let cont = json!({"model": "o4-mini", "previous_response_id": "resp_1",
         "input": [{"type": "function_call_output", "call_id": "call_9", "output": "ok"}]});
-    check_request(Api::Responses, &cont).unwrap();
+    check_request(Api::OpenaiResponses, &cont).unwrap();
     // Chat: calls still pending at the end are refused, as OpenAI refuses them (each call must
     // be followed by its result).
     let pending = edit(
@@ -146,7 +152,7 @@ fn realistic_requests_pass() {
     let pending = edit(pending, "/messages/5", None);
     let pending = edit(pending, "/messages/4", None);
     let pending = edit(pending, "/messages/3", None);
-    let err = check_request(Api::ChatCompletions, &pending).unwrap_err();
+    let err = check_request(Api::OpenaiChat, &pending).unwrap_err();
     assert!(err.field.starts_with("messages[2].tool_calls"), "{err}");
     assert!(err.reason.contains("the end of the messages"), "{err}");
 }
@@ -267,7 +273,7 @@ fn chat_refusals_name_the_field() {
         (edit(chat(), "/tools", Some(json!({}))), "tools"),
     ];
     for (body, field) in cases {
-        let e = refused(Api::ChatCompletions, &body);
+        let e = refused(Api::OpenaiChat, &body);
         assert_eq!(e.field, field, "{e}");
     }
 }
@@ -348,7 +354,7 @@ fn responses_refusals_name_the_field() {
         (edit(responses(), "/tools/1/type", None), "tools[1].type"),
     ];
     for (body, field) in cases {
-        let e = refused(Api::Responses, &body);
+        let e = refused(Api::OpenaiResponses, &body);
         assert_eq!(e.field, field, "{e}");
     }
 }
@@ -468,7 +474,7 @@ fn messages_refusals_name_the_field() {
         (edit(messages(), "/tools/2/name", None), "tools[2].name"),
     ];
     for (body, field) in cases {
-        let e = refused(Api::Messages, &body);
+        let e = refused(Api::Anthropic, &body);
         assert_eq!(e.field, field, "{e}");
     }
 }
@@ -476,14 +482,14 @@ fn messages_refusals_name_the_field() {
 #[test]
 fn an_empty_message_is_refused_unless_it_is_the_final_assistant_prefill() {
     let mid = edit(messages(), "/messages/1/content", Some(json!([])));
-    assert_eq!(refused(Api::Messages, &mid).field, "messages[1].content");
+    assert_eq!(refused(Api::Anthropic, &mid).field, "messages[1].content");
     let last_user = edit(
         messages(),
         "/messages/3",
         Some(json!({"role": "user", "content": ""})),
     );
     assert_eq!(
-        refused(Api::Messages, &last_user).field,
+        refused(Api::Anthropic, &last_user).field,
         "messages[3].content"
     );
 }
@@ -491,7 +497,7 @@ fn an_empty_message_is_refused_unless_it_is_the_final_assistant_prefill() {
 #[test]
 fn reasons_are_readable() {
     let e = refused(
-        Api::ChatCompletions,
+        Api::OpenaiChat,
         &edit(chat(), "/messages/3/tool_call_id", Some(json!("call_7"))),
     );
     assert_eq!(e.reason, "answers no earlier call: no call has id `call_7`");
@@ -532,9 +538,9 @@ fn any_node_replaced_by_any_value_never_panics() {
         json!(true),
     ];
     for (api, body) in [
-        (Api::ChatCompletions, chat()),
-        (Api::Responses, responses()),
-        (Api::Messages, messages()),
+        (Api::OpenaiChat, chat()),
+        (Api::OpenaiResponses, responses()),
+        (Api::Anthropic, messages()),
     ] {
         let mut all = Vec::new();
         pointers(&body, String::new(), &mut all);
@@ -558,18 +564,18 @@ fn a_responses_call_without_its_output_and_a_stream_flag_that_is_not_a_boolean_a
         {"role": "user", "content": "read it"},
         {"type": "function_call", "call_id": "call_0", "name": "read_file", "arguments": "{}"}
     ]});
-    let err = check_request(Api::Responses, &unanswered).unwrap_err();
+    let err = check_request(Api::OpenaiResponses, &unanswered).unwrap_err();
     assert_eq!(err.field, "input[1].call_id");
     assert!(err.reason.contains("no tool output found"), "{err}");
     // Continuing a stored conversation, the output may come in a later request.
     let mut continued = unanswered.clone();
     continued["previous_response_id"] = json!("resp_1");
-    check_request(Api::Responses, &continued).unwrap();
-    for api in [Api::ChatCompletions, Api::Responses, Api::Messages] {
+    check_request(Api::OpenaiResponses, &continued).unwrap();
+    for api in [Api::OpenaiChat, Api::OpenaiResponses, Api::Anthropic] {
         let mut body = match api {
-            Api::ChatCompletions => chat(),
-            Api::Responses => responses(),
-            Api::Messages => messages(),
+            Api::OpenaiChat => chat(),
+            Api::OpenaiResponses => responses(),
+            Api::Anthropic => messages(),
         };
         body["stream"] = json!("yes");
         let err: RequestError = check_request(api, &body).unwrap_err();

@@ -5,13 +5,13 @@
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use loom_core::Api;
 use loom_mock_upstream::{Fault, Mock, MockHandle};
 use loom_provider::client::{Backoff, CallError, Client, Completion, Delta, ProviderConfig};
-use loom_provider::Api;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-const APIS: [Api; 3] = [Api::ChatCompletions, Api::Responses, Api::Messages];
+const APIS: [Api; 3] = [Api::OpenaiChat, Api::OpenaiResponses, Api::Anthropic];
 
 /// A mock served by its own runtime, so the blocking client runs on the test's thread.
 struct Upstream {
@@ -34,7 +34,7 @@ fn upstream() -> Upstream {
 
 fn model(api: Api) -> &'static str {
     match api {
-        Api::Messages => "claude-haiku-4-5",
+        Api::Anthropic => "claude-haiku-4-5",
         _ => "gpt-4o",
     }
 }
@@ -61,9 +61,9 @@ fn client(api: Api, up: &Upstream) -> Client {
 /// A request in `api`'s shape whose last message says `text`, offering two tools when asked.
 fn body(api: Api, text: &str, tools: bool) -> Value {
     let mut b = match api {
-        Api::ChatCompletions => json!({"messages": [{"role": "user", "content": text}]}),
-        Api::Responses => json!({"input": [{"role": "user", "content": text}]}),
-        Api::Messages => {
+        Api::OpenaiChat => json!({"messages": [{"role": "user", "content": text}]}),
+        Api::OpenaiResponses => json!({"input": [{"role": "user", "content": text}]}),
+        Api::Anthropic => {
             json!({"max_tokens": 256, "messages": [{"role": "user", "content": text}]})
         }
     };
@@ -74,11 +74,13 @@ fn body(api: Api, text: &str, tools: bool) -> Value {
             .map(|n| {
                 let schema = json!({"type": "object", "properties": {"query": {"type": "string"}}});
                 match api {
-                    Api::ChatCompletions => {
+                    Api::OpenaiChat => {
                         json!({"type": "function", "function": {"name": n, "parameters": schema}})
                     }
-                    Api::Responses => json!({"type": "function", "name": n, "parameters": schema}),
-                    Api::Messages => json!({"name": n, "input_schema": schema}),
+                    Api::OpenaiResponses => {
+                        json!({"type": "function", "name": n, "parameters": schema})
+                    }
+                    Api::Anthropic => json!({"name": n, "input_schema": schema}),
                 }
             })
             .collect();
@@ -143,14 +145,14 @@ fn text_whole_and_streamed_in_every_api_with_split_chunks() {
             assert_eq!(sent.body["model"], model(api));
             assert_eq!(sent.body["stream"], stream);
             match api {
-                Api::Messages => {
+                Api::Anthropic => {
                     assert_eq!(sent.header("x-api-key"), Some("test-key"));
                     assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
                     assert_eq!(sent.path, "/v1/messages");
                 }
                 _ => assert_eq!(sent.header("authorization"), Some("Bearer test-key")),
             }
-            if api == Api::ChatCompletions {
+            if api == Api::OpenaiChat {
                 let include = &sent.body["stream_options"]["include_usage"];
                 assert_eq!(include.as_bool(), stream.then_some(true), "{}", sent.body);
             }
@@ -189,8 +191,8 @@ fn one_tool_call_and_parallel_calls_in_every_api() {
 #[test]
 fn anthropic_thinking_blocks_keep_their_signature_byte_for_byte() {
     let up = upstream();
-    let c = client(Api::Messages, &up);
-    let mut b = body(Api::Messages, "why is the sky blue", false);
+    let c = client(Api::Anthropic, &up);
+    let mut b = body(Api::Anthropic, "why is the sky blue", false);
     b["max_tokens"] = json!(2048);
     b["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
     for stream in [false, true] {
@@ -230,7 +232,7 @@ fn usage_reports_cached_input_in_every_api() {
 #[test]
 fn a_429_is_retried_after_the_providers_retry_after() {
     let up = upstream();
-    for api in [Api::ChatCompletions, Api::Messages] {
+    for api in [Api::OpenaiChat, Api::Anthropic] {
         let c = client(api, &up);
         up.handle.clear();
         up.handle.push_fault(Fault {
@@ -255,14 +257,14 @@ fn a_429_is_retried_after_the_providers_retry_after() {
 #[test]
 fn a_529_overload_is_retried_then_reported_with_the_attempts() {
     let up = upstream();
-    let c = client(Api::Messages, &up);
+    let c = client(Api::Anthropic, &up);
     up.handle.push_fault(Fault::status(529));
-    let (r, _) = call(&c, &body(Api::Messages, "hello", false), false);
+    let (r, _) = call(&c, &body(Api::Anthropic, "hello", false), false);
     assert_eq!(r.unwrap().attempts, 2);
 
     up.handle.clear();
     up.handle.set_default_fault(Some(Fault::status(529)));
-    let (r, _) = call(&c, &body(Api::Messages, "hello", false), false);
+    let (r, _) = call(&c, &body(Api::Anthropic, "hello", false), false);
     let err = r.unwrap_err();
     assert!(
         matches!(
@@ -308,7 +310,7 @@ fn a_400_is_not_retried_and_carries_the_providers_message() {
         // A request the provider refuses on its merits: the message names the field.
         let mut bad = body(api, "hello", false);
         bad.as_object_mut().unwrap().remove(match api {
-            Api::Responses => "input",
+            Api::OpenaiResponses => "input",
             _ => "messages",
         });
         let err = call(&c, &bad, false).0.unwrap_err();
@@ -355,7 +357,7 @@ fn a_reply_cut_after_its_first_byte_is_a_stream_cut_not_retried() {
 #[test]
 fn a_stream_that_goes_silent_is_cut_by_the_idle_timeout() {
     let up = upstream();
-    let mut cfg = config(Api::Messages, &up.handle.base_url());
+    let mut cfg = config(Api::Anthropic, &up.handle.base_url());
     cfg.idle_timeout = Duration::from_millis(300);
     let c = Client::new(cfg).unwrap();
     up.handle.push_fault(Fault {
@@ -364,7 +366,7 @@ fn a_stream_that_goes_silent_is_cut_by_the_idle_timeout() {
         ..Fault::default()
     });
     let started = Instant::now();
-    let err = call(&c, &body(Api::Messages, "hello", false), true)
+    let err = call(&c, &body(Api::Anthropic, "hello", false), true)
         .0
         .unwrap_err();
     assert!(
@@ -382,12 +384,12 @@ fn a_server_that_never_answers_times_out_in_the_configured_time() {
         ..Fault::default()
     }));
     // Silence before the headers is retried, within the whole call's time.
-    let mut cfg = config(Api::ChatCompletions, &up.handle.base_url());
+    let mut cfg = config(Api::OpenaiChat, &up.handle.base_url());
     cfg.idle_timeout = Duration::from_millis(300);
     cfg.max_retries = 1;
     let c = Client::new(cfg).unwrap();
     let started = Instant::now();
-    let err = call(&c, &body(Api::ChatCompletions, "hello", false), false)
+    let err = call(&c, &body(Api::OpenaiChat, "hello", false), false)
         .0
         .unwrap_err();
     let took = started.elapsed();
@@ -409,12 +411,12 @@ fn a_server_that_never_answers_times_out_in_the_configured_time() {
     );
 
     // The whole call's limit bounds everything, retries included.
-    let mut cfg = config(Api::Messages, &up.handle.base_url());
+    let mut cfg = config(Api::Anthropic, &up.handle.base_url());
     cfg.timeout = Duration::from_millis(500);
     cfg.max_retries = 5;
     let c = Client::new(cfg).unwrap();
     let started = Instant::now();
-    let err = call(&c, &body(Api::Messages, "hello", false), true)
+    let err = call(&c, &body(Api::Anthropic, "hello", false), true)
         .0
         .unwrap_err();
     let took = started.elapsed();
@@ -441,8 +443,8 @@ fn a_closed_port_is_a_connect_error_after_the_retries() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let c = Client::new(config(Api::Responses, &format!("http://{addr}/v1"))).unwrap();
-    let err = call(&c, &body(Api::Responses, "hello", false), false)
+    let c = Client::new(config(Api::OpenaiResponses, &format!("http://{addr}/v1"))).unwrap();
+    let err = call(&c, &body(Api::OpenaiResponses, "hello", false), false)
         .0
         .unwrap_err();
     assert!(
@@ -456,12 +458,12 @@ fn a_closed_port_is_a_connect_error_after_the_retries() {
 #[test]
 fn the_async_api_on_a_runtime_and_the_blocking_one_inside_it() {
     let up = upstream();
-    let c = client(Api::Responses, &up);
+    let c = client(Api::OpenaiResponses, &up);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let b = body(Api::Responses, "hello there", false);
+    let b = body(Api::OpenaiResponses, "hello there", false);
     let mut deltas = Vec::new();
     let done = runtime
         .block_on(c.complete_async(&b, true, &mut |d| deltas.push(d.clone())))
@@ -484,13 +486,13 @@ fn the_async_api_on_a_runtime_and_the_blocking_one_inside_it() {
 #[test]
 fn a_body_that_is_not_an_object_or_lacks_a_model_is_refused_before_sending() {
     let up = upstream();
-    let c = client(Api::ChatCompletions, &up);
+    let c = client(Api::OpenaiChat, &up);
     let err = call(&c, &json!([1]), false).0.unwrap_err();
     assert!(matches!(err, CallError::Request { .. }), "{err}");
-    let mut cfg = config(Api::ChatCompletions, &up.handle.base_url());
+    let mut cfg = config(Api::OpenaiChat, &up.handle.base_url());
     cfg.model = None;
     let c = Client::new(cfg).unwrap();
-    let err = call(&c, &body(Api::ChatCompletions, "x", false), false)
+    let err = call(&c, &body(Api::OpenaiChat, "x", false), false)
         .0
         .unwrap_err();
     assert!(err.to_string().contains("model"), "{err}");
@@ -501,7 +503,7 @@ fn a_body_that_is_not_an_object_or_lacks_a_model_is_refused_before_sending() {
 #[test]
 fn a_retry_after_beyond_the_calls_time_is_not_waited_for() {
     let up = upstream();
-    let mut cfg = config(Api::ChatCompletions, &up.handle.base_url());
+    let mut cfg = config(Api::OpenaiChat, &up.handle.base_url());
     cfg.timeout = Duration::from_secs(2);
     let c = Client::new(cfg).unwrap();
     up.handle.push_fault(Fault {
@@ -509,7 +511,7 @@ fn a_retry_after_beyond_the_calls_time_is_not_waited_for() {
         ..Fault::status(429)
     });
     let started = Instant::now();
-    let err = call(&c, &body(Api::ChatCompletions, "hello", false), false)
+    let err = call(&c, &body(Api::OpenaiChat, "hello", false), false)
         .0
         .unwrap_err();
     assert!(
@@ -524,8 +526,8 @@ fn a_retry_after_beyond_the_calls_time_is_not_waited_for() {
 #[test]
 fn responses_reasoning_items_are_the_same_streamed_or_whole() {
     let up = upstream();
-    let c = client(Api::Responses, &up);
-    let mut b = body(Api::Responses, "think about the weather", false);
+    let c = client(Api::OpenaiResponses, &up);
+    let mut b = body(Api::OpenaiResponses, "think about the weather", false);
     b["reasoning"] = json!({"effort": "low", "summary": "auto"});
     let mut natives = Vec::new();
     for stream in [false, true] {

@@ -5,7 +5,9 @@ mod client;
 mod replies;
 mod streams;
 
-use loom_provider::{Api, AssistantReply, Result, SseEvent, SseParser, StreamAssembler};
+use loom_provider::{AssistantReply, Result, SseEvent, SseParser, StreamAssembler};
+
+use loom_core::Api;
 
 /// A file from `tests/fixtures`.
 pub(crate) fn fixture(name: &str) -> Vec<u8> {

@@ -1,13 +1,15 @@
 //! Whole reply bodies: the fields read, usage normalised, error bodies and bad bodies named.
 
-use loom_provider::{parse_reply, Api, ProviderError, ProviderUsage};
+use loom_provider::{parse_reply, ProviderError, ProviderUsage};
+
+use loom_core::Api;
 use serde_json::json;
 
 use super::fixture;
 
 #[test]
 fn chat_parallel_calls_usage_with_cached_tokens_and_choice_zero_only() {
-    let r = parse_reply(Api::ChatCompletions, &fixture("chat_tools.json")).unwrap();
+    let r = parse_reply(Api::OpenaiChat, &fixture("chat_tools.json")).unwrap();
     assert_eq!(r.content.as_deref(), Some("Checking both files."));
     assert_eq!(r.reasoning, None);
     assert!(r.native.is_empty());
@@ -38,7 +40,7 @@ fn chat_parallel_calls_usage_with_cached_tokens_and_choice_zero_only() {
 
 #[test]
 fn chat_refusal_counts_as_content() {
-    let r = parse_reply(Api::ChatCompletions, &fixture("chat_refusal.json")).unwrap();
+    let r = parse_reply(Api::OpenaiChat, &fixture("chat_refusal.json")).unwrap();
     assert_eq!(r.content.as_deref(), Some("I can’t help with that."));
     assert_eq!(r.usage.unwrap().cached_input_tokens, None);
 }
@@ -46,7 +48,7 @@ fn chat_refusal_counts_as_content() {
 #[test]
 fn responses_reasoning_items_are_native_and_call_ids_are_call_ids() {
     let body = fixture("responses_tools.json");
-    let r = parse_reply(Api::Responses, &body).unwrap();
+    let r = parse_reply(Api::OpenaiResponses, &body).unwrap();
     assert_eq!(r.content.as_deref(), Some("Reading it now — ünïcödé 漢字."));
     assert_eq!(
         r.reasoning.as_deref(),
@@ -74,7 +76,7 @@ fn responses_reasoning_items_are_native_and_call_ids_are_call_ids() {
 
 #[test]
 fn messages_thinking_signature_and_raw_tool_input_byte_for_byte() {
-    let r = parse_reply(Api::Messages, &fixture("messages_tools.json")).unwrap();
+    let r = parse_reply(Api::Anthropic, &fixture("messages_tools.json")).unwrap();
     assert_eq!(
         r.content.as_deref(),
         Some("I'll read the file and list the folder.")
@@ -115,17 +117,17 @@ fn messages_thinking_signature_and_raw_tool_input_byte_for_byte() {
 fn error_bodies_are_upstream_errors_not_turns() {
     let cases = [
         (
-            Api::ChatCompletions,
+            Api::OpenaiChat,
             json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded", "param": null}}),
             "requests",
         ),
         (
-            Api::Responses,
+            Api::OpenaiResponses,
             json!({"error": {"message": "No such model", "type": "invalid_request_error", "code": "model_not_found", "param": "model"}}),
             "invalid_request_error",
         ),
         (
-            Api::Messages,
+            Api::Anthropic,
             json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
             "overloaded_error",
         ),
@@ -143,39 +145,39 @@ fn error_bodies_are_upstream_errors_not_turns() {
 fn bad_bodies_name_their_field() {
     let cases = [
         (
-            Api::ChatCompletions,
+            Api::OpenaiChat,
             json!({"choices": [{"index": 0, "message": {"content": 5}}]}),
             "choices[0].message.content",
         ),
         (
-            Api::ChatCompletions,
+            Api::OpenaiChat,
             json!({"choices": [{"message": {"tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]}}]}),
             "choices[0].message.tool_calls[0].function.arguments",
         ),
-        (Api::ChatCompletions, json!({"id": "x"}), "choices"),
+        (Api::OpenaiChat, json!({"id": "x"}), "choices"),
         (
-            Api::ChatCompletions,
+            Api::OpenaiChat,
             json!({"choices": [], "usage": {"prompt_tokens": -1}}),
             "usage.prompt_tokens",
         ),
         (
-            Api::Responses,
+            Api::OpenaiResponses,
             json!({"output": [{"type": "function_call", "name": "f", "arguments": "{}"}]}),
             "output[0].call_id",
         ),
         (
-            Api::Responses,
+            Api::OpenaiResponses,
             json!({"output": [{"type": "message", "content": [{"type": "output_text"}]}]}),
             "output[0].content[0].text",
         ),
         (
-            Api::Messages,
+            Api::Anthropic,
             json!({"content": [{"type": "tool_use", "name": "f", "input": {}}]}),
             "content[0].id",
         ),
-        (Api::Messages, json!({"content": "text"}), "content"),
+        (Api::Anthropic, json!({"content": "text"}), "content"),
         (
-            Api::Messages,
+            Api::Anthropic,
             json!({"content": [], "usage": {"input_tokens": "12"}}),
             "usage.input_tokens",
         ),
@@ -195,7 +197,7 @@ fn bad_bodies_name_their_field() {
 
 #[test]
 fn a_body_that_is_not_json_is_a_json_error() {
-    for api in [Api::ChatCompletions, Api::Responses, Api::Messages] {
+    for api in [Api::OpenaiChat, Api::OpenaiResponses, Api::Anthropic] {
         let e = parse_reply(api, b"{\"id\": ").unwrap_err();
         assert!(matches!(e, ProviderError::Json { .. }), "{api}: {e}");
         assert!(e.to_string().contains("reply body"), "{e}");

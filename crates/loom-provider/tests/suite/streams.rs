@@ -1,24 +1,22 @@
 //! Streamed replies: each fixture, fed whole, split at every byte and one byte at a time, gives
 //! the same turn as the same reply sent whole; cut streams, error events and bad events fail.
 
-use loom_provider::{parse_reply, Api, ProviderError, SseEvent, StreamAssembler};
+use loom_provider::{parse_reply, ProviderError, SseEvent, StreamAssembler};
+
+use loom_core::Api;
 use serde_json::{json, Value};
 
 use super::{assemble, assemble_events, assemble_every_split, fixture, sse_events};
 
 const PAIRS: [(Api, &str, &str); 4] = [
-    (Api::ChatCompletions, "chat_tools.sse", "chat_tools.json"),
+    (Api::OpenaiChat, "chat_tools.sse", "chat_tools.json"),
+    (Api::OpenaiChat, "chat_refusal.sse", "chat_refusal.json"),
     (
-        Api::ChatCompletions,
-        "chat_refusal.sse",
-        "chat_refusal.json",
-    ),
-    (
-        Api::Responses,
+        Api::OpenaiResponses,
         "responses_tools.sse",
         "responses_tools.json",
     ),
-    (Api::Messages, "messages_tools.sse", "messages_tools.json"),
+    (Api::Anthropic, "messages_tools.sse", "messages_tools.json"),
 ];
 
 #[test]
@@ -59,13 +57,16 @@ fn responses_with_an_empty_terminal_output_fall_back_to_the_items_streamed() {
     let mut completed: Value = serde_json::from_str(&last.1).unwrap();
     completed["response"]["output"] = json!([]);
     last.1 = completed.to_string();
-    let whole = parse_reply(Api::Responses, &fixture("responses_tools.json")).unwrap();
-    assert_eq!(assemble(Api::Responses, &[&to_sse(&evs)]).unwrap(), whole);
+    let whole = parse_reply(Api::OpenaiResponses, &fixture("responses_tools.json")).unwrap();
+    assert_eq!(
+        assemble(Api::OpenaiResponses, &[&to_sse(&evs)]).unwrap(),
+        whole
+    );
 
     // Without the `output_item.done` events, the items are rebuilt from the deltas: the same turn,
     // though the native item is the rebuilt one (no `encrypted_content` was ever streamed).
     evs.retain(|(name, _)| name.as_deref() != Some("response.output_item.done"));
-    let rebuilt = assemble_every_split(Api::Responses, &to_sse(&evs)).unwrap();
+    let rebuilt = assemble_every_split(Api::OpenaiResponses, &to_sse(&evs)).unwrap();
     assert_eq!(rebuilt.content, whole.content);
     assert_eq!(rebuilt.reasoning, whole.reasoning);
     assert_eq!(rebuilt.tool_calls, whole.tool_calls);
@@ -75,14 +76,15 @@ fn responses_with_an_empty_terminal_output_fall_back_to_the_items_streamed() {
 
 #[test]
 fn responses_incomplete_and_failed_complete_with_their_reason() {
-    let r = assemble_every_split(Api::Responses, &fixture("responses_incomplete.sse")).unwrap();
+    let r =
+        assemble_every_split(Api::OpenaiResponses, &fixture("responses_incomplete.sse")).unwrap();
     assert_eq!(r.finish_reason.as_deref(), Some("max_output_tokens"));
     assert_eq!(r.content.as_deref(), Some("The answer is"));
     assert_eq!(r.usage.unwrap().output_tokens, Some(16));
 
     let failed = json!({"type": "response.failed", "response": {"id": "resp_3", "status": "failed",
         "output": [], "error": {"code": "server_error", "message": "boom"}}});
-    let mut a = StreamAssembler::new(Api::Responses);
+    let mut a = StreamAssembler::new(Api::OpenaiResponses);
     assert!(!a.is_complete());
     a.push(&data(&failed)).unwrap();
     assert!(a.is_complete());
@@ -104,9 +106,9 @@ fn a_stream_cut_anywhere_before_its_end_is_incomplete() {
         let bytes = fixture(stream);
         // Where the terminal event starts: everything before it is a cut stream.
         let terminal = match api {
-            Api::ChatCompletions => "data: [DONE]",
-            Api::Responses => "event: response.completed",
-            Api::Messages => "event: message_stop",
+            Api::OpenaiChat => "data: [DONE]",
+            Api::OpenaiResponses => "event: response.completed",
+            Api::Anthropic => "event: message_stop",
         };
         let end = String::from_utf8_lossy(&bytes).rfind(terminal).unwrap();
         let mut checked = None;
@@ -145,20 +147,20 @@ fn unknown_event_types_are_ignored() {
 fn error_events_fail_naming_the_event_and_the_provider_error() {
     let cases = [
         (
-            Api::ChatCompletions,
+            Api::OpenaiChat,
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
              data: {\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n",
             "server_error",
             "event 2",
         ),
         (
-            Api::Responses,
+            Api::OpenaiResponses,
             "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"Slow down\",\"param\":null,\"sequence_number\":1}\n\n",
             "rate_limit_exceeded",
             "event 1 (error)",
         ),
         (
-            Api::Messages,
+            Api::Anthropic,
             "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":3}}}\n\n\
              event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
             "overloaded_error",
@@ -181,14 +183,14 @@ fn error_events_fail_naming_the_event_and_the_provider_error() {
 fn a_malformed_payload_is_an_error_naming_the_event() {
     let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n\
                   event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\n\n";
-    let e = assemble(Api::Messages, &[stream.as_bytes()]).unwrap_err();
+    let e = assemble(Api::Anthropic, &[stream.as_bytes()]).unwrap_err();
     assert!(matches!(e, ProviderError::Json { .. }), "{e}");
     assert!(
         e.to_string().contains("event 2 (content_block_delta)"),
         "{e}"
     );
 
-    let e = assemble(Api::ChatCompletions, &[b"data: {\"choices\": 7}\n\n"]).unwrap_err();
+    let e = assemble(Api::OpenaiChat, &[b"data: {\"choices\": 7}\n\n"]).unwrap_err();
     match e {
         ProviderError::Shape { field, record, .. } => {
             assert_eq!((field.as_str(), record.as_str()), ("choices", "event 1"));
@@ -201,7 +203,7 @@ fn a_malformed_payload_is_an_error_naming_the_event() {
 fn bad_streams_name_what_is_missing() {
     // A call whose id never arrived cannot be logged: its result could never be paired.
     let chat = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\ndata: [DONE]\n\n";
-    match assemble(Api::ChatCompletions, &[chat.as_bytes()]) {
+    match assemble(Api::OpenaiChat, &[chat.as_bytes()]) {
         Err(ProviderError::Shape { field, .. }) => {
             assert_eq!(field, "choices[0].delta.tool_calls[0].id");
         }
@@ -209,7 +211,7 @@ fn bad_streams_name_what_is_missing() {
     }
     // A delta for a block that was never started.
     let messages = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":3,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n";
-    match assemble(Api::Messages, &[messages.as_bytes()]) {
+    match assemble(Api::Anthropic, &[messages.as_bytes()]) {
         Err(ProviderError::Shape { field, record, .. }) => {
             assert_eq!(
                 (field.as_str(), record.as_str()),
@@ -221,7 +223,7 @@ fn bad_streams_name_what_is_missing() {
     // A text delta aimed at a tool-use block.
     let mismatch = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}}\n\n\
                     event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n";
-    match assemble(Api::Messages, &[mismatch.as_bytes()]) {
+    match assemble(Api::Anthropic, &[mismatch.as_bytes()]) {
         Err(ProviderError::Shape { field, .. }) => assert_eq!(field, "delta.type"),
         other => panic!("expected a shape error, got {other:?}"),
     }
@@ -233,7 +235,7 @@ fn chat_reasoning_from_compatible_servers_and_n_greater_than_one() {
                   data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"more\"}}]}\n\n\
                   data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"answer\"},\"finish_reason\":\"stop\"}]}\n\n\
                   data: [DONE]\n\n";
-    let r = assemble_every_split(Api::ChatCompletions, stream.as_bytes()).unwrap();
+    let r = assemble_every_split(Api::OpenaiChat, stream.as_bytes()).unwrap();
     assert_eq!(r.reasoning.as_deref(), Some("think more"));
     assert_eq!(r.content.as_deref(), Some("answer"));
     assert_eq!(r.usage, None);
@@ -245,7 +247,7 @@ fn anthropic_usage_in_message_delta_overrides_message_start() {
     let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n\
                   event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":7,\"cache_read_input_tokens\":10,\"output_tokens\":42}}\n\n\
                   event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-    let r = assemble_every_split(Api::Messages, stream.as_bytes()).unwrap();
+    let r = assemble_every_split(Api::Anthropic, stream.as_bytes()).unwrap();
     let u = r.usage.unwrap();
     assert_eq!(
         (u.input_tokens, u.cached_input_tokens, u.output_tokens),
@@ -265,7 +267,7 @@ fn anthropic_server_tool_blocks_are_not_client_calls() {
                   event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"citations_delta\",\"citation\":{\"type\":\"web_search_result_location\"}}}\n\n\
                   event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"text_delta\",\"text\":\"Found it.\"}}\n\n\
                   event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-    let r = assemble_every_split(Api::Messages, stream.as_bytes()).unwrap();
+    let r = assemble_every_split(Api::Anthropic, stream.as_bytes()).unwrap();
     assert!(r.tool_calls.is_empty());
     assert_eq!(r.content.as_deref(), Some("Found it."));
     assert_eq!(r.usage.unwrap().input_tokens, 5);

@@ -76,8 +76,8 @@ fn every_rendered_request_is_valid_against_the_openai_description() {
     let mut compacted = 0usize;
     let started = Instant::now();
     for (format, schema) in [
-        (Format::OpenaiChat, "CreateChatCompletionRequest"),
-        (Format::OpenaiResponses, "CreateResponse"),
+        (Format::OPENAI_CHAT, "CreateChatCompletionRequest"),
+        (Format::OPENAI_RESPONSES, "CreateResponse"),
     ] {
         let opts = ReplayOptions {
             model: "gpt-4o".into(),

@@ -12,9 +12,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use loom_core::render::{Format, Msg, Request};
-use loom_core::MessageContent;
+use loom_core::{Api, MessageContent};
 use loom_provider::client::{CallError, Client, ProviderConfig};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Summarizer, SummaryRequest};
@@ -22,34 +21,6 @@ use crate::error::{Result, RuntimeError};
 
 /// The whole-call limit unless [`HttpSummarizer::timeout`] says otherwise.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The wire protocol of the summary endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Api {
-    /// OpenAI Chat Completions and compatible servers.
-    OpenaiChat,
-    /// Anthropic Messages.
-    Anthropic,
-}
-
-impl Api {
-    /// The render format whose request this API accepts.
-    pub fn format(self) -> Format {
-        match self {
-            Self::OpenaiChat => Format::OpenaiChat,
-            Self::Anthropic => Format::Anthropic,
-        }
-    }
-
-    /// The provider client's name for this wire format.
-    fn provider(self) -> loom_provider::Api {
-        match self {
-            Self::OpenaiChat => loom_provider::Api::ChatCompletions,
-            Self::Anthropic => loom_provider::Api::Messages,
-        }
-    }
-}
 
 /// See the module documentation.
 pub struct HttpSummarizer {
@@ -78,14 +49,14 @@ impl HttpSummarizer {
     /// a trailing `/v1` is accepted). Timeout: two minutes for the whole call; failures before a
     /// reply starts (connection, 429, 5xx, 529) are retried by the provider client.
     pub fn new(api: Api, base_url: impl Into<String>) -> Self {
-        let mut config = ProviderConfig::new(api.provider(), base_url);
+        let mut config = ProviderConfig::new(api, base_url);
         config.timeout = DEFAULT_TIMEOUT;
         Self {
             api,
             config,
             model: None,
             client: OnceLock::new(),
-            name: format!("http:{}", api.format().as_str()),
+            name: format!("http:{}", Format::from(api).as_str()),
         }
     }
 
@@ -100,7 +71,7 @@ impl HttpSummarizer {
     /// the prefix reuse; it is required when a request carries no conversation prefix.
     pub fn model(mut self, model: impl Into<String>) -> Self {
         let model = model.into();
-        self.name = format!("http:{}:{model}", self.api.format().as_str());
+        self.name = format!("http:{}:{model}", Format::from(self.api).as_str());
         self.model = Some(model);
         self
     }
@@ -115,7 +86,7 @@ impl HttpSummarizer {
     /// The URL requests go to (the base URL as given when it is not a URL; the call then fails
     /// with a config error naming it).
     pub fn endpoint(&self) -> String {
-        loom_provider::client::endpoint(self.api.provider(), &self.config.base_url)
+        loom_provider::client::endpoint(self.api, &self.config.base_url)
             .map(String::from)
             .unwrap_or_else(|_| self.config.base_url.clone())
     }
@@ -146,7 +117,7 @@ impl HttpSummarizer {
             content: MessageContent::Text(req.prompt()),
             name: None,
         });
-        let mut body = self.api.format().body(&request);
+        let mut body = Format::from(self.api).body(&request);
         if self.api == Api::OpenaiChat {
             if let Value::Object(map) = &mut body {
                 map.insert("max_tokens".into(), Value::from(req.max_output_tokens));

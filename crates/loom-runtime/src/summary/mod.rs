@@ -23,7 +23,7 @@ use crate::error::Result;
 
 pub use check::{check_summary, has_section, Rejection};
 pub use deterministic::DeterministicSummarizer;
-pub use http::{Api, HttpSummarizer};
+pub use http::HttpSummarizer;
 pub use ident::{identifiers, later_identifiers};
 pub use transcript::{next_chunk, Chunk, EntryLimits};
 

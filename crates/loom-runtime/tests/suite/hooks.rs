@@ -60,7 +60,7 @@ fn turn() -> TurnView {
 
 fn budget(reserve: u64) -> InjectionBudget<'static> {
     InjectionBudget {
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         meter: &ApproxMeter,
         reserve,
     }
@@ -347,7 +347,7 @@ fn render_turn_renders_once_after_hooks_with_injections_at_the_end() {
         steps: &steps,
         summaries: &[],
         policy: &policy,
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         model: "m",
         tools: &tools,
         injections: &[],
@@ -403,7 +403,7 @@ fn render_turn_renders_once_after_hooks_with_injections_at_the_end() {
 
     // The receipt accounts for each injection with the size the hooks were checked with.
     let b = InjectionBudget {
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         meter: &ApproxMeter,
         reserve: 300,
     };
@@ -438,7 +438,7 @@ fn a_halted_turn_renders_nothing() {
         steps: &steps,
         summaries: &[],
         policy: &policy,
-        format: Format::Anthropic,
+        format: Format::ANTHROPIC,
         model: "m",
         tools: &[],
         injections: &[],

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loom_core::render::{render, CompactionState, CostMemo, Format, RenderInput, Rendered};
+use loom_core::Api;
 use loom_runtime::summary::{identifiers, Entry, EntryKind, PreviousSummary};
 use loom_runtime::{
-    summarize_next, summary_views, Api, ChunkOutcome, HttpSummarizer, Job, Rejection, RuntimeError,
+    summarize_next, summary_views, ChunkOutcome, HttpSummarizer, Job, Rejection, RuntimeError,
     Summarizer, SummaryRequest, WorkerConfig, DEFAULT_SECTIONS,
 };
 use loom_store::{MemoryStore, Store};
@@ -89,7 +90,7 @@ fn config(format: Format) -> WorkerConfig {
 fn run(api: Api) -> (MockServer, Rendered, ChunkOutcome, Arc<MemoryStore>) {
     let log = conversation();
     let store = store_with(&log);
-    let format = api.format();
+    let format = Format::from(api);
     let conv = conversation_render(&store, &log, format);
     assert!(
         conv.request.stable_len > 1,
@@ -266,7 +267,7 @@ fn a_reply_that_fails_the_checks_is_discarded_with_the_reason() {
         state: CompactionState::default(),
         now_ms: 10_000_000,
     };
-    let cfg = config(Format::OpenaiChat);
+    let cfg = config(Format::OPENAI_CHAT);
     for (reply, expect) in [
         (
             "## Goal\nfix\n## Progress\n- src/parser_v2.py",

@@ -76,7 +76,7 @@ fn turn_with(reserve: u64) -> (Vec<(String, u64)>, Vec<String>) {
         steps: &steps,
         summaries: &[],
         policy: &policy,
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         model: "m",
         tools: &[],
         injections: &[],
@@ -87,7 +87,7 @@ fn turn_with(reserve: u64) -> (Vec<(String, u64)>, Vec<String>) {
     let hooks = Hooks::new().pre(KnowledgeInjector::new(
         Arc::new(kb),
         8,
-        Format::OpenaiChat,
+        Format::OPENAI_CHAT,
         Arc::new(ApproxMeter),
         reserve,
     ));
@@ -129,7 +129,7 @@ fn the_best_memory_and_kb_chunks_are_injected_under_the_reserve_and_in_the_recei
     assert!(injected.iter().map(|(_, t)| t).sum::<u64>() <= 400);
     // Each receipt entry is the size of what was sent.
     let b = InjectionBudget {
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         meter: &ApproxMeter,
         reserve: 400,
     };

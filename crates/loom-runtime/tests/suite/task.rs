@@ -540,9 +540,9 @@ fn the_whole_context_fits_is_valid_and_is_counted_exactly() {
     items.extend(chat(40));
     for max in [700u64, 1_000, 2_000, 8_000] {
         for format in [
-            Format::OpenaiChat,
-            Format::Anthropic,
-            Format::OpenaiResponses,
+            Format::OPENAI_CHAT,
+            Format::ANTHROPIC,
+            Format::OPENAI_RESPONSES,
         ] {
             let cfg = ContextConfig {
                 format,
@@ -598,7 +598,7 @@ fn a_knowledge_base_as_a_parallel_hook_injects_at_the_tail_under_the_reserve() {
         steps: &steps,
         summaries: &[],
         policy: &policy,
-        format: Format::OpenaiChat,
+        format: Format::OPENAI_CHAT,
         model: "m",
         tools: &[],
         injections: &[],

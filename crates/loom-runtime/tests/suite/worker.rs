@@ -52,7 +52,7 @@ fn config() -> WorkerConfig {
         trigger: None,
         min_chunk_tokens: 0,
         chunk_tokens: 600,
-        ..WorkerConfig::new(dialogue_policy(), setup(Format::OpenaiChat))
+        ..WorkerConfig::new(dialogue_policy(), setup(Format::OPENAI_CHAT))
     }
 }
 
@@ -60,7 +60,7 @@ fn render_now(store: &MemoryStore, log: &Log, prev: &CompactionState) -> Rendere
     let events = store.read(&session(), 1..=u64::MAX).unwrap();
     let views = summary_views(&store.summaries(&session()).unwrap());
     let steps = log.step_index();
-    let setup = setup(Format::OpenaiChat);
+    let setup = setup(Format::OPENAI_CHAT);
     let audience = audience(NOW);
     let policy = dialogue_policy();
     render(
@@ -69,7 +69,7 @@ fn render_now(store: &MemoryStore, log: &Log, prev: &CompactionState) -> Rendere
             steps: &steps,
             summaries: &views,
             policy: &policy,
-            format: Format::OpenaiChat,
+            format: Format::OPENAI_CHAT,
             model: &setup.model,
             tools: &setup.tools,
             injections: &[],

@@ -253,9 +253,8 @@ async fn import(
     let Query(q) = query.map_err(body::query_error)?;
     let mut opts = loom_import::ParseOptions::new(now_ms());
     if let Some(f) = &q.format {
-        opts.format = f.parse().map_err(|e: loom_import::ImportError| {
-            ApiError::invalid_field("format", e.to_string())
-        })?;
+        opts.format = loom_import::requested_format(f)
+            .map_err(|e| ApiError::invalid_field("format", e.to_string()))?;
     }
     let client_id = q.session.clone().ok_or_else(|| {
         ApiError::invalid_field("session", "name the session to import into (?session=ID)")
@@ -316,7 +315,7 @@ pub fn append_history(
     blobs: &dyn loom_store::BlobStore,
     session: &SessionId,
     body: &[u8],
-    format: loom_import::Format,
+    format: Option<loom_core::Api>,
     agent: Option<AgentId>,
     now_ms: i64,
 ) -> Result<std::ops::RangeInclusive<u64>> {
@@ -375,11 +374,10 @@ async fn history(
     body: Bytes,
 ) -> Result<Response> {
     let Query(q) = query.map_err(body::query_error)?;
-    let format: loom_import::Format = match &q.format {
-        Some(f) => f.parse().map_err(|e: loom_import::ImportError| {
-            ApiError::invalid_field("format", e.to_string())
-        })?,
-        None => loom_import::Format::Auto,
+    let format = match &q.format {
+        Some(f) => loom_import::requested_format(f)
+            .map_err(|e| ApiError::invalid_field("format", e.to_string()))?,
+        None => None,
     };
     let sid = p.scope(&id, "session")?;
     let agent = match (&q.agent, &p.agent) {
@@ -425,7 +423,7 @@ async fn render(
 ) -> Result<Response> {
     let req: RenderBody = parse_json(&body)?;
     let format = match req.format.as_deref() {
-        None => Format::OpenaiChat,
+        None => Format::OPENAI_CHAT,
         Some(name) => Format::parse(name).ok_or_else(|| {
             ApiError::invalid_field(
                 "format",

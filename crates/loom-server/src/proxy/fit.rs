@@ -15,35 +15,25 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use loom_core::render::Format;
-use loom_provider::Api;
-
-/// The render format of a provider API.
-pub(crate) fn format_of(api: Api) -> Format {
-    match api {
-        Api::ChatCompletions => Format::OpenaiChat,
-        Api::Responses => Format::OpenaiResponses,
-        Api::Messages => Format::Anthropic,
-    }
-}
+use loom_core::Api;
 
 /// The client's body with the rendered conversation in place of its own.
 pub(crate) fn merge(api: Api, client: &Map<String, Value>, rendered: &Value) -> Value {
     let mut body = client.clone();
     let take = |key: &str| rendered.get(key).cloned();
     match api {
-        Api::ChatCompletions => {
+        Api::OpenaiChat => {
             if let Some(messages) = take("messages") {
                 body.insert("messages".into(), messages);
             }
         }
-        Api::Responses => {
+        Api::OpenaiResponses => {
             if let Some(input) = take("input") {
                 body.insert("input".into(), input);
             }
             body.remove("instructions");
         }
-        Api::Messages => {
+        Api::Anthropic => {
             if let Some(messages) = take("messages") {
                 body.insert("messages".into(), messages);
             }
@@ -75,21 +65,21 @@ pub(crate) fn restore(
     body: &mut Value,
 ) {
     let key = match api {
-        Api::ChatCompletions | Api::Messages => "messages",
-        Api::Responses => "input",
+        Api::OpenaiChat | Api::Anthropic => "messages",
+        Api::OpenaiResponses => "input",
     };
     let Some(obj) = body.as_object_mut() else {
         return;
     };
     match api {
-        Api::Messages => {
+        Api::Anthropic => {
             if let (Some(theirs), Some(ours)) = (client.get("system"), obj.get("system")) {
                 if text_of(Some(theirs)) == text_of(Some(ours)) {
                     obj.insert("system".into(), theirs.clone());
                 }
             }
         }
-        Api::Responses => {
+        Api::OpenaiResponses => {
             // Loom renders `instructions` as the leading system message: sent back as the
             // client's `instructions`.
             if let Some(instructions) = client.get("instructions").filter(|v| !v.is_null()) {
@@ -109,7 +99,7 @@ pub(crate) fn restore(
                 }
             }
         }
-        Api::ChatCompletions => {}
+        Api::OpenaiChat => {}
     }
     let Some(Value::Array(rendered)) = obj.get_mut(key) else {
         return;
@@ -141,10 +131,10 @@ pub(crate) fn restore(
             None => ours.push(r),
         }
     }
-    if api == Api::Responses {
+    if api == Api::OpenaiResponses {
         custom_calls(&custom, rendered, &ours);
     }
-    if api == Api::Messages {
+    if api == Api::Anthropic {
         limit_breakpoints(obj, &ours);
     }
 }
@@ -358,7 +348,7 @@ mod tests {
             {"type": "function_call_output", "call_id": "c1", "output": "[stubbed: see outputs/f_001.log]"}
         ]});
         restore(
-            Api::Responses,
+            Api::OpenaiResponses,
             client.as_object().unwrap(),
             &mut items,
             &mut body,
@@ -384,7 +374,7 @@ mod tests {
             {"type": "function_call_output", "call_id": "c1", "output": "[stubbed]"}
         ]});
         restore(
-            Api::Responses,
+            Api::OpenaiResponses,
             client.as_object().unwrap(),
             &mut items,
             &mut body,
@@ -403,7 +393,7 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "[system]\n# Environment\ncwd: /repo"}]}
         ]});
         restore(
-            Api::Messages,
+            Api::Anthropic,
             client.as_object().unwrap(),
             &mut items,
             &mut body,
@@ -429,7 +419,7 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "[3 earlier steps]", "cache_control": {"type": "ephemeral"}}]}
         ]});
         restore(
-            Api::Messages,
+            Api::Anthropic,
             client.as_object().unwrap(),
             &mut items,
             &mut body,
@@ -452,7 +442,7 @@ mod tests {
             "messages": [{"role": "user", "content": "long"}], "x_unknown": {"kept": true}
         });
         let rendered = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "short"}], "tools": []});
-        let out = merge(Api::ChatCompletions, client.as_object().unwrap(), &rendered);
+        let out = merge(Api::OpenaiChat, client.as_object().unwrap(), &rendered);
         assert_eq!(out["messages"], rendered["messages"]);
         assert_eq!(out["tools"], client["tools"]);
         assert_eq!(out["temperature"], 0.2);
@@ -460,7 +450,7 @@ mod tests {
 
         let client = json!({"model": "claude", "max_tokens": 5, "system": "sys", "messages": []});
         let rendered = json!({"messages": [{"role": "user", "content": "x"}]});
-        let out = merge(Api::Messages, client.as_object().unwrap(), &rendered);
+        let out = merge(Api::Anthropic, client.as_object().unwrap(), &rendered);
         assert!(out.get("system").is_none());
         assert_eq!(out["max_tokens"], 5);
 
@@ -468,7 +458,7 @@ mod tests {
             json!({"model": "gpt-4o", "instructions": "be brief", "input": "hi", "store": false});
         let rendered =
             json!({"input": [{"type": "message", "role": "system", "content": "be brief"}]});
-        let out = merge(Api::Responses, client.as_object().unwrap(), &rendered);
+        let out = merge(Api::OpenaiResponses, client.as_object().unwrap(), &rendered);
         assert!(out.get("instructions").is_none());
         assert_eq!(out["store"], false);
     }

@@ -19,8 +19,9 @@
 use std::ops::Range;
 
 use axum::body::Bytes;
+use loom_core::Api;
 use loom_core::{EventBody, NewEvent, SessionId};
-use loom_provider::{check_continuation, Api, CallIds};
+use loom_provider::{check_continuation, CallIds};
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -296,8 +297,8 @@ fn opening_of(events: Vec<NewEvent>) -> Option<Vec<EventBody>> {
 /// The key of the conversation's items in a body of `api`.
 fn items_key(api: Api) -> &'static str {
     match api {
-        Api::ChatCompletions | Api::Messages => "messages",
-        Api::Responses => "input",
+        Api::OpenaiChat | Api::Anthropic => "messages",
+        Api::OpenaiResponses => "input",
     }
 }
 
@@ -335,11 +336,7 @@ fn import(
     first_item: usize,
 ) -> Result<Vec<NewEvent>> {
     let mut opts = loom_import::ParseOptions::new(now_ms());
-    opts.format = match api {
-        Api::ChatCompletions => loom_import::Format::OpenAi,
-        Api::Responses => loom_import::Format::Responses,
-        Api::Messages => loom_import::Format::Anthropic,
-    };
+    opts.format = Some(api);
     opts.session = Some(session.clone());
     opts.first_item = first_item;
     // A client's request: what Loom does not model travels as it came.
@@ -361,12 +358,12 @@ struct ItemHead {
 fn ends_cleanly(api: Api, last: &ItemHead) -> bool {
     let role = last.role.as_deref();
     match api {
-        Api::ChatCompletions => matches!(
+        Api::OpenaiChat => matches!(
             role,
             Some("user" | "tool" | "function" | "system" | "developer")
         ),
-        Api::Messages => role == Some("user"),
-        Api::Responses => match last.kind.as_deref() {
+        Api::Anthropic => role == Some("user"),
+        Api::OpenaiResponses => match last.kind.as_deref() {
             Some(kind) if kind.ends_with("_output") => true,
             None | Some("message") => matches!(role, Some("user" | "system" | "developer")),
             Some(_) => false,
@@ -515,7 +512,7 @@ mod tests {
         let b = t.backend();
         let bodies = [
             (
-                Api::ChatCompletions,
+                Api::OpenaiChat,
                 json!({"model": "m", "messages": [
                     {"role": "system", "content": "be brief"},
                     {"role": "user", "content": "hi"},
@@ -524,27 +521,27 @@ mod tests {
             ),
             // No user message at all: the whole conversation is its opening.
             (
-                Api::ChatCompletions,
+                Api::OpenaiChat,
                 json!({"model": "m", "messages": [
                     {"role": "system", "content": "be brief"},
                     {"role": "assistant", "content": "hello"}]}),
             ),
             (
-                Api::Messages,
+                Api::Anthropic,
                 json!({"model": "m", "max_tokens": 5, "system": "sys", "messages": [
                     {"role": "user", "content": "hi"},
                     {"role": "assistant", "content": "yes"},
                     {"role": "user", "content": "go"}]}),
             ),
             (
-                Api::Responses,
+                Api::OpenaiResponses,
                 json!({"model": "m", "instructions": "be brief", "input": [
                     {"role": "user", "content": "hi"},
                     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
                     {"role": "user", "content": "more"}]}),
             ),
             (
-                Api::Responses,
+                Api::OpenaiResponses,
                 json!({"model": "m", "input": "just a string"}),
             ),
         ];
@@ -562,7 +559,7 @@ mod tests {
     #[test]
     fn a_body_that_is_not_an_object_or_not_json_is_refused_as_before() {
         for raw in ["[1, 2]", "{\"model\": ", "\"text\"", ""] {
-            let e = RequestBody::parse(Api::ChatCompletions, Bytes::from(raw)).unwrap_err();
+            let e = RequestBody::parse(Api::OpenaiChat, Bytes::from(raw)).unwrap_err();
             assert!(
                 e.message.contains("not valid JSON") || e.message.contains("must be a JSON object"),
                 "{raw:?}: {}",
@@ -570,8 +567,7 @@ mod tests {
             );
         }
         // A conversation that is not a list is a field like any other: the check names it.
-        let split =
-            RequestBody::parse(Api::ChatCompletions, Bytes::from(r#"{"messages": 5}"#)).unwrap();
+        let split = RequestBody::parse(Api::OpenaiChat, Bytes::from(r#"{"messages": 5}"#)).unwrap();
         assert!(split.items.is_none());
         assert_eq!(split.fields["messages"], 5);
     }

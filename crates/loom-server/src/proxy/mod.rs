@@ -31,9 +31,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use loom_core::render::ToolSpec;
+use loom_core::Api;
 use loom_core::{AgentId, SessionId};
 use loom_provider::client::{credential_headers, endpoint};
-use loom_provider::{check_request, error_body, Api};
+use loom_provider::{check_request, error_body};
 use loom_store::{NewModelCall, ProxyMode, StoreError};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -85,11 +86,11 @@ impl SessionLocks {
 /// The provider API whose error shape a proxy path answers in (`None` off the proxy).
 pub(crate) fn api_of_path(path: &str) -> Option<Api> {
     if path.starts_with("/v1/messages") {
-        Some(Api::Messages)
+        Some(Api::Anthropic)
     } else if path.starts_with("/v1/responses") {
-        Some(Api::Responses)
+        Some(Api::OpenaiResponses)
     } else if path.starts_with("/v1/") {
-        Some(Api::ChatCompletions)
+        Some(Api::OpenaiChat)
     } else {
         None
     }
@@ -102,13 +103,13 @@ pub(crate) fn provider_error(api: Api, e: &ApiError) -> Response {
     let field = e
         .field
         .as_deref()
-        .filter(|f| !(api == Api::Messages && e.message.starts_with(&format!("{f}: "))));
+        .filter(|f| !(api == Api::Anthropic && e.message.starts_with(&format!("{f}: "))));
     let body = error_body(api, e.status.as_u16(), &e.message, field);
     (e.status, Json(body)).into_response()
 }
 
 async fn chat(state: State<Arc<AppState>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    proxy(state.0, Api::ChatCompletions, uri, headers, body).await
+    proxy(state.0, Api::OpenaiChat, uri, headers, body).await
 }
 
 async fn responses(
@@ -117,7 +118,7 @@ async fn responses(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    proxy(state.0, Api::Responses, uri, headers, body).await
+    proxy(state.0, Api::OpenaiResponses, uri, headers, body).await
 }
 
 async fn messages(
@@ -126,7 +127,7 @@ async fn messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    proxy(state.0, Api::Messages, uri, headers, body).await
+    proxy(state.0, Api::Anthropic, uri, headers, body).await
 }
 
 /// What one proxied call decided before it goes upstream.
@@ -244,9 +245,9 @@ fn without_url(e: &reqwest::Error) -> String {
 
 fn route(api: Api) -> &'static str {
     match api {
-        Api::ChatCompletions => "/v1/chat/completions",
-        Api::Responses => "/v1/responses",
-        Api::Messages => "/v1/messages",
+        Api::OpenaiChat => "/v1/chat/completions",
+        Api::OpenaiResponses => "/v1/responses",
+        Api::Anthropic => "/v1/messages",
     }
 }
 
@@ -285,7 +286,7 @@ async fn prepare(
         })?),
         None => state.config.default_budget,
     };
-    if api == Api::Responses
+    if api == Api::OpenaiResponses
         && (client.contains_key("previous_response_id") || client.contains_key("conversation"))
         && mode == ProxyMode::Fit
     {
@@ -317,7 +318,7 @@ async fn prepare(
     let spec = RenderSpec {
         model: model.clone(),
         budget,
-        format: fit::format_of(api),
+        format: loom_core::render::Format::from(api),
         tools,
         always_record: true,
         injections: Vec::new(),
@@ -425,6 +426,18 @@ async fn prepare(
     let (session, diverged_from) = synced;
     // The history's new events become memory off the request path.
     crate::api::memory::index_later(state, principal, &session);
+    // How much more the provider counts than Loom's estimate: the budget was divided by it.
+    let anchor = outcome.as_ref().and_then(|o| o.anchor);
+    let anchored = |mut prepared: Prepared| {
+        if let Some(factor) = anchor {
+            set(
+                &mut prepared.reply_headers,
+                "x-loom-anchor",
+                &format!("{factor:.4}"),
+            );
+        }
+        prepared
+    };
     let body = match outcome {
         Some(out) => {
             let assembling = Instant::now();
@@ -447,7 +460,8 @@ async fn prepare(
                     live,
                     lock,
                     warnings,
-                );
+                )
+                .map(anchored);
             }
             let mut merged = fit::merge(api, &body.fields, &out.body);
             {
@@ -461,7 +475,7 @@ async fn prepare(
             // The render pairs every call with its result by construction; this check is the
             // net under it. Should it ever fail, the client's own (valid) request goes instead
             // of a malformed one, and the failure is loud.
-            let checked = loom_core::render::check_request(fit::format_of(api), &merged)
+            let checked = loom_core::render::check_request(api.into(), &merged)
                 .map_err(|v| v.to_string())
                 .and_then(|()| check_request(api, &merged).map_err(|e| e.to_string()));
             match checked {
@@ -499,6 +513,7 @@ async fn prepare(
         lock,
         warnings,
     )
+    .map(anchored)
 }
 
 /// A request's items for [`fit::restore`], with the session's memo of what each says.
@@ -636,11 +651,11 @@ const ONE_MILLION: u64 = 1_000_000;
 fn limits(api: Api, client: &serde_json::Map<String, Value>, headers: &HeaderMap) -> ModelLimits {
     let asked = |key: &str| client.get(key).and_then(Value::as_u64).filter(|n| *n > 0);
     let reserve = match api {
-        Api::Messages => asked("max_tokens"),
-        Api::ChatCompletions => asked("max_completion_tokens").or_else(|| asked("max_tokens")),
-        Api::Responses => asked("max_output_tokens"),
+        Api::Anthropic => asked("max_tokens"),
+        Api::OpenaiChat => asked("max_completion_tokens").or_else(|| asked("max_tokens")),
+        Api::OpenaiResponses => asked("max_output_tokens"),
     };
-    let one_million = api == Api::Messages
+    let one_million = api == Api::Anthropic
         && headers
             .get_all("anthropic-beta")
             .iter()
@@ -762,8 +777,8 @@ fn upstream_request(
     body: Bytes,
 ) -> Result<reqwest::RequestBuilder, ApiError> {
     let base = match api {
-        Api::ChatCompletions | Api::Responses => &state.config.openai,
-        Api::Messages => &state.config.anthropic,
+        Api::OpenaiChat | Api::OpenaiResponses => &state.config.openai,
+        Api::Anthropic => &state.config.anthropic,
     };
     // The config checked the URL at start-up; this only fails if that check and the client's
     // rules ever disagree.
@@ -807,10 +822,10 @@ fn credentials(
         .as_ref()
         .and_then(|t| state.config.tenant_keys.get(t));
     let key = match api {
-        Api::ChatCompletions | Api::Responses => tenant
+        Api::OpenaiChat | Api::OpenaiResponses => tenant
             .and_then(|t| t.openai.clone())
             .or_else(|| state.config.openai.key.clone()),
-        Api::Messages => tenant
+        Api::Anthropic => tenant
             .and_then(|t| t.anthropic.clone())
             .or_else(|| state.config.anthropic.key.clone()),
     };
@@ -839,7 +854,7 @@ async fn count_tokens(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let api = Api::Messages;
+    let api = Api::Anthropic;
     let principal = match state.authenticate(&headers).await {
         Ok(p) => p,
         Err(e) => return provider_error(api, &e),
@@ -859,13 +874,9 @@ async fn count_tokens(
         }
         let (tokenizer, _) = state.engine.model(model, "model", false)?;
         let images = state.engine.model_info(model)?.image;
-        let count = loom_tokens::count_request(
-            loom_tokens::WireFormat::AnthropicMessages,
-            &value,
-            &tokenizer,
-            &images,
-        )
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
+        let count =
+            loom_tokens::count_request(loom_core::Api::Anthropic, &value, &tokenizer, &images)
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
         Ok((
             count.messages + count.tool_calls + count.tools + count.images + count.overhead,
             count.exact,
@@ -888,10 +899,6 @@ async fn count_tokens(
     response
 }
 
-/// Bounds on the anchoring factor: a provider's count and Loom's estimate of the same request
-/// never differ more than this unless something else is wrong (then the estimate stands).
-const ANCHOR_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
-
 /// The provider's count over Loom's estimate for the conversation's last rendered call.
 async fn anchor(
     state: &Arc<AppState>,
@@ -902,8 +909,8 @@ async fn anchor(
     let id = match header(headers, "x-loom-session") {
         Some(id) => id.to_owned(),
         None => {
-            let body = Arc::new(ingest::RequestBody::parse(Api::Messages, raw.clone()).ok()?);
-            derived_session(principal, Api::Messages, &body, state)
+            let body = Arc::new(ingest::RequestBody::parse(Api::Anthropic, raw.clone()).ok()?);
+            derived_session(principal, Api::Anthropic, &body, state)
                 .await
                 .ok()?
         }
@@ -918,10 +925,7 @@ async fn anchor(
         })
         .await
         .ok()??;
-    let reported = last.usage?.input_tokens as f64;
-    let estimated = last.call.receipt["receipt"]["estimate"].as_u64()? as f64;
-    let factor = reported / estimated;
-    (estimated > 0.0 && ANCHOR_RANGE.contains(&factor)).then_some(factor)
+    crate::engine::reported_ratio(&last)
 }
 
 /// `GET /v1/models`, forwarded to the OpenAI upstream (to Anthropic's with its version header).
@@ -929,12 +933,12 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     // Anthropic's SDKs list models at the same path, with their version header.
     let (api, url) = if headers.contains_key("anthropic-version") {
         (
-            Api::Messages,
+            Api::Anthropic,
             format!("{}/v1/models", state.config.anthropic.base_url),
         )
     } else {
         (
-            Api::ChatCompletions,
+            Api::OpenaiChat,
             format!("{}/models", state.config.openai.base_url),
         )
     };
@@ -953,7 +957,7 @@ async fn responses_compact(
     let url = format!("{}/responses/compact", state.config.openai.base_url);
     passthrough(
         &state,
-        Api::Responses,
+        Api::OpenaiResponses,
         url,
         uri.query(),
         headers,

@@ -472,8 +472,8 @@ mod tests {
     use super::*;
     use crate::live::TestBackend;
     use axum::body::Bytes;
+    use loom_core::Api;
     use loom_core::{MessageContent, ToolCall};
-    use loom_provider::Api;
     use serde_json::{json, Value};
 
     fn assistant(text: &str, calls: &[(&str, &str)]) -> NewEvent {
@@ -498,7 +498,7 @@ mod tests {
 
     fn chat(messages: &[Value]) -> RequestBody {
         let body = json!({"model": "gpt-4o", "messages": messages});
-        RequestBody::parse(Api::ChatCompletions, Bytes::from(body.to_string())).unwrap()
+        RequestBody::parse(Api::OpenaiChat, Bytes::from(body.to_string())).unwrap()
     }
 
     fn u(text: &str) -> Value {
@@ -630,7 +630,7 @@ mod tests {
                 .map(|k| format!("call_{turn}_{k}"))
                 .collect();
             match api {
-                Api::ChatCompletions => {
+                Api::OpenaiChat => {
                     if turn == 0 {
                         items.push(json!({"role": "system", "content": "be brief"}));
                         items.push(u("fix the bug"));
@@ -643,7 +643,7 @@ mod tests {
                     }
                     bodies.push(json!({"model": "gpt-4o", "messages": items}));
                 }
-                Api::Messages => {
+                Api::Anthropic => {
                     if turn == 0 {
                         items.push(json!({"role": "user", "content": "fix the bug"}));
                     } else {
@@ -656,7 +656,7 @@ mod tests {
                     }
                     bodies.push(json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "system": "be brief", "messages": items}));
                 }
-                Api::Responses => {
+                Api::OpenaiResponses => {
                     if turn == 0 {
                         items.push(json!({"role": "user", "content": "fix the bug"}));
                     } else {
@@ -679,7 +679,7 @@ mod tests {
 
     #[test]
     fn reading_only_the_new_messages_logs_what_reading_the_whole_body_logs() {
-        for api in [Api::ChatCompletions, Api::Messages, Api::Responses] {
+        for api in [Api::OpenaiChat, Api::Anthropic, Api::OpenaiResponses] {
             let (fast, slow) = (TestBackend::new(8), TestBackend::new(8));
             let mut continued = 0;
             for body in conversation(api, 12) {
@@ -749,7 +749,7 @@ mod tests {
         let b = t.backend();
         let body = |system: &str, messages: &[Value]| {
             let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "system": system, "messages": messages});
-            RequestBody::parse(Api::Messages, Bytes::from(body.to_string())).unwrap()
+            RequestBody::parse(Api::Anthropic, Bytes::from(body.to_string())).unwrap()
         };
         run(b, &body("one", &[u("hi")])).unwrap();
         let r = run(b, &body("two", &[u("hi"), a("yes", &[]), u("more")])).unwrap();

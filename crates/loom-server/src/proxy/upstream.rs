@@ -15,8 +15,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
-use loom_core::{EventBody, MessageContent, NativeApi, NativeReasoning, NewEvent, SessionId};
-use loom_provider::{parse_reply, Api, AssistantReply, SseParser, StreamAssembler};
+use loom_core::{Api, EventBody, MessageContent, NativeReasoning, NewEvent, SessionId};
+use loom_provider::{parse_reply, AssistantReply, SseParser, StreamAssembler};
 use loom_store::Usage;
 use tokio::sync::OwnedMutexGuard;
 
@@ -88,8 +88,8 @@ pub(crate) struct LogTarget {
 /// The provider's name in metrics.
 pub(crate) fn provider(api: Api) -> &'static str {
     match api {
-        Api::ChatCompletions | Api::Responses => "openai",
-        Api::Messages => "anthropic",
+        Api::OpenaiChat | Api::OpenaiResponses => "openai",
+        Api::Anthropic => "anthropic",
     }
 }
 
@@ -376,7 +376,7 @@ fn reply_events(
     }
     let doc = serde_json::to_vec(&serde_json::json!({ "input": items })).ok()?;
     let mut opts = loom_import::ParseOptions::new(now_ms());
-    opts.format = loom_import::Format::Responses;
+    opts.format = Some(Api::OpenaiResponses);
     opts.session = Some(session.clone());
     opts.keep_unknown = true;
     let mut sessions = loom_import::parse_slice("reply", "reply", &doc, &opts, b.blobs).ok()?;
@@ -387,9 +387,9 @@ fn reply_events(
 pub fn assistant_event(api: Api, reply: AssistantReply) -> NewEvent {
     let native = match api {
         _ if reply.native.is_empty() => None,
-        Api::Messages => Some(NativeApi::Anthropic),
-        Api::Responses => Some(NativeApi::OpenaiResponses),
-        Api::ChatCompletions => None,
+        Api::Anthropic => Some(Api::Anthropic),
+        Api::OpenaiResponses => Some(Api::OpenaiResponses),
+        Api::OpenaiChat => None,
     }
     .map(|api| NativeReasoning {
         api,

@@ -452,6 +452,63 @@ async fn shutdown_lets_a_stream_in_flight_finish_and_be_logged() {
 }
 
 #[tokio::test]
+async fn fit_reanchors_a_session_whose_provider_counts_more_than_the_estimate() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    // Claude has no public tokenizer: Loom estimates. This provider counts 1.5 times the mock's
+    // own rule, well above the estimate.
+    s.mock.mock().set_input_scale(1.5);
+    let headers = [("x-loom-session", "anch"), ("x-loom-budget", "6000")];
+    let mut messages = vec![json!({"role": "user",
+        "content": format!("start: {}", "words to read and count. ".repeat(100))})];
+    let mut anchors = Vec::new();
+    let mut budgets = Vec::new();
+    for turn in 0..6 {
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages});
+        let r = s.post("/v1/messages", None, &headers, &body).await;
+        assert_eq!(r.status(), 200, "turn {turn}");
+        anchors.push(
+            r.headers()
+                .get("x-loom-anchor")
+                .map(|v| v.to_str().unwrap().parse::<f64>().unwrap()),
+        );
+        let reply: Value = r.json().await.unwrap();
+        let call = s
+            .store()
+            .last_model_call(&SessionId::new("anch").unwrap())
+            .unwrap()
+            .unwrap();
+        budgets.push(
+            call.call.receipt["receipt"]["budget"]["context_window"]
+                .as_u64()
+                .unwrap(),
+        );
+        messages.push(json!({"role": "assistant", "content": reply["content"]}));
+        messages.push(json!({"role": "user",
+            "content": format!("turn {turn}: {}", "more words to read and count again. ".repeat(150))}));
+    }
+    assert_eq!(anchors[0], None, "nothing reported yet: {anchors:?}");
+    let factor = anchors[1].expect("the second call is anchored on the first's usage");
+    assert!(factor > 1.0 && factor <= 2.0, "{factor}");
+    assert_eq!((factor * 16.0).fract(), 0.0, "a sixteenth: {factor}");
+    // Never lowered while the session is held, so the policy (and the cached prefix) moves
+    // only when the provider's count rises above the held factor.
+    for pair in anchors[1..].windows(2) {
+        assert!(pair[1].unwrap() >= pair[0].unwrap(), "{anchors:?}");
+    }
+    assert!(budgets[1] < budgets[0], "the room shrinks: {budgets:?}");
+    let last = s
+        .store()
+        .last_model_call(&SessionId::new("anch").unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(
+        last.usage.unwrap().input_tokens <= 6000,
+        "the provider's own count of the last request is within the budget: {:?}",
+        last.usage
+    );
+}
+
+#[tokio::test]
 async fn count_tokens_is_answered_locally_and_anchored_on_reported_usage() {
     let s = start(AuthMode::None, ProxyMode::Fit).await;
     let mut body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,

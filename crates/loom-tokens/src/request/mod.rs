@@ -9,33 +9,12 @@ mod anthropic;
 mod openai_chat;
 mod responses;
 
+use loom_core::Api;
 use serde_json::Value;
 
 use crate::error::{Result, TokenError};
 use crate::image::ImageRule;
 use crate::tokenizer::CountTokens;
-
-/// A provider request format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum WireFormat {
-    /// OpenAI Chat Completions (`messages`, `tools`).
-    OpenAiChat,
-    /// OpenAI Responses (`instructions`, `input`, `tools`).
-    OpenAiResponses,
-    /// Anthropic Messages (`system`, `messages`, `tools`).
-    AnthropicMessages,
-}
-
-impl WireFormat {
-    /// The format's name in errors and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::OpenAiChat => "openai-chat",
-            Self::OpenAiResponses => "openai-responses",
-            Self::AnthropicMessages => "anthropic-messages",
-        }
-    }
-}
 
 /// Where a request's tokens go.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,7 +43,7 @@ impl RequestCount {
 
 /// Counts a request body of `format` for a model with `counter` and `images`.
 pub fn count_request(
-    format: WireFormat,
+    format: Api,
     body: &Value,
     counter: &dyn CountTokens,
     images: &ImageRule,
@@ -79,16 +58,16 @@ pub fn count_request(
         },
     };
     match format {
-        WireFormat::OpenAiChat => openai_chat::count(&mut ctx, body)?,
-        WireFormat::OpenAiResponses => responses::count(&mut ctx, body)?,
-        WireFormat::AnthropicMessages => anthropic::count(&mut ctx, body)?,
+        Api::OpenaiChat => openai_chat::count(&mut ctx, body)?,
+        Api::OpenaiResponses => responses::count(&mut ctx, body)?,
+        Api::Anthropic => anthropic::count(&mut ctx, body)?,
     }
     Ok(ctx.count)
 }
 
 /// What the format modules share while counting one body.
 struct Ctx<'a> {
-    format: WireFormat,
+    format: Api,
     counter: &'a dyn CountTokens,
     images: &'a ImageRule,
     count: RequestCount,
@@ -101,7 +80,7 @@ impl Ctx<'_> {
 
     fn bad(&self, field: impl Into<String>, reason: impl Into<String>) -> TokenError {
         TokenError::Request {
-            format: self.format.name(),
+            format: self.format.as_str(),
             field: field.into(),
             reason: reason.into(),
         }

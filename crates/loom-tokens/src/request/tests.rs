@@ -9,7 +9,7 @@ const TILE: ImageRule = ImageRule::OpenAiTile {
 };
 
 fn chat(enc: Encoding, body: &Value) -> RequestCount {
-    count_request(WireFormat::OpenAiChat, body, &Tokenizer::Bpe(enc), &TILE).unwrap()
+    count_request(Api::OpenaiChat, body, &Tokenizer::Bpe(enc), &TILE).unwrap()
 }
 
 /// The cookbook's example ("How to count tokens with tiktoken"), whose published counts are
@@ -112,28 +112,31 @@ fn openai_chat_counts_images_by_rule_not_as_text() {
 fn malformed_bodies_name_the_field() {
     let t = Tokenizer::Bpe(Encoding::O200kBase);
     let cases = [
-        (WireFormat::OpenAiChat, json!({}), "`messages`"),
+        (Api::OpenaiChat, json!({}), "`messages`"),
         (
-            WireFormat::OpenAiChat,
+            Api::OpenaiChat,
             json!({"messages": [{"content": "x"}]}),
             "messages[0].role",
         ),
         (
-            WireFormat::OpenAiChat,
+            Api::OpenaiChat,
             json!({"messages": [{"role": "user", "content": 5}]}),
             "messages[0].content",
         ),
         (
-            WireFormat::AnthropicMessages,
+            Api::Anthropic,
             json!({"messages": [{"role": "user", "content": [{"text": "x"}]}]}),
             "messages[0].content[0].type",
         ),
-        (WireFormat::OpenAiResponses, json!({"input": 3}), "`input`"),
+        (Api::OpenaiResponses, json!({"input": 3}), "`input`"),
     ];
     for (format, body, field) in cases {
         let err = count_request(format, &body, &t, &TILE).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains(field) && msg.contains(format.name()), "{msg}");
+        assert!(
+            msg.contains(field) && msg.contains(format.as_str()),
+            "{msg}"
+        );
     }
 }
 
@@ -154,13 +157,7 @@ fn anthropic_counts_blocks_tools_and_the_tool_prompt() {
         ],
         "tools": [tool.clone()]
     });
-    let c = count_request(
-        WireFormat::AnthropicMessages,
-        &body,
-        &t,
-        &ImageRule::Anthropic,
-    )
-    .unwrap();
+    let c = count_request(Api::Anthropic, &body, &t, &ImageRule::Anthropic).unwrap();
     assert_eq!(
         c.messages,
         n("Be brief.") + n("Weather in Paris?") + n("Call the tool.")
@@ -177,13 +174,7 @@ fn anthropic_counts_blocks_tools_and_the_tool_prompt() {
     assert_eq!(c.overhead, 9);
     let mut forced = body.clone();
     forced["tool_choice"] = json!({"type": "any"});
-    let f = count_request(
-        WireFormat::AnthropicMessages,
-        &forced,
-        &t,
-        &ImageRule::Anthropic,
-    )
-    .unwrap();
+    let f = count_request(Api::Anthropic, &forced, &t, &ImageRule::Anthropic).unwrap();
     assert_eq!(c.tools - f.tools, 346 - 313);
 }
 
@@ -200,7 +191,7 @@ fn responses_items_are_counted_like_chat_messages() {
         ],
         "tools": [{"type": "function", "name": "bash", "description": "Run a command", "parameters": {"type": "object", "properties": {}}}]
     });
-    let c = count_request(WireFormat::OpenAiResponses, &body, &t, &TILE).unwrap();
+    let c = count_request(Api::OpenaiResponses, &body, &t, &TILE).unwrap();
     assert_eq!(
         c.messages,
         n("developer") + n("Be brief.") + n("user") + n("List files")
@@ -212,7 +203,7 @@ fn responses_items_are_counted_like_chat_messages() {
     assert_eq!(c.tools, 7 + n("bash:Run a command") + 12);
     assert_eq!(c.overhead, 3 + 3 + 3);
     let plain = json!({"input": "hello"});
-    let p = count_request(WireFormat::OpenAiResponses, &plain, &t, &TILE).unwrap();
+    let p = count_request(Api::OpenaiResponses, &plain, &t, &TILE).unwrap();
     assert_eq!(p.total(), 3 + n("user") + n("hello") + 3);
 }
 
@@ -220,7 +211,7 @@ fn responses_items_are_counted_like_chat_messages() {
 fn estimated_counters_are_flagged_inexact() {
     let body = json!({"messages": cookbook_messages()});
     let est = Tokenizer::Estimate(crate::Calibration::default());
-    let c = count_request(WireFormat::OpenAiChat, &body, &est, &TILE).unwrap();
+    let c = count_request(Api::OpenaiChat, &body, &est, &TILE).unwrap();
     assert!(!c.exact);
     assert!(chat(Encoding::O200kBase, &body).exact);
 }

@@ -13,7 +13,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::{arguments_object, text_of, text_only, whole_item};
-use crate::event::{ContentPart, MessageContent, NativeApi};
+use crate::api::Api;
+use crate::event::{ContentPart, MessageContent};
 use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
 /// Text sent before a conversation that would otherwise open with the assistant.
@@ -27,9 +28,7 @@ fn blocks(c: &MessageContent) -> Vec<Value> {
             .map(|p| match p {
                 ContentPart::Text { text } => json!({"type": "text", "text": text}),
                 ContentPart::Image { url, .. } => image_block(url),
-                ContentPart::Opaque { api, value, .. } if *api == NativeApi::Anthropic => {
-                    value.clone()
-                }
+                ContentPart::Opaque { api, value, .. } if *api == Api::Anthropic => value.clone(),
                 ContentPart::Opaque { api, value, .. } => {
                     json!({"type": "text", "text": ContentPart::opaque_text(*api, value)})
                 }
@@ -55,7 +54,7 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
         Msg::System(c) => vec![json!({"role": "user", "content": [
             {"type": "text", "text": format!("[system]\n{}", text_only(c))}
         ]})],
-        Msg::User { content, .. } => match whole_item(content, NativeApi::Anthropic) {
+        Msg::User { content, .. } => match whole_item(content, Api::Anthropic) {
             Some(item) => vec![item.clone()],
             None => vec![json!({"role": "user", "content": blocks(content)})],
         },
@@ -69,7 +68,7 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
             // signatures and requires them before the turn's text and tool_use blocks.
             let mut out_blocks: Vec<Value> = native
                 .as_ref()
-                .filter(|n| n.api == NativeApi::Anthropic)
+                .filter(|n| n.api == Api::Anthropic)
                 .map(|n| n.items.clone())
                 .unwrap_or_default();
             out_blocks.extend(content.as_ref().map(blocks).unwrap_or_default());
@@ -230,7 +229,7 @@ impl Serialize for Body<'_> {
         for (i, msg) in req.messages.iter().enumerate().skip(leading) {
             match msg {
                 Msg::System(c) => messages.push(Wire::System(c)),
-                Msg::User { content, .. } => match whole_item(content, NativeApi::Anthropic) {
+                Msg::User { content, .. } => match whole_item(content, Api::Anthropic) {
                     Some(item) => messages.push(Wire::Raw(item)),
                     None => messages.push(Wire::User(content)),
                 },
@@ -242,7 +241,7 @@ impl Serialize for Body<'_> {
                 } => {
                     let native = native
                         .as_ref()
-                        .filter(|n| n.api == NativeApi::Anthropic)
+                        .filter(|n| n.api == Api::Anthropic)
                         .map_or(&[][..], |n| &n.items);
                     messages.push(Wire::Assistant {
                         native,
@@ -377,7 +376,7 @@ fn content_blocks(c: &MessageContent) -> impl Iterator<Item = Block<'_>> {
         .chain(parts.iter().map(|p| match p {
             ContentPart::Text { text } => Block::Text(text),
             ContentPart::Image { url, .. } => Block::Image(url),
-            ContentPart::Opaque { api, value, .. } if *api == NativeApi::Anthropic => {
+            ContentPart::Opaque { api, value, .. } if *api == Api::Anthropic => {
                 Block::Native(value)
             }
             ContentPart::Opaque { api, value, .. } => Block::Foreign(*api, value),
@@ -390,7 +389,7 @@ enum Block<'a> {
     /// A block as Anthropic sent it (thinking, or a block Loom does not model).
     Native(&'a Value),
     /// A part Loom does not model that came from another API, sent as text.
-    Foreign(NativeApi, &'a Value),
+    Foreign(Api, &'a Value),
     Text(&'a str),
     /// A system message's text, labelled.
     SystemText(&'a MessageContent),

@@ -14,63 +14,86 @@ mod openai_chat;
 mod react;
 mod responses;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use super::meter::{message_tokens, string_tokens, tool_tokens, TokenMeter, REPLY_PRIMING};
 use super::request::{Msg, Request};
+use crate::api::Api;
 use crate::event::{ContentPart, MessageContent};
 
 /// Tokens Anthropic adds to every request that offers tools (its tool-use system prompt, from
 /// its pricing documentation; the largest of the published figures).
 pub const ANTHROPIC_TOOL_PROMPT: u64 = 346;
 
-/// A provider request format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// What a render writes: a provider API's request body, or the seed's ReAct text prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
-    /// OpenAI Chat Completions.
-    #[default]
-    OpenaiChat,
-    /// OpenAI Responses.
-    OpenaiResponses,
-    /// Anthropic Messages, with the cache breakpoint on the stable prefix.
-    Anthropic,
+    /// A provider API's request (Anthropic's with the cache breakpoint on the stable prefix).
+    Api(Api),
     /// The seed's ReAct text prompt (Thought / Action / Observation).
     React,
 }
 
+impl Default for Format {
+    fn default() -> Self {
+        Self::OPENAI_CHAT
+    }
+}
+
+impl From<Api> for Format {
+    fn from(api: Api) -> Self {
+        Self::Api(api)
+    }
+}
+
 impl Format {
+    /// OpenAI Chat Completions.
+    pub const OPENAI_CHAT: Format = Format::Api(Api::OpenaiChat);
+    /// OpenAI Responses.
+    pub const OPENAI_RESPONSES: Format = Format::Api(Api::OpenaiResponses);
+    /// Anthropic Messages.
+    pub const ANTHROPIC: Format = Format::Api(Api::Anthropic);
+
     /// Every format, for tests and help texts.
     pub const ALL: [Format; 4] = [
-        Format::OpenaiChat,
-        Format::OpenaiResponses,
-        Format::Anthropic,
+        Format::OPENAI_CHAT,
+        Format::OPENAI_RESPONSES,
+        Format::ANTHROPIC,
         Format::React,
     ];
 
-    /// The format's command-line name.
+    /// The provider API this format's request goes to; `None` for the ReAct prompt.
+    pub fn api(self) -> Option<Api> {
+        match self {
+            Self::Api(api) => Some(api),
+            Self::React => None,
+        }
+    }
+
+    /// The format's command-line name: the API's, or `react`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::OpenaiChat => "openai-chat",
-            Self::OpenaiResponses => "openai-responses",
-            Self::Anthropic => "anthropic",
+            Self::Api(api) => api.as_str(),
             Self::React => "react",
         }
     }
 
-    /// Parses a command-line name.
+    /// Parses a command-line name ([`Api::parse`]'s names, or `react`).
     pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.as_str() == name)
+        if name.trim().eq_ignore_ascii_case("react") {
+            return Some(Self::React);
+        }
+        Api::parse(name).map(Self::Api)
     }
 
     /// The wire values one neutral message becomes (an assistant turn with calls may become
     /// several: the call message and its results).
     pub fn wire(self, msg: &Msg) -> Vec<Value> {
         match self {
-            Self::OpenaiChat => openai_chat::wire(msg),
-            Self::OpenaiResponses => responses::wire(msg),
-            Self::Anthropic => anthropic::wire(msg),
+            Self::OPENAI_CHAT => openai_chat::wire(msg),
+            Self::OPENAI_RESPONSES => responses::wire(msg),
+            Self::ANTHROPIC => anthropic::wire(msg),
             Self::React => vec![Value::String(react::text(msg))],
         }
     }
@@ -81,7 +104,7 @@ impl Format {
             // The ReAct prompt is one text: its pieces are counted as text, joined by newlines.
             Self::React => meter.count(&react::text(msg)) + 1,
             // A tool_use input is an object: the model reads it as JSON text, keys and all.
-            Self::Anthropic => self
+            Self::ANTHROPIC => self
                 .wire(msg)
                 .iter()
                 .map(|w| message_tokens(&anthropic::as_metered(w), meter))
@@ -124,7 +147,7 @@ impl Format {
             Self::React => 0,
             // Anthropic adds cache-control markers and may add a leading user message; both are
             // small and counted here so the estimate stays an upper bound.
-            Self::Anthropic => REPLY_PRIMING + 16,
+            Self::ANTHROPIC => REPLY_PRIMING + 16,
             _ => REPLY_PRIMING,
         }
     }
@@ -133,7 +156,7 @@ impl Format {
     /// adds its tool-use system prompt whenever tools are offered).
     pub fn overhead_tokens(self, tools: &[Value], meter: &dyn TokenMeter) -> u64 {
         let tool_prompt = match self {
-            Self::Anthropic if !tools.is_empty() => ANTHROPIC_TOOL_PROMPT,
+            Self::ANTHROPIC if !tools.is_empty() => ANTHROPIC_TOOL_PROMPT,
             _ => 0,
         };
         self.priming_tokens()
@@ -144,9 +167,9 @@ impl Format {
     /// The tool definitions in this format.
     pub fn tools(self, req: &Request) -> Vec<Value> {
         match self {
-            Self::OpenaiChat => openai_chat::tools(&req.tools),
-            Self::OpenaiResponses => responses::tools(&req.tools),
-            Self::Anthropic => anthropic::tools(&req.tools),
+            Self::OPENAI_CHAT => openai_chat::tools(&req.tools),
+            Self::OPENAI_RESPONSES => responses::tools(&req.tools),
+            Self::ANTHROPIC => anthropic::tools(&req.tools),
             Self::React => react::tools(&req.tools),
         }
     }
@@ -154,9 +177,9 @@ impl Format {
     /// The request body.
     pub fn body(self, req: &Request) -> Value {
         match self {
-            Self::OpenaiChat => openai_chat::body(req),
-            Self::OpenaiResponses => responses::body(req),
-            Self::Anthropic => anthropic::body(req),
+            Self::OPENAI_CHAT => openai_chat::body(req),
+            Self::OPENAI_RESPONSES => responses::body(req),
+            Self::ANTHROPIC => anthropic::body(req),
             Self::React => react::body(req),
         }
     }
@@ -166,12 +189,30 @@ impl Format {
     /// serde cannot write (none can be, as they are JSON values already).
     pub fn write_body(self, req: &Request, out: &mut Vec<u8>) -> serde_json::Result<()> {
         match self {
-            Self::OpenaiChat => serde_json::to_writer(out, &openai_chat::Body(req)),
-            Self::OpenaiResponses => serde_json::to_writer(out, &responses::Body(req)),
-            Self::Anthropic => serde_json::to_writer(out, &anthropic::Body(req)),
+            Self::OPENAI_CHAT => serde_json::to_writer(out, &openai_chat::Body(req)),
+            Self::OPENAI_RESPONSES => serde_json::to_writer(out, &responses::Body(req)),
+            Self::ANTHROPIC => serde_json::to_writer(out, &anthropic::Body(req)),
             // One text, built as the body builds it.
             Self::React => serde_json::to_writer(out, &react::body(req)),
         }
+    }
+}
+
+impl Serialize for Format {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Format {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Self::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown format {name:?}: expected {} or \"react\"",
+                Api::NAMES
+            ))
+        })
     }
 }
 
@@ -204,7 +245,7 @@ impl Format {
             return self.write_body(req, out);
         }
         match self {
-            Self::OpenaiChat => write_list_body(
+            Self::OPENAI_CHAT => write_list_body(
                 self,
                 "messages",
                 req,
@@ -214,7 +255,7 @@ impl Format {
                 openai_chat::items,
                 &openai_chat::Tools(&req.tools),
             ),
-            Self::OpenaiResponses => write_list_body(
+            Self::OPENAI_RESPONSES => write_list_body(
                 self,
                 "input",
                 req,
@@ -224,7 +265,7 @@ impl Format {
                 responses::items,
                 &responses::Tools(&req.tools),
             ),
-            Self::Anthropic | Self::React => self.write_body(req, out),
+            Self::ANTHROPIC | Self::React => self.write_body(req, out),
         }
     }
 }
@@ -327,7 +368,7 @@ fn text_only(content: &MessageContent) -> String {
 
 /// The whole message or item that `content` stands for when it is one opaque item of `api`
 /// (a message of a role or an item of a type Loom does not model): it is sent as it came.
-fn whole_item(content: &MessageContent, api: crate::event::NativeApi) -> Option<&Value> {
+fn whole_item(content: &MessageContent, api: Api) -> Option<&Value> {
     match content {
         MessageContent::Parts(parts) => match parts.as_slice() {
             [ContentPart::Opaque {
@@ -356,7 +397,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::event::{NativeApi, NativeReasoning, ToolCall};
+    use crate::api::Api;
+    use crate::event::{NativeReasoning, ToolCall};
     use crate::render::request::{RenderedCall, ResultForm, ToolSpec};
 
     fn call(id: &str, arguments: &str, content: MessageContent, is_error: bool) -> RenderedCall {
@@ -405,14 +447,14 @@ mod tests {
             },
         ]);
         let thinking = NativeReasoning {
-            api: NativeApi::Anthropic,
+            api: Api::Anthropic,
             items: vec![
                 json!({"type": "thinking", "thinking": "hm", "signature": "sig"}),
                 json!({"type": "redacted_thinking", "data": "xyz"}),
             ],
         };
         let reasoning = NativeReasoning {
-            api: NativeApi::OpenaiResponses,
+            api: Api::OpenaiResponses,
             items: vec![json!({"type": "reasoning", "id": "rs_1", "summary": []})],
         };
         vec![

@@ -5,7 +5,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::{text_of, text_only, whole_item};
-use crate::event::{ContentPart, MessageContent, NativeApi};
+use crate::api::Api;
+use crate::event::{ContentPart, MessageContent};
 use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
 fn content(c: &MessageContent) -> Value {
@@ -24,7 +25,7 @@ fn content(c: &MessageContent) -> Value {
                         }
                         json!({"type": "image_url", "image_url": image})
                     }
-                    ContentPart::Opaque { api, value, .. } if *api == NativeApi::OpenaiChat => {
+                    ContentPart::Opaque { api, value, .. } if *api == Api::OpenaiChat => {
                         value.clone()
                     }
                     ContentPart::Opaque { api, value, .. } => {
@@ -39,8 +40,8 @@ fn content(c: &MessageContent) -> Value {
 pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     match msg {
         Msg::System(c) => vec![json!({"role": "system", "content": content(c)})],
-        Msg::User { content: c, .. } if whole_item(c, NativeApi::OpenaiChat).is_some() => {
-            whole_item(c, NativeApi::OpenaiChat)
+        Msg::User { content: c, .. } if whole_item(c, Api::OpenaiChat).is_some() => {
+            whole_item(c, Api::OpenaiChat)
                 .into_iter()
                 .cloned()
                 .collect()
@@ -163,7 +164,7 @@ pub(super) enum Item<'a> {
 impl Serialize for Item<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if let Item::Msg(Msg::User { content, .. }) = self {
-            if let Some(item) = whole_item(content, NativeApi::OpenaiChat) {
+            if let Some(item) = whole_item(content, Api::OpenaiChat) {
                 return item.serialize(s);
             }
         }
@@ -225,7 +226,7 @@ struct Part<'a>(&'a ContentPart);
 impl Serialize for Part<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if let ContentPart::Opaque {
-            api: NativeApi::OpenaiChat,
+            api: Api::OpenaiChat,
             value,
             ..
         } = self.0

@@ -5,7 +5,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::{text_of, text_only, whole_item};
-use crate::event::{ContentPart, MessageContent, NativeApi};
+use crate::api::Api;
+use crate::event::{ContentPart, MessageContent};
 use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
 
 fn message(role: &str, c: &MessageContent) -> Value {
@@ -20,7 +21,7 @@ fn message(role: &str, c: &MessageContent) -> Value {
                     "image_url": url,
                     "detail": detail.as_deref().unwrap_or("auto"),
                 }),
-                ContentPart::Opaque { api, value, .. } if *api == NativeApi::OpenaiResponses => {
+                ContentPart::Opaque { api, value, .. } if *api == Api::OpenaiResponses => {
                     value.clone()
                 }
                 ContentPart::Opaque { api, value, .. } => {
@@ -43,7 +44,7 @@ fn assistant_message(c: &MessageContent) -> Value {
 pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     match msg {
         Msg::System(c) => vec![message("system", c)],
-        Msg::User { content, .. } => match whole_item(content, NativeApi::OpenaiResponses) {
+        Msg::User { content, .. } => match whole_item(content, Api::OpenaiResponses) {
             Some(item) => vec![item.clone()],
             None => vec![message("user", content)],
         },
@@ -57,7 +58,7 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
             // them; their `encrypted_content` lets the model resume its reasoning.
             let mut out: Vec<Value> = native
                 .as_ref()
-                .filter(|n| n.api == NativeApi::OpenaiResponses)
+                .filter(|n| n.api == Api::OpenaiResponses)
                 .map(|n| n.items.clone())
                 .unwrap_or_default();
             match content {
@@ -142,7 +143,7 @@ impl Serialize for Input<'_> {
 pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
     let (native, head, calls): (&[Value], Option<Item<'_>>, &[RenderedCall]) = match msg {
         Msg::System(c) => (&[], Some(Item::Message("system", c)), &[]),
-        Msg::User { content, .. } => match whole_item(content, NativeApi::OpenaiResponses) {
+        Msg::User { content, .. } => match whole_item(content, Api::OpenaiResponses) {
             Some(item) => (&[], Some(Item::Native(item)), &[]),
             None => (&[], Some(Item::Message("user", content)), &[]),
         },
@@ -154,7 +155,7 @@ pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
         } => {
             let native = native
                 .as_ref()
-                .filter(|n| n.api == NativeApi::OpenaiResponses)
+                .filter(|n| n.api == Api::OpenaiResponses)
                 .map_or(&[][..], |n| &n.items);
             let head = match content {
                 Some(c) => Some(Item::Assistant(Some(c))),
@@ -259,7 +260,7 @@ impl Serialize for Part<'_> {
                 m.end()
             }
             ContentPart::Opaque {
-                api: NativeApi::OpenaiResponses,
+                api: Api::OpenaiResponses,
                 value,
                 ..
             } => value.serialize(s),

@@ -4,7 +4,7 @@
 //! reference.
 
 use super::{Cx, Goal};
-use crate::event::Seq;
+use crate::event::{Seq, ToolOutput};
 use crate::render::projection::{Projection, UnitBody};
 use crate::render::state::{CompactionState, CutRule};
 
@@ -32,6 +32,105 @@ pub(super) fn stub_protected(
             }
         }
     }
+    st
+}
+
+/// The newest unit's results that are text, with their length in characters: what the model
+/// is about to read, cut last and least.
+pub(super) fn newest_texts(proj: &Projection) -> Vec<(Seq, usize)> {
+    match proj.units.last().map(|u| &u.body) {
+        Some(UnitBody::Turn(turn)) => turn
+            .calls
+            .iter()
+            .filter_map(|p| p.result.as_ref())
+            .filter_map(|r| match &r.output {
+                ToolOutput::Text(s) => Some((r.seq, s.chars().count())),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Elides the newest unit's whole results, each keeping as much of its head and tail as lets
+/// the request land at the low watermark (never less than the policy's head and tail): what the
+/// model reads now is cut no further than the budget needs, and earlier turns are folded only
+/// when even the policy's head and tail do not fit.
+pub(super) fn elide_newest(
+    proj: &Projection,
+    goal: &Goal<'_>,
+    mut st: CompactionState,
+    cx: &mut Cx<'_, '_>,
+) -> CompactionState {
+    for (seq, chars) in newest_texts(proj) {
+        if cx.now <= goal.tokens {
+            break;
+        }
+        if st.stubbed.contains(&seq) || !st.elided.insert(seq) {
+            continue;
+        }
+        cx.now = cx.estimate(proj, &st);
+        st = grow(proj, goal.budget.low.min(goal.tokens), st, cx, seq, chars);
+    }
+    st
+}
+
+/// Lets the newest unit's elided results keep more, as long as the request stays at or under
+/// the low watermark (and the goal): after the other last resorts made room, what the model
+/// reads now gets it back.
+pub(super) fn grow_newest(
+    proj: &Projection,
+    goal: &Goal<'_>,
+    mut st: CompactionState,
+    cx: &mut Cx<'_, '_>,
+) -> CompactionState {
+    for (seq, chars) in newest_texts(proj) {
+        if st.elided.contains(&seq) && !st.stubbed.contains(&seq) {
+            st = grow(proj, goal.budget.low.min(goal.tokens), st, cx, seq, chars);
+        }
+    }
+    st
+}
+
+/// Characters a sized elision is searched to within: finer steps would cost estimates and
+/// change the request by a few tokens.
+const GROW_STEP: usize = 256;
+
+/// The most of the elided result at `seq` (of `chars` characters) that keeps the request at or
+/// under `target`, found by bisection on the characters kept.
+fn grow(
+    proj: &Projection,
+    target: u64,
+    mut st: CompactionState,
+    cx: &mut Cx<'_, '_>,
+    seq: Seq,
+    chars: usize,
+) -> CompactionState {
+    let base = cx.coster.head_chars + cx.coster.tail_chars;
+    let kept = st.elided_chars.get(&seq).map_or(base, |&k| k as usize);
+    if cx.now >= target || chars <= kept + GROW_STEP {
+        return st;
+    }
+    // `fits` keeps the request under the target; `over` does not (keeping every character is
+    // no elision at all).
+    let (mut fits, mut over) = (kept, chars);
+    while over - fits > GROW_STEP {
+        let mid = fits + (over - fits) / 2;
+        st.elided_chars
+            .insert(seq, u32::try_from(mid).unwrap_or(u32::MAX));
+        if cx.estimate(proj, &st) <= target {
+            fits = mid;
+        } else {
+            over = mid;
+        }
+    }
+    if fits > base {
+        st.elided_chars
+            .insert(seq, u32::try_from(fits).unwrap_or(u32::MAX));
+    } else {
+        st.elided_chars.remove(&seq);
+    }
+    cx.now = cx.estimate(proj, &st);
     st
 }
 
@@ -92,6 +191,7 @@ pub(super) fn reduce_newest(
             return st;
         }
         st.elided.remove(&seq);
+        st.elided_chars.remove(&seq);
         st.stubbed.insert(seq);
         st.cut_by(seq, CutRule::LastResort);
         cx.now = cx.estimate(proj, &st);

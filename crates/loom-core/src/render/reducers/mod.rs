@@ -79,8 +79,9 @@ const FREE: [Reducer; 4] = [
 /// The last resorts, run only when the request is still over the hard total: they cut into the
 /// protected recent turns, the compact block, the newest results and the task statement, and
 /// never drop what the provider needs for a valid request.
-const LAST_RESORTS: [Reducer; 5] = [
+const LAST_RESORTS: [Reducer; 6] = [
     emergency::stub_protected,
+    emergency::elide_newest,
     emergency::fold_to_last,
     emergency::shrink_block,
     emergency::reduce_newest,
@@ -107,6 +108,11 @@ pub(crate) fn plan(
     coster: &mut Coster<'_>,
 ) -> CompactionState {
     let mut st = prev.clone();
+    // A sized elision is for what the model reads now: once a newer unit arrived, the result
+    // keeps the policy's head and tail like every other.
+    let newest = emergency::newest_texts(proj);
+    st.elided_chars
+        .retain(|seq, _| newest.iter().any(|(s, _)| s == seq));
     // With grouped steps, the boundary as it stands closes every group before it: what this
     // point folds forms groups of its own after them.
     let closes = input.policy.group_steps && prev.boundary > 0 && st.folds.insert(prev.boundary);
@@ -128,7 +134,6 @@ pub(crate) fn plan(
     for reducer in FREE {
         st = reducer(proj, &low, st, &mut cx);
     }
-    let ineffective = cx.now > low.tokens;
 
     let hard = Goal {
         tokens: input.room,
@@ -140,6 +145,9 @@ pub(crate) fn plan(
         }
         st = reducer(proj, &hard, st, &mut cx);
     }
+    // What the last resorts freed goes back to the newest results, up to the low watermark:
+    // the point lands there, not far below it.
+    st = emergency::grow_newest(proj, &hard, st, &mut cx);
 
     if closes && st.boundary == prev.boundary {
         // Nothing was folded: no group was formed, so there is nothing to close — unless
@@ -164,7 +172,14 @@ pub(crate) fn plan(
     st.stubbed = st.stubbed.split_off(&st.boundary);
     st.thinned = st.thinned.split_off(&st.boundary);
     st.rules = st.rules.split_off(&st.boundary);
+    st.elided_chars = st.elided_chars.split_off(&st.boundary);
+    let stubbed = &st.stubbed;
+    st.elided.retain(|seq| !stubbed.contains(seq));
+    st.elided_chars.retain(|seq, _| !stubbed.contains(seq));
     st.points += 1;
+    // A point that could not reach the low watermark, even with the last resorts, disarms it
+    // until the hard total (the breaker).
+    let ineffective = cx.now > low.tokens;
     st.last_point = Some(PointRecord {
         at_seq: input.at_seq,
         reason: input.reason,

@@ -88,7 +88,7 @@ fn run_with(
     let proj = project(events);
     let steps: StepIndex = HashMap::new();
     let mut memo = CostMemo::new();
-    let mut coster = Coster::new(Format::OpenaiChat, &ApproxMeter, &steps, policy, &mut memo);
+    let mut coster = Coster::new(Format::OPENAI_CHAT, &ApproxMeter, &steps, policy, &mut memo);
     let budget = policy.budget();
     let mut cx = Cx {
         policy,

@@ -48,7 +48,7 @@ fn grouped_blocks_extend_each_other_across_compaction_points() {
     fx.steps = (0..150)
         .map(|i| step_for(i, ToolKind::Shell, (i % 7 == 3).then_some("exit 1: boom")))
         .collect();
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let blocks: Vec<String> = renders.iter().filter_map(block_of).collect();
     let mut distinct = 1;
     for w in blocks.windows(2) {
@@ -361,7 +361,7 @@ proptest::proptest! {
         fx.policy.protect_recent_turns = protect;
         fx.steps = steps;
         let budget = fx.policy.budget();
-        for format in [Format::OpenaiChat, Format::Anthropic] {
+        for format in [Format::OPENAI_CHAT, Format::ANTHROPIC] {
             let mut state = CompactionState::default();
             let mut memo = CostMemo::new();
             let mut prev: Option<String> = None;

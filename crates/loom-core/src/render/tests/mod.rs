@@ -133,7 +133,7 @@ fn small_log_renders_everything_verbatim() {
     let fx = Fixture::new(100_000);
     let log = long_log(3, 10);
     let r = render(
-        &fx.input(&log.events, Format::OpenaiChat),
+        &fx.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )
@@ -152,9 +152,9 @@ fn every_request_fits_and_is_append_only_between_points() {
     let fx = Fixture::new(3_000);
     let log = long_log(60, 60);
     for format in [
-        Format::OpenaiChat,
-        Format::Anthropic,
-        Format::OpenaiResponses,
+        Format::OPENAI_CHAT,
+        Format::ANTHROPIC,
+        Format::OPENAI_RESPONSES,
     ] {
         let renders = replay(&fx, &log, format);
         let mut points = 0;
@@ -166,7 +166,7 @@ fn every_request_fits_and_is_append_only_between_points() {
                 continue;
             }
             // Between points the previous request's messages are a prefix of this one's.
-            let key = if format == Format::OpenaiResponses {
+            let key = if format == Format::OPENAI_RESPONSES {
                 "input"
             } else {
                 "messages"
@@ -195,7 +195,7 @@ fn every_request_fits_and_is_append_only_between_points() {
 fn hysteresis_cuts_to_the_low_watermark() {
     let fx = Fixture::new(3_000);
     let log = long_log(60, 60);
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let budget = fx.policy.budget();
     for r in &renders {
         if let Some(p) = &r.receipt.compaction {
@@ -211,8 +211,8 @@ fn hysteresis_cuts_to_the_low_watermark() {
 fn rendering_is_deterministic() {
     let fx = Fixture::new(3_000);
     let log = long_log(40, 50);
-    let a = replay(&fx, &log, Format::Anthropic);
-    let b = replay(&fx, &log, Format::Anthropic);
+    let a = replay(&fx, &log, Format::ANTHROPIC);
+    let b = replay(&fx, &log, Format::ANTHROPIC);
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(x.body().to_string(), y.body().to_string());
     }
@@ -220,7 +220,7 @@ fn rendering_is_deterministic() {
     let last = a.last().unwrap();
     let n = log.events.len() - 2;
     let fresh = render(
-        &fx.input(&log.events[..n], Format::Anthropic),
+        &fx.input(&log.events[..n], Format::ANTHROPIC),
         &a[a.len() - 2].state,
         &mut CostMemo::new(),
     )
@@ -232,7 +232,7 @@ fn rendering_is_deterministic() {
 fn estimate_matches_metering_the_body() {
     let fx = Fixture::new(3_000);
     let log = long_log(30, 50);
-    for r in replay(&fx, &log, Format::OpenaiChat) {
+    for r in replay(&fx, &log, Format::OPENAI_CHAT) {
         let counted: u64 = r.body()["messages"]
             .as_array()
             .unwrap()
@@ -263,7 +263,7 @@ fn estimate_matches_metering_the_body() {
 fn task_statement_and_system_survive_folding() {
     let fx = Fixture::new(2_000);
     let log = long_log(80, 40);
-    let last = replay(&fx, &log, Format::OpenaiChat).pop().unwrap();
+    let last = replay(&fx, &log, Format::OPENAI_CHAT).pop().unwrap();
     let body = last.body();
     let msgs = body["messages"].as_array().unwrap();
     assert_eq!(msgs[0]["content"], "You are a careful agent.");
@@ -281,7 +281,7 @@ fn an_oversized_newest_result_is_elided_not_sent_over_budget() {
     log.user("read the page");
     log.step("big", &words(5_000, "w"));
     let r = render(
-        &fx.input(&log.events, Format::OpenaiChat),
+        &fx.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )
@@ -296,6 +296,51 @@ fn an_oversized_newest_result_is_elided_not_sent_over_budget() {
 }
 
 #[test]
+fn a_point_under_a_large_floor_lands_at_the_low_watermark_keeping_most_of_the_newest_output() {
+    // The shape of a coding agent at a tight budget: a system prompt that takes 40% of it, and
+    // reads whose output alone is more than half of it. Every call is a point; each must cut
+    // the newest output only as far as the low watermark needs, not to the policy's 3,000
+    // characters with every earlier step dropped and the request far below the watermark.
+    let fx = Fixture::new(20_100);
+    let budget = fx.policy.budget();
+    let mut log = Log::new();
+    log.system(&words(4_000, "sys"));
+    log.user("read every part, then summarise");
+    for i in 0..6 {
+        log.step(&format!("p{i}"), &words(5_000, &format!("part{i}_x")));
+    }
+    log.user("go on");
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
+    let policy_cut = (fx.policy.elide_head_chars + fx.policy.elide_tail_chars) as usize;
+    let mut points = 0;
+    for r in &renders {
+        assert!(r.receipt.estimate <= budget.hard_total, "{:?}", r.receipt);
+        let Some(p) = &r.receipt.compaction else {
+            continue;
+        };
+        points += 1;
+        let body = r.body();
+        let newest = body["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(newest.contains("characters elided"), "{newest:.200}");
+        assert!(
+            newest.len() > policy_cut * 2,
+            "the newest output keeps what the budget allows, not the policy's head and tail: {} chars",
+            newest.len()
+        );
+        assert!(
+            p.after <= budget.low && p.after + budget.low / 20 >= budget.low,
+            "the point lands at the low watermark ({}), not far below it: {p:?}",
+            budget.low
+        );
+        assert!(!p.ineffective, "{p:?}");
+    }
+    assert!(points >= 3, "{points} points");
+}
+
+#[test]
 fn an_impossible_floor_is_a_typed_error() {
     let mut fx = Fixture::new(300);
     fx.policy.response_reserve = 10;
@@ -303,7 +348,7 @@ fn an_impossible_floor_is_a_typed_error() {
     log.system(&words(400, "s"));
     log.user("go");
     let err = render(
-        &fx.input(&log.events, Format::OpenaiChat),
+        &fx.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )
@@ -337,7 +382,7 @@ fn injection_overflow_names_the_hook() {
             content: words(100, "m"),
         },
     ];
-    let mut input = fx.input(&log.events, Format::OpenaiChat);
+    let mut input = fx.input(&log.events, Format::OPENAI_CHAT);
     input.injections = &injections;
     let err = render(&input, &CompactionState::default(), &mut CostMemo::new()).unwrap_err();
     assert!(
@@ -361,7 +406,7 @@ fn a_point_leaves_room_for_the_turns_injected_content() {
     }];
     let plain = Fixture::new(100_000);
     let alone = render(
-        &plain.input(&log.events, Format::OpenaiChat),
+        &plain.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )
@@ -371,7 +416,7 @@ fn a_point_leaves_room_for_the_turns_injected_content() {
     // The messages alone fit the hard total; with the injection they do not.
     let mut fx = Fixture::new(alone + 5 + 100);
     fx.policy.injection_reserve = 60;
-    let mut input = fx.input(&log.events, Format::OpenaiChat);
+    let mut input = fx.input(&log.events, Format::OPENAI_CHAT);
     input.injections = &injections;
     let r = render(&input, &CompactionState::default(), &mut CostMemo::new()).unwrap();
     assert!(r.receipt.estimate <= r.receipt.budget.hard_total);
@@ -393,14 +438,14 @@ fn a_memo_filled_under_another_policy_is_not_reused() {
     let mut fx = Fixture::new(1_500);
     let mut memo = CostMemo::new();
     let first = render(
-        &fx.input(&log.events, Format::OpenaiChat),
+        &fx.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut memo,
     )
     .unwrap();
     fx.policy.elide_head_chars = 300;
     fx.policy.elide_tail_chars = 100;
-    let input = fx.input(&log.events, Format::OpenaiChat);
+    let input = fx.input(&log.events, Format::OPENAI_CHAT);
     let warm = render(&input, &first.state, &mut memo).unwrap();
     let cold = render(&input, &first.state, &mut CostMemo::new()).unwrap();
     assert_eq!(warm.body(), cold.body());
@@ -425,7 +470,7 @@ fn pending_call_gets_an_explicit_missing_result() {
         native: None,
     });
     let r = render(
-        &fx.input(&log.events, Format::OpenaiChat),
+        &fx.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )
@@ -448,7 +493,7 @@ fn anthropic_has_system_apart_and_cache_breakpoints() {
         name: None,
     });
     let r = render(
-        &fx.input(&log.events, Format::Anthropic),
+        &fx.input(&log.events, Format::ANTHROPIC),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )
@@ -485,7 +530,7 @@ fn tool_results_tier_cap_triggers_stubbing() {
     let mut fx = Fixture::new(100_000);
     fx.policy.tier_caps.insert(Tier::ToolResults, 0.01);
     let log = long_log(30, 60);
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let last = renders.last().unwrap();
     let cap = last.receipt.budget.tier_caps[&Tier::ToolResults];
     assert!(!last.receipt.stubbed.is_empty());
@@ -520,7 +565,7 @@ fn an_oversized_task_statement_is_elided_as_a_last_resort() {
     log.user(&words(3_000, "task"));
     log.step("a", "ok");
     let r = render(
-        &fx.input(&log.events, Format::OpenaiChat),
+        &fx.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )
@@ -541,7 +586,7 @@ fn unaccounted_finds_a_seq_in_no_list_or_in_two() {
     let fx = Fixture::new(100_000);
     let log = long_log(2, 5);
     let r = render(
-        &fx.input(&log.events, Format::OpenaiChat),
+        &fx.input(&log.events, Format::OPENAI_CHAT),
         &CompactionState::default(),
         &mut CostMemo::new(),
     )

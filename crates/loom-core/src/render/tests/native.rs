@@ -4,7 +4,8 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::event::{NativeApi, NativeReasoning};
+use crate::api::Api;
+use crate::event::NativeReasoning;
 
 fn thinking(id: &str) -> Value {
     json!({"type": "thinking", "thinking": format!("plan for {id}"), "signature": format!("sig_{id}")})
@@ -20,10 +21,10 @@ fn reasoning_item(id: &str) -> Value {
 }
 
 /// A step whose assistant turn carries native items of `api`.
-fn native_step(log: &mut Log, id: &str, api: NativeApi, output: &str) {
+fn native_step(log: &mut Log, id: &str, api: Api, output: &str) {
     let item = match api {
-        NativeApi::Anthropic => thinking(id),
-        NativeApi::OpenaiResponses | NativeApi::OpenaiChat => reasoning_item(id),
+        Api::Anthropic => thinking(id),
+        Api::OpenaiResponses | Api::OpenaiChat => reasoning_item(id),
     };
     log.push(EventBody::Assistant {
         content: Some(format!("looking at {id}").into()),
@@ -48,7 +49,7 @@ fn native_step(log: &mut Log, id: &str, api: NativeApi, output: &str) {
     });
 }
 
-fn native_log(api: NativeApi, steps: usize, output_words: usize) -> Log {
+fn native_log(api: Api, steps: usize, output_words: usize) -> Log {
     let mut log = Log::new();
     log.system("You are a careful agent.");
     log.user("Fix the bug in parser.py");
@@ -70,8 +71,8 @@ fn render_all(fx: &Fixture, log: &Log, format: Format) -> Rendered {
 #[test]
 fn anthropic_thinking_blocks_come_first_and_unchanged() {
     let fx = Fixture::new(100_000);
-    let log = native_log(NativeApi::Anthropic, 2, 5);
-    let body = render_all(&fx, &log, Format::Anthropic).body();
+    let log = native_log(Api::Anthropic, 2, 5);
+    let body = render_all(&fx, &log, Format::ANTHROPIC).body();
     let turn = &body["messages"][1];
     assert_eq!(turn["role"], "assistant");
     assert_eq!(turn["content"][0], thinking("c0"));
@@ -86,8 +87,8 @@ fn anthropic_thinking_blocks_come_first_and_unchanged() {
 #[test]
 fn responses_reasoning_items_precede_the_turns_message_and_calls() {
     let fx = Fixture::new(100_000);
-    let log = native_log(NativeApi::OpenaiResponses, 2, 5);
-    let body = render_all(&fx, &log, Format::OpenaiResponses).body();
+    let log = native_log(Api::OpenaiResponses, 2, 5);
+    let body = render_all(&fx, &log, Format::OPENAI_RESPONSES).body();
     let input = body["input"].as_array().unwrap();
     let kinds: Vec<&str> = input
         .iter()
@@ -119,17 +120,14 @@ fn responses_reasoning_items_precede_the_turns_message_and_calls() {
 #[test]
 fn native_items_are_sent_only_to_their_own_api() {
     let fx = Fixture::new(100_000);
-    for (api, marker) in [
-        (NativeApi::Anthropic, "sig_c0"),
-        (NativeApi::OpenaiResponses, "enc_c0"),
-    ] {
+    for (api, marker) in [(Api::Anthropic, "sig_c0"), (Api::OpenaiResponses, "enc_c0")] {
         let log = native_log(api, 1, 5);
         for format in Format::ALL {
             let text = render_all(&fx, &log, format).body().to_string();
             let own = matches!(
                 (api, format),
-                (NativeApi::Anthropic, Format::Anthropic)
-                    | (NativeApi::OpenaiResponses, Format::OpenaiResponses)
+                (Api::Anthropic, Format::ANTHROPIC)
+                    | (Api::OpenaiResponses, Format::OPENAI_RESPONSES)
             );
             assert_eq!(text.contains(marker), own, "{api:?} in {format:?}");
         }
@@ -140,8 +138,8 @@ fn native_items_are_sent_only_to_their_own_api() {
 fn native_items_are_metered() {
     let fx = Fixture::new(100_000);
     for (api, format) in [
-        (NativeApi::Anthropic, Format::Anthropic),
-        (NativeApi::OpenaiResponses, Format::OpenaiResponses),
+        (Api::Anthropic, Format::ANTHROPIC),
+        (Api::OpenaiResponses, Format::OPENAI_RESPONSES),
     ] {
         let with = native_log(api, 3, 5);
         let mut without = Log::new();
@@ -169,8 +167,8 @@ fn native_items_are_metered() {
 #[test]
 fn only_turns_rendered_in_place_keep_their_native_items() {
     let fx = Fixture::new(2_000);
-    let log = native_log(NativeApi::Anthropic, 80, 40);
-    let renders = replay(&fx, &log, Format::Anthropic);
+    let log = native_log(Api::Anthropic, 80, 40);
+    let renders = replay(&fx, &log, Format::ANTHROPIC);
     let folded = |r: &&crate::render::Rendered| {
         !r.receipt.grouped.is_empty() || !r.receipt.dropped.is_empty()
     };
@@ -221,11 +219,11 @@ fn cache_breakpoints_never_land_on_thinking_blocks() {
         tool_calls: Vec::new(),
         name: None,
         native: Some(NativeReasoning {
-            api: NativeApi::Anthropic,
+            api: Api::Anthropic,
             items: vec![thinking("only")],
         }),
     });
-    let body = render_all(&fx, &log, Format::Anthropic).body();
+    let body = render_all(&fx, &log, Format::ANTHROPIC).body();
     let last = body["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["content"][0], thinking("only"), "{last}");
     for block in last["content"].as_array().unwrap() {
@@ -233,5 +231,5 @@ fn cache_breakpoints_never_land_on_thinking_blocks() {
             assert!(block.get("cache_control").is_none(), "{block}");
         }
     }
-    check_request(Format::Anthropic, &body).unwrap();
+    check_request(Format::ANTHROPIC, &body).unwrap();
 }

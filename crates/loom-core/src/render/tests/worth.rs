@@ -141,7 +141,7 @@ fn the_view_of_the_file_being_edited_stays_verbatim() {
     // Room after the point for what the protected turns hold (the test log) and the kept view.
     fx.policy.low_watermark = 0.7;
     fx.steps = steps_of(&log);
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let last = renders.last().unwrap();
     assert!(last.receipt.points >= 1, "the session must compact");
     let result_seq = |id: &str| result_seq(&log, id);
@@ -198,7 +198,7 @@ fn a_view_goes_by_its_size_once_work_on_its_file_has_moved_on() {
     shell(&mut log, "e1", "git status", "nothing to commit");
     let mut fx = Fixture::new(2_100);
     fx.steps = steps_of(&log);
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let last = renders.last().unwrap();
     let view = log
         .events
@@ -300,7 +300,7 @@ fn the_output_of_a_call_made_again_is_sent_as_its_changes() {
     let log = rerun_session();
     let mut fx = Fixture::new(8_000);
     fx.steps = steps_of(&log);
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let last = renders.last().unwrap();
     // The listing's stub was the one point; nothing sent changed after it: the rerun's diff is
     // no point, and every request from then on extends the last.
@@ -332,14 +332,14 @@ fn the_output_of_a_call_made_again_is_sent_as_its_changes() {
 
     // Without the rule the second run is sent whole.
     fx.policy.output_diffs = false;
-    let whole = replay(&fx, &log, Format::OpenaiChat);
+    let whole = replay(&fx, &log, Format::OPENAI_CHAT);
     assert_eq!(result_text(whole.last().unwrap(), "c2"), test_run(None));
 
     // While everything fits (no point yet: the listing is small enough to keep), the request is
     // the history as it happened, the rerun included.
     fx.policy.output_diffs = true;
     fx.policy.context_window = 40_000;
-    let fits = replay(&fx, &log, Format::OpenaiChat);
+    let fits = replay(&fx, &log, Format::OPENAI_CHAT);
     let fits = fits.last().unwrap();
     assert_eq!(fits.receipt.points, 0);
     assert_eq!(result_text(fits, "c2"), test_run(None));
@@ -350,7 +350,7 @@ fn a_rerun_is_sent_whole_once_its_earlier_run_is_stubbed() {
     let log = rerun_session();
     let mut fx = Fixture::new(8_000);
     fx.steps = steps_of(&log);
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let mut state = renders.last().unwrap().state.clone();
     let (&rerun, &base) = state.diffed.iter().next().expect("the rerun is diffed");
     // A later point stubs the earlier run (superseded by the rerun): the diff would have
@@ -358,7 +358,7 @@ fn a_rerun_is_sent_whole_once_its_earlier_run_is_stubbed() {
     state.stubbed.insert(base);
     let events = &log.events[..log.events.len() - 1];
     let r = render(
-        &fx.input(events, Format::OpenaiChat),
+        &fx.input(events, Format::OPENAI_CHAT),
         &state,
         &mut CostMemo::new(),
     )
@@ -391,7 +391,7 @@ fn a_diff_over_the_oversized_share_is_stubbed_once_answered() {
     let mut fx = Fixture::new(12_000);
     fx.policy.output_diff_share = 0.9;
     fx.steps = steps_of(&log);
-    let renders = replay(&fx, &log, Format::OpenaiChat);
+    let renders = replay(&fx, &log, Format::OPENAI_CHAT);
     let seq = |id: &str| result_seq(&log, id);
     // Sent as its diff when it arrived, then stubbed by its size once the agent answered it.
     let arrived = &renders[renders.len() - 2];

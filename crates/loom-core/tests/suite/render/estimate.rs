@@ -20,13 +20,13 @@ fn anthropic_estimate_covers_the_tool_use_prompt() -> Result<()> {
     let meter = meter();
     for case in [TAU, MINISWE, BROWSERGYM, FIREACT] {
         let session = find(case.file, case.id)?;
-        let r = replay(&session, Format::Anthropic, case.budget, &meter)?;
+        let r = replay(&session, Format::ANTHROPIC, case.budget, &meter)?;
         let mut body = r.last.body();
-        let with = measured(Format::Anthropic, &body, &meter)?.unwrap_or_default();
+        let with = measured(Format::ANTHROPIC, &body, &meter)?.unwrap_or_default();
         if let Some(map) = body.as_object_mut() {
             map.remove("tools");
         }
-        let without = measured(Format::Anthropic, &body, &meter)?.unwrap_or_default();
+        let without = measured(Format::ANTHROPIC, &body, &meter)?.unwrap_or_default();
         let tier = r
             .last
             .receipt
@@ -57,8 +57,8 @@ fn anthropic_estimate_bounds_the_count_without_tools() -> Result<()> {
     for case in [TAU, MINISWE, BROWSERGYM, FIREACT] {
         let mut session = find(case.file, case.id)?;
         session.tools.clear();
-        let r = replay(&session, Format::Anthropic, case.budget, &meter)?;
-        let n = measured(Format::Anthropic, &r.last.body(), &meter)?.unwrap_or_default();
+        let r = replay(&session, Format::ANTHROPIC, case.budget, &meter)?;
+        let n = measured(Format::ANTHROPIC, &r.last.body(), &meter)?.unwrap_or_default();
         let estimate = r.last.receipt.estimate;
         ensure!(
             n <= estimate,

@@ -14,8 +14,9 @@ use loom_core::render::{
     check_request, render, render_projection, Audience, CompactionState, CostMemo, Format, Msg,
     PointRecord, Policy, Projection, Receipt, RenderInput, Rendered, StepIndex,
 };
+use loom_core::Api;
 use loom_core::{EventBody, Ingest, ReduceConfig, Seq};
-use loom_tokens::{count_request, ImageRule, Tokenizer, WireFormat};
+use loom_tokens::{count_request, ImageRule, Tokenizer};
 use serde_json::Value;
 
 use super::log::Session;
@@ -47,7 +48,7 @@ pub(crate) struct Replay {
 /// The model name put in bodies of `format`.
 pub(crate) fn model_for(format: Format) -> &'static str {
     match format {
-        Format::Anthropic => "claude-sonnet-4-5",
+        Format::ANTHROPIC => "claude-sonnet-4-5",
         _ => "gpt-4o",
     }
 }
@@ -154,9 +155,9 @@ pub(crate) fn replay(
 /// which is plain text): an independent count of the exact body.
 pub(crate) fn measured(format: Format, body: &Value, meter: &Tokenizer) -> Result<Option<u64>> {
     let wire = match format {
-        Format::OpenaiChat => WireFormat::OpenAiChat,
-        Format::OpenaiResponses => WireFormat::OpenAiResponses,
-        Format::Anthropic => WireFormat::AnthropicMessages,
+        Format::OPENAI_CHAT => Api::OpenaiChat,
+        Format::OPENAI_RESPONSES => Api::OpenaiResponses,
+        Format::ANTHROPIC => Api::Anthropic,
         _ => return Ok(None),
     };
     let images = ImageRule::OpenAiTile {
@@ -184,7 +185,7 @@ fn check_call(r: &Rendered, prev: Option<&Rendered>, budget: u64, meter: &Tokeni
     );
     // What the pipeline budgets bounds what the provider will count. (Anthropic is checked on its
     // own, in `estimate.rs`.)
-    if matches!(r.format, Format::OpenaiChat | Format::OpenaiResponses) {
+    if matches!(r.format, Format::OPENAI_CHAT | Format::OPENAI_RESPONSES) {
         if let Some(n) = measured(r.format, &body, meter)? {
             ensure!(
                 n <= receipt.estimate,
@@ -194,7 +195,7 @@ fn check_call(r: &Rendered, prev: Option<&Rendered>, budget: u64, meter: &Tokeni
         }
     }
     check_accounting(receipt)?;
-    if r.format == Format::Anthropic {
+    if r.format == Format::ANTHROPIC {
         check_breakpoints(r, &body)?;
     }
     if let Some(prev) = prev {
@@ -250,7 +251,7 @@ fn check_breakpoints(r: &Rendered, body: &Value) -> Result<()> {
     if r.request.stable_len > leading {
         let n: usize = msgs[leading..r.request.stable_len]
             .iter()
-            .map(|m| Format::Anthropic.wire(m).len())
+            .map(|m| Format::ANTHROPIC.wire(m).len())
             .sum();
         expected.push(('m', n + opening - 1));
     } else if system > 0 {
@@ -318,7 +319,7 @@ fn check_prefix(format: Format, prev: &Value, now: &Value) -> Result<()> {
         );
         return Ok(());
     }
-    let key = if format == Format::OpenaiResponses {
+    let key = if format == Format::OPENAI_RESPONSES {
         "input"
     } else {
         "messages"

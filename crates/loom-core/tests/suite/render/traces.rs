@@ -134,25 +134,25 @@ macro_rules! snapshot {
     };
 }
 
-snapshot!(tau_openai_chat, tau, Format::OpenaiChat);
-snapshot!(tau_openai_responses, tau, Format::OpenaiResponses);
-snapshot!(tau_anthropic, tau, Format::Anthropic);
+snapshot!(tau_openai_chat, tau, Format::OPENAI_CHAT);
+snapshot!(tau_openai_responses, tau, Format::OPENAI_RESPONSES);
+snapshot!(tau_anthropic, tau, Format::ANTHROPIC);
 snapshot!(tau_react, tau, Format::React);
-snapshot!(miniswe_openai_chat, miniswe, Format::OpenaiChat);
-snapshot!(miniswe_openai_responses, miniswe, Format::OpenaiResponses);
-snapshot!(miniswe_anthropic, miniswe, Format::Anthropic);
+snapshot!(miniswe_openai_chat, miniswe, Format::OPENAI_CHAT);
+snapshot!(miniswe_openai_responses, miniswe, Format::OPENAI_RESPONSES);
+snapshot!(miniswe_anthropic, miniswe, Format::ANTHROPIC);
 snapshot!(miniswe_react, miniswe, Format::React);
-snapshot!(browsergym_openai_chat, browsergym, Format::OpenaiChat);
+snapshot!(browsergym_openai_chat, browsergym, Format::OPENAI_CHAT);
 snapshot!(
     browsergym_openai_responses,
     browsergym,
-    Format::OpenaiResponses
+    Format::OPENAI_RESPONSES
 );
-snapshot!(browsergym_anthropic, browsergym, Format::Anthropic);
+snapshot!(browsergym_anthropic, browsergym, Format::ANTHROPIC);
 snapshot!(browsergym_react, browsergym, Format::React);
-snapshot!(fireact_openai_chat, fireact, Format::OpenaiChat);
-snapshot!(fireact_openai_responses, fireact, Format::OpenaiResponses);
-snapshot!(fireact_anthropic, fireact, Format::Anthropic);
+snapshot!(fireact_openai_chat, fireact, Format::OPENAI_CHAT);
+snapshot!(fireact_openai_responses, fireact, Format::OPENAI_RESPONSES);
+snapshot!(fireact_anthropic, fireact, Format::ANTHROPIC);
 snapshot!(fireact_react, fireact, Format::React);
 
 /// FireAct's assistant texts already begin with `Thought:` (mini-SWE-agent's with `THOUGHT:`);

@@ -408,7 +408,7 @@ pub(crate) fn every_event_kind_round_trips<H: StoreHarness>(h: &mut H) {
             ],
             name: Some("bot".into()),
             native: Some(loom_core::NativeReasoning {
-                api: loom_core::NativeApi::Anthropic,
+                api: loom_core::Api::Anthropic,
                 items: vec![serde_json::json!(
                     {"type": "thinking", "thinking": "think", "signature": "c2ln\u{0}"}
                 )],
