@@ -450,6 +450,14 @@ pub enum EventBody {
         #[serde(default)]
         compaction: bool,
     },
+    /// The client sent again, here, a message it sent before: context it rebuilds every turn in
+    /// a new place (aider's files in chat), unchanged since the event at `of`. The message counts
+    /// as sent here, with that event's content, so the content is recorded once per version,
+    /// not once per turn. Only messages without tool calls are repeated.
+    Repeat {
+        /// The seq of the event whose message this is.
+        of: Seq,
+    },
 }
 
 fn default_priority() -> f64 {
@@ -478,6 +486,8 @@ pub enum EventKind {
     Pin,
     /// See [`EventBody::Rewrite`].
     Rewrite,
+    /// See [`EventBody::Repeat`].
+    Repeat,
 }
 
 impl EventKind {
@@ -493,6 +503,7 @@ impl EventKind {
             Self::AgentResult => "agent_result",
             Self::Pin => "pin",
             Self::Rewrite => "rewrite",
+            Self::Repeat => "repeat",
         }
     }
 }
@@ -510,6 +521,7 @@ impl EventBody {
             Self::AgentResult { .. } => EventKind::AgentResult,
             Self::Pin { .. } => EventKind::Pin,
             Self::Rewrite { .. } => EventKind::Rewrite,
+            Self::Repeat { .. } => EventKind::Repeat,
         }
     }
 
@@ -556,15 +568,40 @@ impl EventBody {
                 }
                 Ok(())
             }
+            Self::Repeat { of: 0 } => Err(LogError::invalid("of", "must be a seq (1 or more)")),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether a client may send this message again unchanged in a new place, recorded as an
+    /// [`EventBody::Repeat`] of it: a system or user message, or an assistant turn that called
+    /// no tool.
+    pub fn repeatable(&self) -> bool {
+        match self {
+            Self::System { .. } | Self::User { .. } => true,
+            Self::Assistant { tool_calls, .. } => tool_calls.is_empty(),
+            _ => false,
         }
     }
 }
 
+/// One message of a log's conversation: where it stands in the log and what it says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Said<'a> {
+    /// The seq of the event that put it here (a [`EventBody::Repeat`]'s own seq for a message
+    /// sent again).
+    pub seq: Seq,
+    /// The seq of the event that holds its content (`seq` unless it was sent again).
+    pub origin: Seq,
+    /// What it says.
+    pub body: &'a EventBody,
+}
+
 /// The conversation a log holds as its client last sent it: the events in order, without what a
-/// client [`EventBody::Rewrite`] replaced and without the rewrite records themselves. A log with
-/// no rewrite is its own conversation.
-pub fn conversation(events: &[Event]) -> Vec<&Event> {
+/// client [`EventBody::Rewrite`] replaced and without the rewrite records themselves, each
+/// [`EventBody::Repeat`] standing for the message it repeats. A log with neither is its own
+/// conversation.
+pub fn conversation(events: &[Event]) -> Vec<Said<'_>> {
     let mut replaced: Vec<[Seq; 2]> = Vec::new();
     for e in events {
         if let EventBody::Rewrite { replaced: runs, .. } = &e.body {
@@ -572,15 +609,38 @@ pub fn conversation(events: &[Event]) -> Vec<&Event> {
             replaced.push([e.seq, e.seq]);
         }
     }
-    if replaced.is_empty() {
-        return events.iter().collect();
-    }
+    let first = events.first().map_or(0, |e| e.seq);
+    // Logs hold consecutive seqs; a slice that does not is searched.
+    let at = |seq: Seq| -> Option<&Event> {
+        let guess = usize::try_from(seq.checked_sub(first)?).ok()?;
+        match events.get(guess) {
+            Some(e) if e.seq == seq => Some(e),
+            _ => events
+                .binary_search_by_key(&seq, |e| e.seq)
+                .ok()
+                .map(|i| &events[i]),
+        }
+    };
     events
         .iter()
         .filter(|e| {
             !replaced
                 .iter()
                 .any(|[from, to]| *from <= e.seq && e.seq <= *to)
+        })
+        .filter_map(|e| match &e.body {
+            EventBody::Repeat { of } => at(*of)
+                .filter(|o| o.seq < e.seq && o.body.repeatable())
+                .map(|o| Said {
+                    seq: e.seq,
+                    origin: o.seq,
+                    body: &o.body,
+                }),
+            body => Some(Said {
+                seq: e.seq,
+                origin: e.seq,
+                body,
+            }),
         })
         .collect()
 }

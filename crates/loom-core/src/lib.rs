@@ -26,8 +26,8 @@ pub use compact::{
 pub use error::{LogError, Result};
 pub use event::{
     conversation, joined_text, AgentId, BlobRef, ContentPart, Event, EventBody, EventKind,
-    MessageContent, NativeReasoning, NewEvent, Seq, SessionId, SessionInfo, ToolCall, ToolOutput,
-    DEFAULT_PRIORITY,
+    MessageContent, NativeReasoning, NewEvent, Said, Seq, SessionId, SessionInfo, ToolCall,
+    ToolOutput, DEFAULT_PRIORITY,
 };
 pub use ledger::{CallState, Ledger};
 pub use reduce::{

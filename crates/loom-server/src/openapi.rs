@@ -236,7 +236,7 @@ fn schemas() -> Value {
             "properties": {
                 "seq": {"type": "integer", "minimum": 1},
                 "ts_ms": {"type": "integer"},
-                "kind": {"type": "string", "enum": ["system", "user", "assistant", "tool_result", "direct_message", "spawn", "agent_result", "pin", "rewrite"]},
+                "kind": {"type": "string", "enum": ["system", "user", "assistant", "tool_result", "direct_message", "spawn", "agent_result", "pin", "rewrite", "repeat"]},
             },
             "required": ["seq", "ts_ms", "kind"],
         },

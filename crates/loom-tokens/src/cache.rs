@@ -166,8 +166,9 @@ pub fn event_tokens(counter: &dyn CountTokens, body: &EventBody) -> EventTokens 
             }
             text(&mut t, content);
         }
-        // A record of the client's rewrite: never rendered.
-        EventBody::Rewrite { .. } => {}
+        // A record of the client's rewrite: never rendered. A repeat's content is its origin's,
+        // counted there.
+        EventBody::Rewrite { .. } | EventBody::Repeat { .. } => {}
     }
     t
 }

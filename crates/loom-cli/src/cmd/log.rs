@@ -175,6 +175,7 @@ fn preview(body: &EventBody) -> String {
                 runs.join(", ")
             )
         }
+        EventBody::Repeat { of } => format!("the client sent seq {of} again here"),
         // Kinds added later still get a line.
         #[allow(unreachable_patterns)]
         other => other.kind().as_str().to_owned(),

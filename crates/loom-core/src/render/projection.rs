@@ -98,7 +98,8 @@ pub struct Projection {
     pub first_user: Option<usize>,
     /// Result seqs that could not be paired (their call lies outside the view); not rendered.
     pub unpaired: Vec<Seq>,
-    /// Direct-message seqs left out because they target another agent or have expired.
+    /// Direct-message seqs left out because they target another agent or have expired, and
+    /// repeats of no message.
     pub filtered: Vec<Seq>,
     /// Seqs a client replaced when it rewrote its conversation, with the rewrites' own records:
     /// left out as the client left them out.
@@ -114,6 +115,17 @@ pub struct Projection {
     opening_notes: usize,
     /// Where each paired result is: its unit and call.
     results: HashMap<Seq, (usize, usize)>,
+    /// The messages a rewrite left out, by seq, for a [`EventBody::Repeat`] of one.
+    moved_out: HashMap<Seq, UnitBody>,
+}
+
+/// Whether a unit may stand for a [`EventBody::Repeat`]: a message that called no tool.
+fn repeatable(body: &UnitBody) -> bool {
+    match body {
+        UnitBody::System(_) | UnitBody::User { .. } => true,
+        UnitBody::Turn(turn) => turn.calls.is_empty(),
+        _ => false,
+    }
 }
 
 /// Harness messages before the task kept in place at most.
@@ -284,6 +296,18 @@ impl Projection {
                 self.rewrite(seq, replaced);
                 return;
             }
+            EventBody::Repeat { of } => match self.said(*of) {
+                Some(UnitBody::User { content, name }) => {
+                    self.opening(index, &content);
+                    UnitBody::User { content, name }
+                }
+                Some(body) => body,
+                // Nothing to repeat (a seq that is no message): it stands for nothing.
+                None => {
+                    self.filtered.push(seq);
+                    return;
+                }
+            },
         };
         if matches!(body, UnitBody::System(_) | UnitBody::Pin { .. }) {
             self.kept.push(index);
@@ -308,6 +332,19 @@ impl Projection {
         }
     }
 
+    /// The message at `seq` as a unit, for a [`EventBody::Repeat`] of it: in place, or left out
+    /// by a rewrite (which is where a client's rebuilt context comes from).
+    fn said(&self, seq: Seq) -> Option<UnitBody> {
+        if let Some(body) = self.moved_out.get(&seq) {
+            return Some(body.clone());
+        }
+        let unit = self
+            .units
+            .get(self.first_at(seq))
+            .filter(|u| u.seq == seq)?;
+        repeatable(&unit.body).then(|| unit.body.clone())
+    }
+
     /// Leaves out what the client replaced (an [`EventBody::Rewrite`] at `seq`), as if it had
     /// never been pushed: the units and results in `replaced` go, with the record itself, to
     /// `self.replaced`, and the indices are rebuilt from what stays.
@@ -325,10 +362,15 @@ impl Projection {
                 }
             }
         }
+        let moved_out = &mut self.moved_out;
         self.units.retain(|u| {
             let keep = !gone(u.seq);
             if !keep {
                 left_out.push(u.seq);
+                // A client that rebuilds context every turn sends it again as it was.
+                if repeatable(&u.body) {
+                    moved_out.insert(u.seq, u.body.clone());
+                }
             }
             keep
         });
@@ -478,6 +520,54 @@ mod tests {
             name: None,
             native: None,
         }
+    }
+
+    #[test]
+    fn a_repeat_stands_for_the_message_it_repeats_in_its_new_place() {
+        let rewrite = |replaced: Vec<[Seq; 2]>| EventBody::Rewrite {
+            replaced,
+            compaction: false,
+        };
+        let events = vec![
+            ev(1, user("the task")),
+            ev(2, user("files v1")),
+            ev(3, turn(&["a"])),
+            ev(4, result("a")),
+            ev(5, rewrite(vec![[2, 2]])),
+            ev(6, EventBody::Repeat { of: 2 }),
+            ev(7, turn(&["b"])),
+            ev(8, result("b")),
+            ev(9, rewrite(vec![[6, 6]])),
+            // Repeated again after a rewrite that left out the earlier repeat.
+            ev(10, EventBody::Repeat { of: 2 }),
+            // A turn with calls is never repeated; neither is a seq that holds no message.
+            ev(11, EventBody::Repeat { of: 3 }),
+            ev(12, EventBody::Repeat { of: 99 }),
+        ];
+        let audience = Audience {
+            agent: None,
+            now_ms: 0,
+        };
+        let p = Projection::build(&events, &audience);
+        let seqs: Vec<Seq> = p.units.iter().map(|u| u.seq).collect();
+        assert_eq!(seqs, vec![1, 3, 7, 10]);
+        let last = p.units.last().unwrap();
+        assert!(
+            matches!(&last.body, UnitBody::User { content, .. } if content.text() == "files v1"),
+            "{last:?}"
+        );
+        assert_eq!(p.filtered, vec![11, 12]);
+        assert_eq!(p.first_user, Some(0), "the task stays the task");
+        // Pushed one by one, as a live session does, it is the same projection.
+        let mut live = Projection::default();
+        for e in &events {
+            live.push(e, &audience);
+        }
+        assert_eq!(live, p);
+        // The conversation view reads the repeat as its message, in its place.
+        let view = crate::event::conversation(&events);
+        let said: Vec<(Seq, Seq)> = view.iter().map(|s| (s.seq, s.origin)).collect();
+        assert_eq!(said, vec![(1, 1), (3, 3), (4, 4), (7, 7), (8, 8), (10, 2)]);
     }
 
     #[test]

@@ -72,7 +72,8 @@ fn event_text(event: &Event) -> Vec<String> {
         EventBody::Spawn { goal, .. } => vec![goal.clone()],
         EventBody::AgentResult { result, .. } => vec![result.clone()],
         EventBody::Pin { content, .. } => vec![content.clone()],
-        EventBody::Rewrite { .. } => Vec::new(),
+        // Records of the client: a repeat says what its origin said, counted there.
+        EventBody::Rewrite { .. } | EventBody::Repeat { .. } => Vec::new(),
     }
 }
 

@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use loom_core::{AgentId, Event, EventBody, NewEvent, Seq, SessionId};
+use loom_core::{AgentId, Event, EventBody, NewEvent, Said, Seq, SessionId};
 use loom_store::{NewSession, Store};
 
 use crate::error::{ApiError, Result};
@@ -154,7 +154,15 @@ pub(crate) fn sync(
                 compaction: plan.compaction,
             },
         ));
-        staged.extend_from_slice(&read.events[plan.kept..]);
+        let mut repeats = plan.repeats.iter().peekable();
+        for (i, event) in read.events.iter().enumerate().skip(plan.kept) {
+            match repeats.next_if(|(at, _)| *at == i) {
+                Some(&(_, of)) => {
+                    staged.push(NewEvent::new(event.ts_ms, EventBody::Repeat { of }));
+                }
+                None => staged.push(event.clone()),
+            }
+        }
         if state.stage(b, &staged).is_err() {
             // The rewrite breaks the log's pairing rules (a call id used again): a fork holds it.
             continue;
@@ -254,7 +262,7 @@ fn fork_id(base: &SessionId, n: u32) -> Result<SessionId> {
 
 /// Whether `history` starts with the whole of a log's conversation (see
 /// [`loom_core::conversation`]).
-fn extends_view(view: &[&Event], history: &[NewEvent]) -> bool {
+fn extends_view(view: &[Said<'_>], history: &[NewEvent]) -> bool {
     view.len() <= history.len()
         && view
             .iter()
@@ -268,8 +276,12 @@ fn extends_view(view: &[&Event], history: &[NewEvent]) -> bool {
 struct RewritePlan {
     /// The history's first `kept` events are events of the conversation, in order.
     kept: usize,
-    /// The conversation's events the history no longer holds.
+    /// The conversation's events the history no longer holds in their place.
     replaced: Vec<[Seq; 2]>,
+    /// The history's events after the kept ones that say what a replaced message said: the
+    /// client's rebuilt context, sent again unchanged (by index into the history, with the seq
+    /// of the event holding the content), recorded as repeats of it.
+    repeats: Vec<(usize, Seq)>,
     /// Whether the client compacted its history.
     compaction: bool,
 }
@@ -319,9 +331,25 @@ fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
     if replaced.is_empty() {
         return None;
     }
+    // The replaced messages the client sent again unchanged, matched in order.
+    let mut repeats = Vec::new();
+    let mut from = 0;
+    let moved: Vec<&Said<'_>> = view
+        .iter()
+        .zip(&matched)
+        .filter(|(e, m)| !**m && e.body.repeatable())
+        .map(|(e, _)| e)
+        .collect();
+    for (i, h) in history.iter().enumerate().skip(kept) {
+        if let Some(at) = (from..moved.len()).find(|&at| same(moved[at].body, &h.body)) {
+            repeats.push((i, moved[at].origin));
+            from = at + 1;
+        }
+    }
     Some(RewritePlan {
         kept,
         replaced: runs(&replaced),
+        repeats,
         compaction,
     })
 }

@@ -354,8 +354,8 @@ async fn responses_compact_is_forwarded_as_it_came() {
 }
 
 /// aider re-sends its files-in-chat message pair after the history on every turn: the same
-/// conversation with context moved, continued in one session (the moved pair recorded as the
-/// client's rewrite), in both modes, for 100 turns.
+/// conversation with context moved, continued in one session (the move recorded as the client's
+/// rewrite, the pair as repeats of it until the files change), in both modes, for 100 turns.
 #[tokio::test]
 async fn aiders_rebuilt_context_continues_one_session_for_100_turns() {
     for mode in [ProxyMode::Observe, ProxyMode::Fit] {
@@ -405,8 +405,21 @@ async fn aiders_rebuilt_context_continues_one_session_for_100_turns() {
             rewrites, 99,
             "{mode:?}: one rewrite per turn after the first"
         );
-        // The log holds each turn once, and the moved pair once per turn (never the whole
-        // history again).
+        // The log holds each turn once, and the rebuilt files' content once per version (the
+        // files change every 7 turns): every other turn records repeats of it.
+        let recorded = log
+            .iter()
+            .filter(|e| match &e.body {
+                EventBody::User { content, .. } => content.text().contains("added these files"),
+                _ => false,
+            })
+            .count();
+        assert_eq!(recorded, 100_usize.div_ceil(7), "{mode:?}");
+        let repeats = log
+            .iter()
+            .filter(|e| matches!(e.body, EventBody::Repeat { .. }))
+            .count();
+        assert!(repeats >= 99 * 2, "{mode:?}: {repeats} repeats");
         assert!(log.len() <= 100 * 6 + 4, "{mode:?}: {} events", log.len());
     }
 }
