@@ -267,7 +267,7 @@ fn extends_view(view: &[Said<'_>], history: &[NewEvent]) -> bool {
         && view
             .iter()
             .zip(history)
-            .all(|(l, h)| same(&l.body, &h.body))
+            .all(|(l, h)| same(l.body, &h.body))
 }
 
 /// How a history continues a session whose conversation it does not extend, as the client's
@@ -304,7 +304,7 @@ fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
     let mut j = 0;
     let mut kept = 0;
     for h in history {
-        let Some(at) = (j..view.len()).find(|&at| same(&view[at].body, &h.body)) else {
+        let Some(at) = (j..view.len()).find(|&at| same(view[at].body, &h.body)) else {
             break;
         };
         matched[at] = true;
