@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use loom_provider::{parse_reply, AssistantReply};
+use loom_wire::{parse_reply, AssistantReply};
 
 use loom_core::Api;
 use serde_json::Value;

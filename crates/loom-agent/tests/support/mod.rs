@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use loom_agent::tools::{Fetcher, Ran, Scripts, ShellPolicy, ShellRunner, Verdict};
 use loom_agent::{Actions, Env, Model, Scripted};
 use loom_core::Api;
-use loom_provider::AssistantReply;
+use loom_wire::AssistantReply;
 use serde_json::Value;
 
 /// A scripted model that keeps every request it was sent.

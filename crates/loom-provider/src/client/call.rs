@@ -16,7 +16,7 @@ use super::retry;
 use super::{Client, Completion};
 use loom_core::Api;
 
-use crate::{parse_reply, ProviderError, SseParser, StreamAssembler};
+use loom_wire::{parse_reply, ProviderError, SseParser, StreamAssembler};
 
 /// Largest reply body read into memory; a provider's reply is far smaller, so more is a fault.
 const MAX_REPLY_BYTES: u64 = 64 << 20;
@@ -427,7 +427,7 @@ impl Reader<'_> {
     async fn stream<F: FnMut(&Delta) + ?Sized>(
         &mut self,
         on_delta: &mut F,
-    ) -> Result<crate::AssistantReply, CallError> {
+    ) -> Result<loom_wire::AssistantReply, CallError> {
         let api = self.api;
         let mut parser = SseParser::new();
         let mut turn = StreamAssembler::new(api);

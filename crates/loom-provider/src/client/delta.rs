@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use loom_core::Api;
 
-use crate::{AssistantReply, SseEvent};
+use loom_wire::{AssistantReply, SseEvent};
 
 /// A piece of a reply as it arrives, for a progress line; the complete turn is in
 /// [`super::Completion::reply`].

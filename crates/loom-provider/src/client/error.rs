@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::ProviderError;
+use loom_wire::ProviderError;
 
 /// Why a call to a provider (or the client's setup) failed.
 ///

@@ -53,7 +53,7 @@ pub use delta::Delta;
 pub use embed::{embeddings_endpoint, Embeddings};
 pub use error::CallError;
 
-use crate::AssistantReply;
+use loom_wire::AssistantReply;
 
 /// A finished call: the assistant turn and how it went.
 #[derive(Debug, Clone, PartialEq)]

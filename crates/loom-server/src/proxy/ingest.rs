@@ -6,7 +6,7 @@
 //! items is hashed. A live session remembers the last body synced into it ([`BodyMemo`]): how
 //! many items it had, their hash, the call ids they used, and how many of the log's events they
 //! were read into. When the next body starts with those same bytes, only the items after them
-//! are checked ([`loom_provider::check_continuation`]) and imported (with their positions in the
+//! are checked ([`loom_wire::check_continuation`]) and imported (with their positions in the
 //! whole conversation), and compared with what the log holds past that point.
 //!
 //! The shortcut is taken only where it gives exactly what reading the whole body would: the
@@ -21,7 +21,7 @@ use std::ops::Range;
 use axum::body::Bytes;
 use loom_core::Api;
 use loom_core::{EventBody, NewEvent, SessionId};
-use loom_provider::{check_continuation, CallIds};
+use loom_wire::{check_continuation, CallIds};
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;

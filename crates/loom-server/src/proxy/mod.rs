@@ -34,8 +34,8 @@ use loom_core::render::ToolSpec;
 use loom_core::Api;
 use loom_core::{AgentId, SessionId};
 use loom_provider::client::{credential_headers, endpoint};
-use loom_provider::{check_request, error_body};
 use loom_store::{NewModelCall, ProxyMode, StoreError};
+use loom_wire::{check_request, error_body};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

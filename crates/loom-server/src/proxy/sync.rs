@@ -263,11 +263,7 @@ fn fork_id(base: &SessionId, n: u32) -> Result<SessionId> {
 /// Whether `history` starts with the whole of a log's conversation (see
 /// [`loom_core::conversation`]).
 fn extends_view(view: &[Said<'_>], history: &[NewEvent]) -> bool {
-    view.len() <= history.len()
-        && view
-            .iter()
-            .zip(history)
-            .all(|(l, h)| same(l.body, &h.body))
+    view.len() <= history.len() && view.iter().zip(history).all(|(l, h)| same(l.body, &h.body))
 }
 
 /// How a history continues a session whose conversation it does not extend, as the client's

@@ -16,8 +16,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
 use loom_core::{Api, EventBody, MessageContent, NativeReasoning, NewEvent, SessionId};
-use loom_provider::{parse_reply, AssistantReply, SseParser, StreamAssembler};
 use loom_store::Usage;
+use loom_wire::{parse_reply, AssistantReply, SseParser, StreamAssembler};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::ApiError;

@@ -1,6 +1,6 @@
 //! Whole reply bodies: the fields read, usage normalised, error bodies and bad bodies named.
 
-use loom_provider::{parse_reply, ProviderError, ProviderUsage};
+use loom_wire::{parse_reply, ProviderError, ProviderUsage};
 
 use loom_core::Api;
 use serde_json::json;

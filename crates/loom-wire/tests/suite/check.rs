@@ -1,6 +1,6 @@
 //! Request checks: realistic requests pass; each broken one is refused naming its field.
 
-use loom_provider::{check_request, RequestError};
+use loom_wire::{check_request, RequestError};
 
 use loom_core::Api;
 use serde_json::{json, Value};

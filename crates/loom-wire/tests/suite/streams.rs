@@ -1,7 +1,7 @@
 //! Streamed replies: each fixture, fed whole, split at every byte and one byte at a time, gives
 //! the same turn as the same reply sent whole; cut streams, error events and bad events fail.
 
-use loom_provider::{parse_reply, ProviderError, SseEvent, StreamAssembler};
+use loom_wire::{parse_reply, ProviderError, SseEvent, StreamAssembler};
 
 use loom_core::Api;
 use serde_json::{json, Value};
@@ -33,7 +33,7 @@ fn every_stream_at_every_split_gives_the_reply_of_its_body() {
 
 /// The stream as (event name, payload) pairs, to rewrite it.
 fn events(bytes: &[u8]) -> Vec<(Option<String>, String)> {
-    let mut parser = loom_provider::SseParser::new();
+    let mut parser = loom_wire::SseParser::new();
     let mut out: Vec<_> = parser.push(bytes);
     out.extend(parser.finish());
     out.into_iter().map(|e| (e.event, e.data)).collect()
