@@ -55,6 +55,8 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --session-turns N       sessions: calls per conversation        [3]
   --live-sessions N       sessions: the server's live-session cache size [server default]
   --live-bytes N          sessions: the server's live-session cache bound in bytes [server default]
+  --memory on|off         agents' memory, indexed in the background (loom serve's
+                          default: on)                            [on]
   --db URL                a PostgreSQL database (postgres://...) instead of a fresh
                           SQLite file per run; its round trips per call are printed
   --time-limit SECS       wall-clock bound of each scenario run   [900]
@@ -178,6 +180,14 @@ impl Options {
                 "--session-turns" => o.session_turns = number(&flag, &value()?)?,
                 "--live-sessions" => o.live_sessions = Some(number(&flag, &value()?)?),
                 "--live-bytes" => o.live_bytes = Some(number(&flag, &value()?)?),
+                "--memory" => {
+                    let on = match value()?.as_str() {
+                        "on" => true,
+                        "off" => false,
+                        other => bail!("--memory: `{other}`: expected on or off"),
+                    };
+                    let _ = harness::MEMORY.set(on);
+                }
                 "--db" => {
                     let url = value()?;
                     if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {

@@ -65,6 +65,15 @@ pub struct Limits {
     /// Bytes of render state kept in memory, estimated from the sessions' events (least
     /// recently used sessions are dropped past it, whatever their count).
     pub live_bytes: usize,
+    /// Longest a connection may take to send a request's headers, counted from when it is
+    /// idle (just opened, or done with its last reply): also the idle keep-alive timeout. The
+    /// connection is closed past it.
+    pub header_timeout: Duration,
+    /// Longest a request's body may take to arrive once its headers have; past it the request
+    /// gets a 408 and its connection is closed.
+    pub body_timeout: Duration,
+    /// Connections open at once; past it a new connection is answered 503 and closed.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -77,6 +86,9 @@ impl Default for Limits {
             queue_timeout: Duration::from_secs(5),
             live_sessions: 10_000,
             live_bytes: 1 << 30,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4_096,
         }
     }
 }
@@ -215,6 +227,9 @@ struct RawLimits {
     queue_timeout_ms: Option<u64>,
     live_sessions: Option<usize>,
     live_bytes: Option<usize>,
+    header_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -365,6 +380,21 @@ impl ServeConfig {
                 "live_bytes",
                 r.live_bytes.map(|v| v as u64),
                 d.live_bytes as u64,
+            )? as usize,
+            header_timeout: Duration::from_millis(positive(
+                "header_timeout_ms",
+                r.header_timeout_ms,
+                d.header_timeout.as_millis() as u64,
+            )?),
+            body_timeout: Duration::from_millis(positive(
+                "body_timeout_ms",
+                r.body_timeout_ms,
+                d.body_timeout.as_millis() as u64,
+            )?),
+            max_connections: positive(
+                "max_connections",
+                r.max_connections.map(|v| v as u64),
+                d.max_connections as u64,
             )? as usize,
         };
         Ok(Self {

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+mod conn;
 pub mod counts;
 pub mod engine;
 pub mod error;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -124,6 +125,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(api::routes(state.config.limits.request_timeout))
         .merge(proxy::routes())
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            conn::body_guard,
+        ))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -135,10 +140,9 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(ServeError::Serve)
+    let router = app(Arc::clone(&state));
+    conn::serve(state, router, listener, shutdown).await;
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -210,6 +214,11 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
     let response = if (status.is_client_error() || status.is_server_error()) && plain {
+        // What the plain answer says of its connection (closed after it) and of retrying stays.
+        let kept: Vec<_> = [header::CONNECTION, header::RETRY_AFTER]
+            .into_iter()
+            .filter_map(|name| response.headers().get(&name).cloned().map(|v| (name, v)))
+            .collect();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
             format!(
                 "the body is larger than the limit of {} bytes",
@@ -227,10 +236,12 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
             }
         };
         let e = ApiError::from_status(status, message);
-        match proxy::api_of_path(&path) {
+        let mut shaped = match proxy::api_of_path(&path) {
             Some(api) => proxy::provider_error(api, &e),
             None => e.into_response(),
-        }
+        };
+        shaped.headers_mut().extend(kept);
+        shaped
     } else {
         response
     };

@@ -7,11 +7,16 @@
 //!
 //! Appends (the API's append, import and history endpoints, and the proxy's synced histories)
 //! only queue their session with the [`Indexer`]; a thread of its own derives the memory items
-//! (`loom_memory::index_as`, idempotent), so a request never waits for indexing.
+//! (`loom_memory::index_as`, idempotent), so a request never waits for indexing. Background work
+//! must not slow the requests either: the indexer skips a session whose log has not grown since
+//! it was indexed, writes in short transactions (the memory backends' `write`), and rests after
+//! each batch for three times as long as the batch took, so under load it uses at most a quarter
+//! of a core and lags, and catches up as soon as the server is idle.
 
-use std::collections::BTreeMap;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use loom_core::{AgentId, SessionId};
 use loom_memory::Memory;
@@ -82,27 +87,73 @@ impl Indexer {
     }
 }
 
+/// How long the indexer rests after a batch, per unit of time the batch took.
+const REST_PER_WORK: u32 = 3;
+
+/// The longest rest: indexing lags a busy server by about this much at most per batch.
+const MAX_REST: Duration = Duration::from_secs(2);
+
+/// Sessions whose indexed length is remembered; past this the memory starts over (a session
+/// indexed again is only read again: every write is idempotent).
+const REMEMBERED: usize = 100_000;
+
+/// Queues a message: a session to index (once however often it came), or a flush to answer.
+fn take(
+    msg: Msg,
+    pending: &mut BTreeMap<SessionId, Option<TenantId>>,
+    flushes: &mut Vec<Sender<()>>,
+) {
+    match msg {
+        Msg::Index(s, t) => {
+            pending.insert(s, t);
+        }
+        Msg::Flush(done) => flushes.push(done),
+    }
+}
+
 fn run(store: &dyn Store, memory: &dyn Memory, rx: &Receiver<Msg>) {
-    while let Ok(first) = rx.recv() {
-        // What queued up meanwhile is indexed once per session.
-        let mut pending: BTreeMap<SessionId, Option<TenantId>> = BTreeMap::new();
-        let mut flushes = Vec::new();
-        for msg in std::iter::once(first).chain(rx.try_iter()) {
-            match msg {
-                Msg::Index(s, t) => {
-                    pending.insert(s, t);
-                }
-                Msg::Flush(done) => flushes.push(done),
+    // The length of each session's log when it was last indexed.
+    let mut indexed: HashMap<SessionId, u64> = HashMap::new();
+    // What queued up is indexed once per session.
+    let mut pending: BTreeMap<SessionId, Option<TenantId>> = BTreeMap::new();
+    let mut flushes = Vec::new();
+    let mut rest_until: Option<Instant> = None;
+    loop {
+        if pending.is_empty() && flushes.is_empty() {
+            match rx.recv() {
+                Ok(msg) => take(msg, &mut pending, &mut flushes),
+                Err(_) => return,
             }
         }
-        for (session, tenant) in pending {
-            if let Err(e) = index_one(store, memory, &session, tenant.as_ref()) {
+        // The rest after the last batch: messages are collected; a flush ends it.
+        while let Some(until) = rest_until {
+            let now = Instant::now();
+            if !flushes.is_empty() || now >= until {
+                break;
+            }
+            match rx.recv_timeout(until - now) {
+                Ok(msg) => take(msg, &mut pending, &mut flushes),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        for msg in rx.try_iter() {
+            take(msg, &mut pending, &mut flushes);
+        }
+        let started = Instant::now();
+        if indexed.len() > REMEMBERED {
+            indexed.clear();
+        }
+        for (session, tenant) in std::mem::take(&mut pending) {
+            if let Err(e) = index_one(store, memory, &session, tenant.as_ref(), &mut indexed) {
                 tracing::warn!("indexing the memory of session {session}: {e}");
             }
         }
-        for done in flushes {
+        for done in flushes.drain(..) {
             let _ = done.send(());
         }
+        let rest = (started.elapsed() * REST_PER_WORK).min(MAX_REST);
+        rest_until = Some(Instant::now() + rest);
     }
 }
 
@@ -111,13 +162,18 @@ fn index_one(
     memory: &dyn Memory,
     session: &SessionId,
     tenant: Option<&TenantId>,
+    indexed: &mut HashMap<SessionId, u64>,
 ) -> Result<(), String> {
     let info = store
         .session(session)
         .map_err(|e| e.to_string())?
         .ok_or("the session is gone")?;
+    if indexed.get(session) == Some(&info.event_count) {
+        return Ok(());
+    }
     let agent = memory_agent(tenant, &info.agent).ok_or("the agent has no memory key")?;
     loom_memory::index_as(store, memory, session, Some(&agent)).map_err(|e| e.to_string())?;
+    indexed.insert(session.clone(), info.event_count);
     Ok(())
 }
 

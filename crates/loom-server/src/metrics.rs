@@ -50,6 +50,9 @@ pub struct Metrics {
     unlogged_replies: AtomicU64,
     histories_whole: AtomicU64,
     histories_continued: AtomicU64,
+    connections_open: AtomicU64,
+    connections_refused: AtomicU64,
+    bodies_timed_out: AtomicU64,
 }
 
 impl Metrics {
@@ -90,6 +93,25 @@ impl Metrics {
     /// A render that fired a compaction point.
     pub fn compaction_point(&self) {
         self.compaction_points.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection opened (`true`) or closed.
+    pub fn connection(&self, opened: bool) {
+        if opened {
+            self.connections_open.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.connections_open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A connection answered 503 and closed because `max_connections` were open.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request whose body did not arrive within `body_timeout_ms`.
+    pub fn body_timed_out(&self) {
+        self.bodies_timed_out.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A client history that no longer extended its log, so a new session was started.
@@ -191,6 +213,16 @@ impl Metrics {
                 "Replies delivered to the client that could not be logged.",
                 self.unlogged_replies.load(Ordering::Relaxed),
             ),
+            (
+                "loom_connections_refused_total",
+                "Connections answered 503 and closed because max_connections were open.",
+                self.connections_refused.load(Ordering::Relaxed),
+            ),
+            (
+                "loom_request_body_timeouts_total",
+                "Requests whose body did not arrive within body_timeout_ms (408).",
+                self.bodies_timed_out.load(Ordering::Relaxed),
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -216,6 +248,12 @@ impl Metrics {
             out,
             "# HELP loom_live_bytes Estimated memory held by the cached render state.\n\
              # TYPE loom_live_bytes gauge\nloom_live_bytes {live_bytes}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP loom_connections_open Client connections open.\n\
+             # TYPE loom_connections_open gauge\nloom_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
         );
         out
     }

@@ -176,7 +176,11 @@ impl PgMemory {
         })
     }
 
-    /// Writes `items` and runs `then` in the same transaction, then embeds the new items.
+    /// Writes `items`, [`WRITE_CHUNK`] per transaction, and runs `then` in the last one; then
+    /// embeds the new items. Short transactions hold an agent's advisory lock (and a pooled
+    /// connection) briefly, so a request that writes the same agent's memory, or needs the
+    /// connection, waits for one of them at most. Each transaction is whole; an error leaves the
+    /// chunks before it written, which indexing again would write anyway.
     fn write_then(
         &self,
         items: &[NewItem],
@@ -187,11 +191,22 @@ impl PgMemory {
             .iter()
             .map(|i| self.tokenizer.count(&i.text))
             .collect();
-        let written = self.tx(|tx| {
-            let written = write::write_items(tx, items, &tokens)?;
-            then(tx)?;
-            Ok(written)
-        })?;
+        let mut written = Vec::with_capacity(items.len());
+        let mut then = Some(then);
+        let chunks = items.len().div_ceil(WRITE_CHUNK).max(1);
+        for n in 0..chunks {
+            let range = n * WRITE_CHUNK..((n + 1) * WRITE_CHUNK).min(items.len());
+            let last = n + 1 == chunks;
+            written.extend(self.tx(|tx| {
+                let done = write::write_items(tx, &items[range.clone()], &tokens[range.clone()])?;
+                if last {
+                    if let Some(then) = then.take() {
+                        then(tx)?;
+                    }
+                }
+                Ok(done)
+            })?);
+        }
         // New items are embedded after their write, outside the transaction (a remote embedder
         // may take seconds). Should it fail, the items stay, searchable by full text, and the
         // error is returned; `embed_missing` embeds them later.
@@ -204,6 +219,9 @@ impl PgMemory {
         Ok(written)
     }
 }
+
+/// Items written per transaction (see [`PgMemory::write_then`]).
+const WRITE_CHUNK: usize = 16;
 
 impl Memory for PgMemory {
     fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {

@@ -157,26 +157,56 @@ impl SqliteMemory {
         Ok(out)
     }
 
-    /// Writes `items` and runs `then` in the same transaction, then embeds the new items.
+    /// Writes `items` and then runs `then` (in the transaction of the last items written), then
+    /// embeds the new items.
+    ///
+    /// The write lock is the store's too (one database file): the log's writes wait while it is
+    /// held. So what an earlier indexing already wrote is found first, in a read (WAL readers
+    /// never block the writer), and the rest is written [`WRITE_CHUNK`] items per transaction,
+    /// the lock given up between them, so a request's write waits for one short transaction at
+    /// most. Each transaction is whole; an error leaves the chunks before it written, which is
+    /// what indexing again would write anyway (every write is idempotent by source).
     fn write_then(
         &self,
         items: &[NewItem],
-        then: impl FnOnce(&Connection) -> Result<()>,
+        then: Option<&dyn Fn(&Connection) -> Result<()>>,
     ) -> Result<Vec<Written>> {
         // Counted before the transaction, so that the write lock is held for SQL only.
         let tokens: Vec<u64> = items
             .iter()
             .map(|i| self.tokenizer.count(&i.text))
             .collect();
-        let written: Vec<Written> = self.write_tx(|tx| {
-            let written = items
-                .iter()
-                .zip(tokens)
-                .map(|(item, n)| write::write_item(tx, item, n))
-                .collect::<Result<_>>()?;
-            then(tx)?;
-            Ok(written)
-        })?;
+        let known: Vec<Option<ItemId>> =
+            self.read_tx(|tx| items.iter().map(|i| write::known(tx, i)).collect())?;
+        let mut written: Vec<Option<Written>> =
+            known.iter().map(|k| k.map(Written::Known)).collect();
+        let todo: Vec<usize> = (0..items.len()).filter(|&i| known[i].is_none()).collect();
+        let chunks: Vec<&[usize]> = todo.chunks(WRITE_CHUNK).collect();
+        if chunks.is_empty() {
+            if let Some(then) = then {
+                self.write_tx(then)?;
+            }
+        }
+        for (n, chunk) in chunks.iter().enumerate() {
+            let last = n + 1 == chunks.len();
+            let done: Vec<Written> = self.write_tx(|tx| {
+                let done = chunk
+                    .iter()
+                    .map(|&i| write::write_item(tx, &items[i], tokens[i]))
+                    .collect::<Result<Vec<_>>>()?;
+                if let (true, Some(then)) = (last, then) {
+                    then(tx)?;
+                }
+                Ok(done)
+            })?;
+            for (&i, w) in chunk.iter().zip(done) {
+                written[i] = Some(w);
+            }
+            if !last {
+                std::thread::yield_now();
+            }
+        }
+        let written: Vec<Written> = written.into_iter().flatten().collect();
         // New items are embedded after their write, outside the write lock (a remote embedder
         // may take seconds). Should it fail, the items stay, searchable by full text, and the
         // error is returned; `embed_missing` embeds them later.
@@ -201,9 +231,13 @@ impl SqliteMemory {
     }
 }
 
+/// Items written per transaction: short enough that the log's writes, which wait for the same
+/// lock, wait for one of them at most a few milliseconds.
+const WRITE_CHUNK: usize = 16;
+
 impl Memory for SqliteMemory {
     fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
-        self.write_then(items, |_| Ok(()))
+        self.write_then(items, None)
     }
 
     fn extracted_to(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
@@ -211,7 +245,7 @@ impl Memory for SqliteMemory {
     }
 
     fn write_extracted(&self, items: &[NewItem], mark: &ExtractMark) -> Result<Vec<Written>> {
-        self.write_then(items, |tx| extra::set_mark(tx, mark))
+        self.write_then(items, Some(&|tx| extra::set_mark(tx, mark)))
     }
 
     fn search(&self, search: &Search) -> Result<Vec<Hit>> {

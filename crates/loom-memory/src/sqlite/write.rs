@@ -12,6 +12,33 @@ use crate::text;
 
 use super::read::load_item;
 
+/// The item an earlier write made from the same source (re-indexing): the same session and seqs,
+/// agent and kind (and, for facts, which many come from the same lines, the same text).
+pub(crate) fn known(tx: &Connection, item: &NewItem) -> Result<Option<ItemId>> {
+    let src = &item.source;
+    let hash = text::hash(&text::normalize(&item.text));
+    tx.prepare_cached(
+        "SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
+         WHERE s.session = ?1 AND s.from_seq = ?2 AND s.to_seq = ?3
+           AND i.agent = ?4 AND i.kind = ?5 AND (?6 IS NULL OR i.hash = ?6) LIMIT 1",
+    )
+    .and_then(|mut st| {
+        st.query_row(
+            params![
+                src.session.as_str(),
+                src.from_seq,
+                src.to_seq,
+                item.agent.as_str(),
+                item.kind.as_str(),
+                dedup::known_by_text(item.kind).then_some(hash.as_str()),
+            ],
+            |r| r.get(0),
+        )
+        .optional()
+    })
+    .map_err(backend("looking up a memory source"))
+}
+
 /// Writes one derived item inside `tx`, with its token count already made.
 pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result<Written> {
     let agent = item.agent.as_str();
@@ -19,28 +46,7 @@ pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result
     let normalized = text::normalize(&item.text);
     let hash = text::hash(&normalized);
     // The same source seen again (re-indexing) changes nothing, whatever became of its item.
-    // Many facts come from the same lines, so a fact is known only with the same text.
-    let known: Option<ItemId> = tx
-        .prepare_cached(
-            "SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
-             WHERE s.session = ?1 AND s.from_seq = ?2 AND s.to_seq = ?3
-               AND i.agent = ?4 AND i.kind = ?5 AND (?6 IS NULL OR i.hash = ?6) LIMIT 1",
-        )
-        .and_then(|mut st| {
-            st.query_row(
-                params![
-                    src.session.as_str(),
-                    src.from_seq,
-                    src.to_seq,
-                    agent,
-                    item.kind.as_str(),
-                    dedup::known_by_text(item.kind).then_some(hash.as_str()),
-                ],
-                |r| r.get(0),
-            )
-            .optional()
-        })
-        .map_err(backend("looking up a memory source"))?;
+    let known = known(tx, item)?;
     if let Some(id) = known {
         return Ok(Written::Known(id));
     }

@@ -46,6 +46,10 @@ pub(crate) struct Answer {
 /// (`--db`), set once before the scenarios start.
 pub(crate) static DATABASE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+/// Whether the server keeps agents' memory (`--memory`; `loom serve`'s default, on, unless set
+/// off): indexed in the background as sessions grow, in the same database.
+pub(crate) static MEMORY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 /// The mock, the server and the client.
 #[derive(Debug)]
 pub(crate) struct Harness {
@@ -112,7 +116,20 @@ impl Harness {
             policy: loom_core::render::Policy::default(),
             reduce: loom_core::ReduceConfig::default(),
         };
-        let state = loom_server::state(config, store, blobs, engine)
+        let memory: Option<Arc<dyn loom_memory::Memory>> = if MEMORY.get() == Some(&false) {
+            None
+        } else {
+            let database = match DATABASE.get() {
+                Some(url) => loom_store::Database::Postgres(url.clone()),
+                None => loom_store::Database::Sqlite(db.clone()),
+            };
+            let memory = tokio::task::spawn_blocking(move || loom_memory::open(&database))
+                .await
+                .context("opening the memory")?
+                .context("opening the memory")?;
+            Some(Arc::from(memory))
+        };
+        let state = loom_server::state_with_memory(config, store, blobs, engine, memory)
             .context("building the server's state")?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

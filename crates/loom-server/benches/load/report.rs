@@ -28,8 +28,13 @@ pub(crate) fn header() -> String {
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into());
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let memory = if crate::harness::MEMORY.get() == Some(&false) {
+        "off"
+    } else {
+        "on"
+    };
     format!(
-        "loom serve load: {} UTC, commit {commit}{dirty}, {cores} cores, load average at start {load}\n",
+        "loom serve load: {} UTC, commit {commit}{dirty}, {cores} cores, load average at start {load}, memory {memory}\n",
         utc_now()
     )
 }

@@ -1,5 +1,6 @@
 mod api;
 mod clients;
+mod connections;
 mod corpus;
 mod isolation;
 mod memory;

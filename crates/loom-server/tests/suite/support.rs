@@ -50,11 +50,21 @@ pub(crate) fn engine() -> Engine {
 }
 
 pub(crate) async fn start(auth: AuthMode, mode: ProxyMode) -> Server {
+    start_with(auth, mode, |_| {}).await
+}
+
+/// [`start`], with the configuration changed by `adjust` first (its limits, say).
+pub(crate) async fn start_with(
+    auth: AuthMode,
+    mode: ProxyMode,
+    adjust: impl FnOnce(&mut ServeConfig),
+) -> Server {
     let mock = Mock::spawn().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("loom.db");
     let mut config = config(&db.to_string_lossy(), &mock, auth);
     config.default_mode = mode;
+    adjust(&mut config);
     let ws = Workspace::open(&db).unwrap();
     // Memory beside the log, as `loom serve` keeps it on SQLite.
     let memory = Arc::new(loom_memory::SqliteMemory::open(&db).unwrap());
