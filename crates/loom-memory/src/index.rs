@@ -1,6 +1,6 @@
 //! Indexing a stored session: derive its items from the log and write them to memory.
 
-use loom_core::{AgentId, SessionId};
+use loom_core::{AgentId, Seq, SessionId};
 use loom_store::Store;
 use serde::Serialize;
 
@@ -44,6 +44,21 @@ pub fn index_as(
     session: &SessionId,
     agent: Option<&AgentId>,
 ) -> Result<IndexReport> {
+    index_after(store, memory, session, agent, 0).map(|(report, _)| report)
+}
+
+/// [`index_as`] for the part of the log after seq `after`, which an earlier indexing covered:
+/// the events after it, the steps of results after it, and every summary (a summary may be
+/// written for an old range later). Returns the report and the last seq covered, to pass as
+/// `after` next time. A background indexer that follows a growing session reads what is new,
+/// not the whole log again on every call.
+pub fn index_after(
+    store: &dyn Store,
+    memory: &dyn Memory,
+    session: &SessionId,
+    agent: Option<&AgentId>,
+    after: Seq,
+) -> Result<(IndexReport, Seq)> {
     let log = |source| MemoryError::Log {
         session: session.clone(),
         source: Box::new(source),
@@ -52,8 +67,13 @@ pub fn index_as(
         .session(session)
         .map_err(log)?
         .ok_or_else(|| MemoryError::SessionNotFound(session.clone()))?;
-    let events = store.read(session, 1..=info.event_count).map_err(log)?;
-    let steps = store.steps(session).map_err(log)?;
+    let last = info.event_count;
+    let events = if last > after {
+        store.read(session, after + 1..=last).map_err(log)?
+    } else {
+        Vec::new()
+    };
+    let steps = store.steps_after(session, after).map_err(log)?;
     let summaries = store.summaries(session).map_err(log)?;
     let items = derive(
         agent.unwrap_or(&info.agent),
@@ -76,5 +96,5 @@ pub fn index_as(
             Written::Known(_) => report.known += 1,
         }
     }
-    Ok(report)
+    Ok((report, last))
 }

@@ -42,7 +42,7 @@ pub use derive::derive;
 pub use embed::{embedder_from_spec, EmbedError, Embedder, LocalEmbedder, OpenAiEmbedder};
 pub use error::{MemoryError, Result};
 pub use extract::{extract, ExtractMark, ExtractReport, FactModel, ProviderFacts};
-pub use index::{index, index_as, IndexReport};
+pub use index::{index, index_after, index_as, IndexReport};
 pub use item::{
     Filters, Forgotten, Hit, Item, ItemId, ItemKind, NewItem, Provenance, Search, Source, Tier,
     Written, DEFAULT_LIMIT,

@@ -7,11 +7,12 @@
 //!
 //! Appends (the API's append, import and history endpoints, and the proxy's synced histories)
 //! only queue their session with the [`Indexer`]; a thread of its own derives the memory items
-//! (`loom_memory::index_as`, idempotent), so a request never waits for indexing. Background work
-//! must not slow the requests either: the indexer skips a session whose log has not grown since
-//! it was indexed, writes in short transactions (the memory backends' `write`), and rests after
-//! each batch for three times as long as the batch took, so under load it uses at most a quarter
-//! of a core and lags, and catches up as soon as the server is idle.
+//! (`loom_memory::index_after`, idempotent), so a request never waits for indexing. Background
+//! work must not slow the requests either: the indexer reads only what a session's log gained
+//! since it last indexed it (the whole log once per session per process), the memory backends
+//! write in short transactions, and the indexer rests after each batch for five times as long as
+//! the batch took, so under load it uses at most a sixth of a core and lags, and it catches up as
+//! soon as the server is idle.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -88,7 +89,7 @@ impl Indexer {
 }
 
 /// How long the indexer rests after a batch, per unit of time the batch took.
-const REST_PER_WORK: u32 = 3;
+const REST_PER_WORK: u32 = 5;
 
 /// The longest rest: indexing lags a busy server by about this much at most per batch.
 const MAX_REST: Duration = Duration::from_secs(2);
@@ -168,12 +169,14 @@ fn index_one(
         .session(session)
         .map_err(|e| e.to_string())?
         .ok_or("the session is gone")?;
-    if indexed.get(session) == Some(&info.event_count) {
+    let after = indexed.get(session).copied().unwrap_or(0);
+    if after == info.event_count {
         return Ok(());
     }
     let agent = memory_agent(tenant, &info.agent).ok_or("the agent has no memory key")?;
-    loom_memory::index_as(store, memory, session, Some(&agent)).map_err(|e| e.to_string())?;
-    indexed.insert(session.clone(), info.event_count);
+    let (_, last) = loom_memory::index_after(store, memory, session, Some(&agent), after)
+        .map_err(|e| e.to_string())?;
+    indexed.insert(session.clone(), last);
     Ok(())
 }
 
