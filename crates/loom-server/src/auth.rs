@@ -51,6 +51,17 @@ impl Principal {
 
     /// The stored id of the client's session `id` (`field` names where the id came from).
     pub fn scope(&self, id: &str, field: &str) -> Result<SessionId> {
+        // An id that is blank or padded could be stored but never named again: a header value
+        // loses its padding, and a blank path segment is no segment.
+        if id.trim().is_empty() {
+            return Err(ApiError::invalid_field(field, "must not be empty or blank"));
+        }
+        if id.trim() != id {
+            return Err(ApiError::invalid_field(
+                field,
+                "must not begin or end with whitespace",
+            ));
+        }
         let full = match &self.tenant {
             None => id.to_owned(),
             Some(t) => format!("{t}/{id}"),

@@ -47,7 +47,7 @@ pub(crate) async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let limits = state.config.limits.clone();
+    let limits = state.config.limits;
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);

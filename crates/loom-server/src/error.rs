@@ -153,9 +153,9 @@ impl From<StoreError> for ApiError {
             StoreError::ModelCallNotFound { .. } => Self::not_found(e.to_string()),
             // Another writer changed the session while this call prepared its write; the client
             // may send the call again.
-            StoreError::SessionExists(_) | StoreError::Moved { .. } => {
-                Self::conflict(e.to_string())
-            }
+            StoreError::SessionExists(_)
+            | StoreError::Moved { .. }
+            | StoreError::Conflict { .. } => Self::conflict(e.to_string()),
             // Every connection busy, or the database restarting: nothing was done, and the
             // client may retry. What exactly failed is logged, not sent.
             StoreError::Unavailable { action, .. } => {

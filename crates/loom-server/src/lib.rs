@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod auth;
+mod caller;
 pub mod config;
 mod conn;
 pub mod counts;
@@ -206,7 +207,8 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let path = req.uri().path().to_owned();
-    let response = next.run(req).await;
+    let method = req.method().clone();
+    let (response, tenant) = caller::scope(next.run(req)).await;
     let status = response.status();
     let plain = !response
         .headers()
@@ -245,8 +247,65 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
     } else {
         response
     };
+    let response = if status.is_client_error() || status.is_server_error() {
+        said_error(response, &method, &path, tenant.as_ref()).await
+    } else {
+        response
+    };
     state
         .metrics
         .request(&route, status.as_u16(), started.elapsed());
     response
+}
+
+/// Largest error body read to be logged and have the caller's ids put back in its terms; a
+/// larger one (an upstream's, relayed) goes as it is and is logged by its status alone.
+const ERROR_BODY_READ: u64 = 64 << 10;
+
+/// An error answer as the caller should see it and the log should keep it: the ids it names
+/// as the caller's tenant names them (never `TENANT/id`), and one line on stderr at the default
+/// level (4xx at `info`, 5xx at `warn`), so what a client was refused is in the server's log.
+async fn said_error(
+    response: Response,
+    method: &axum::http::Method,
+    path: &str,
+    tenant: Option<&loom_store::TenantId>,
+) -> Response {
+    use axum::body::HttpBody;
+    let status = response.status();
+    let small = response
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n <= ERROR_BODY_READ);
+    let streamed = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !small || streamed {
+        if status.is_server_error() {
+            tracing::warn!("{method} {path}: {status}");
+        } else {
+            tracing::info!("{method} {path}: {status}");
+        }
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, ERROR_BODY_READ as usize)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    let text = match tenant {
+        Some(t) => caller::unscoped(&text, t),
+        None => text.into_owned(),
+    };
+    let shown: String = text.chars().take(400).collect();
+    if status.is_server_error() {
+        tracing::warn!("{method} {path}: {status}: {shown}");
+    } else {
+        tracing::info!("{method} {path}: {status}: {shown}");
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(text))
 }

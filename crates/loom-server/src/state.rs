@@ -92,7 +92,7 @@ impl AppState {
             .await?;
         match found {
             Some(k) if k.revoked_ms.is_none() => Ok(Principal {
-                tenant: Some(k.key.tenant),
+                tenant: Some(crate::caller::seen(k.key.tenant)),
                 key_id: Some(k.key.id),
                 agent: k.key.agent,
                 mode: k.key.mode,

@@ -39,6 +39,17 @@ pub enum StoreError {
         #[source]
         source: LogError,
     },
+    /// A record that was already written differently (a model call's usage reported again with
+    /// other figures): the first stands.
+    #[error("session `{session}`: {record}: {reason}")]
+    Conflict {
+        /// The session.
+        session: SessionId,
+        /// Which record.
+        record: String,
+        /// What it already holds.
+        reason: String,
+    },
     /// A derived record that contradicts the log.
     #[error("session `{session}`: invalid {record}: {reason}")]
     InvalidRecord {
@@ -204,6 +215,7 @@ impl StoreError {
                 | Self::InvalidEvent { .. }
                 | Self::CallState { .. }
                 | Self::InvalidRecord { .. }
+                | Self::Conflict { .. }
                 | Self::ModelCallNotFound { .. }
                 | Self::BlobNotFound(_)
                 | Self::UnsafeReference { .. }

@@ -109,7 +109,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             .usage
             .is_some_and(|stored| !stored.same_figures(usage))
         {
-            return Err(refused("its usage was already reported with other figures"));
+            return Err(StoreError::Conflict {
+                session: session.clone(),
+                record: format!("model call {call}"),
+                reason: "its usage was already reported with other figures".into(),
+            });
         }
         if usage
             .cached_input_tokens

@@ -128,7 +128,7 @@ pub(crate) fn usage(
     match stored {
         None => Ok(true),
         Some(old) if old.same_figures(new) => Ok(false),
-        Some(old) => Err(StoreError::InvalidRecord {
+        Some(old) => Err(StoreError::Conflict {
             session: session.clone(),
             record: format!("model call {call}"),
             reason: format!(

@@ -166,11 +166,7 @@ impl SqliteMemory {
     /// the lock given up between them, so a request's write waits for one short transaction at
     /// most. Each transaction is whole; an error leaves the chunks before it written, which is
     /// what indexing again would write anyway (every write is idempotent by source).
-    fn write_then(
-        &self,
-        items: &[NewItem],
-        then: Option<&dyn Fn(&Connection) -> Result<()>>,
-    ) -> Result<Vec<Written>> {
+    fn write_then(&self, items: &[NewItem], then: Option<&Then<'_>>) -> Result<Vec<Written>> {
         // Counted before the transaction, so that the write lock is held for SQL only.
         let tokens: Vec<u64> = items
             .iter()
@@ -230,6 +226,9 @@ impl SqliteMemory {
         Ok(out)
     }
 }
+
+/// What a write runs in its last transaction (the extractor's mark).
+type Then<'a> = dyn Fn(&Connection) -> Result<()> + 'a;
 
 /// Items written per transaction: short enough that the log's writes, which wait for the same
 /// lock, wait for one of them at most a few milliseconds.

@@ -265,6 +265,7 @@ async fn prepare(
     headers: &HeaderMap,
     raw: Bytes,
 ) -> Result<Prepared, ApiError> {
+    loom_headers_are_text(headers)?;
     let split = Instant::now();
     let body = Arc::new(ingest::RequestBody::parse(api, raw)?);
     state.metrics.phase(Phase::Split, split.elapsed());
@@ -357,9 +358,13 @@ async fn prepare(
                             (Some(outcome), receipt)
                         }
                         Err(e) => {
-                            // The history is logged even when it cannot be rendered.
+                            // The one 4xx after which something is stored (docs/serve.md,
+                            // "Errors"): the history, so that the session shows what could
+                            // not be fitted.
                             live.commit(s.backend(), None, None)?;
-                            return Err(e);
+                            return Err(
+                                e.context("not forwarded (the history is logged in the session)")
+                            );
                         }
                     }
                 } else {
@@ -671,8 +676,36 @@ fn limits(api: Api, client: &serde_json::Map<String, Value>, headers: &HeaderMap
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get(name)
-        .and_then(|v| v.to_str().ok())
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
         .map(str::trim)
+}
+
+/// Refuses an `X-Loom-*` header that is not UTF-8 text: ignoring it would log the call in a
+/// session (or a mode) the client did not ask for.
+fn loom_headers_are_text(headers: &HeaderMap) -> Result<(), ApiError> {
+    for (name, value) in headers {
+        let name = name.as_str();
+        if name.starts_with("x-loom-") && std::str::from_utf8(value.as_bytes()).is_err() {
+            return Err(ApiError::invalid_field(
+                shown_header(name),
+                "is not UTF-8 text",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A header's name as the documentation writes it (`X-Loom-Session`).
+fn shown_header(name: &str) -> String {
+    name.split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars.next().map_or_else(String::new, |c| {
+                c.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("-")
 }
 
 /// Headers in which clients name their own session: Claude Code, opencode, Codex (`session-id`,
@@ -872,6 +905,15 @@ async fn count_tokens(
                 "messages: expected a list",
             ));
         }
+        // The rules `/v1/messages` holds the same conversation to (pairing, duplicate ids, the
+        // fields' types); the count needs no `max_tokens`, so a stand-in one is checked.
+        let mut probe = value.clone();
+        if let Some(map) = probe.as_object_mut() {
+            map.entry("max_tokens").or_insert(Value::from(1));
+        }
+        check_request(api, &probe).map_err(|e| {
+            ApiError::invalid_field(e.field.clone(), format!("{}: {}", e.field, e.reason))
+        })?;
         let (tokenizer, _) = state.engine.model(model, "model", false)?;
         let images = state.engine.model_info(model)?.image;
         let count =

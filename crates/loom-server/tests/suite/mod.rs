@@ -1,6 +1,7 @@
 mod api;
 mod clients;
 mod connections;
+mod consistency;
 mod corpus;
 mod isolation;
 mod memory;
