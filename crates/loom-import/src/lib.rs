@@ -34,15 +34,32 @@ pub use parse::{
     DEFAULT_INLINE_LIMIT,
 };
 
-/// The API a requested format names, `None` for `auto` (tell it from the content): the names
-/// `--format` and the API's `format` parameter take.
+/// The names a requested format is given by (`--format`, the API's `format` parameter): `auto`,
+/// the importer's short names, and each API's own name.
+pub const FORMAT_NAMES: [&str; 7] = [
+    "auto",
+    "openai",
+    "anthropic",
+    "responses",
+    "openai-chat",
+    "openai-responses",
+    "anthropic-messages",
+];
+
+/// The API a requested format names (one of [`FORMAT_NAMES`]), `None` for `auto` (tell it from
+/// the content).
 pub fn requested_format(name: &str) -> Result<Option<Api>> {
-    if name.trim().eq_ignore_ascii_case("auto") {
+    if name == "auto" {
         return Ok(None);
     }
-    Api::parse(name).map(Some).ok_or_else(|| {
-        ImportError::Options(format!(
-            "unknown format `{name}`; expected auto, openai, anthropic or responses"
-        ))
-    })
+    FORMAT_NAMES
+        .contains(&name)
+        .then(|| Api::parse(name))
+        .flatten()
+        .map(Some)
+        .ok_or_else(|| {
+            ImportError::Options(format!(
+                "unknown format `{name}`; expected auto, openai, anthropic or responses"
+            ))
+        })
 }

@@ -122,6 +122,16 @@ fn store_error(e: StoreError) -> PyErr {
             None,
             Some(reason),
         ),
+        StoreError::Conflict {
+            session,
+            record,
+            reason,
+        } => raise::<Conflict>(
+            message,
+            Some(format!("session {session}, {record}")),
+            None,
+            Some(reason),
+        ),
         StoreError::CallState { session, source } => raise::<InvalidInput>(
             message,
             Some(format!("session {session}")),

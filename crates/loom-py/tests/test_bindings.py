@@ -112,7 +112,7 @@ def test_append_and_report_usage(db):
     # The same figures again are accepted and change nothing; other figures are refused.
     s.report_usage(rendered.model_call, input_tokens=120, cached_input_tokens=64, output_tokens=9)
     before = snapshot(db)
-    with pytest.raises(loom.InvalidInput) as other:
+    with pytest.raises(loom.Conflict) as other:
         s.report_usage(rendered.model_call, input_tokens=1)
     assert "already has a usage" in other.value.reason
     with pytest.raises(loom.NotFound):

@@ -56,7 +56,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         method: "get",
         path: "/loom/v1/sessions/{id}/events",
         summary: "Read the log (seqs from..=to)",
-        query: &[("from", "integer", false), ("to", "integer", false)],
+        query: &[("from", "seq0", false), ("to", "seq0", false)],
         request: None,
         responses: responses![(200, "EventList")],
     },
@@ -73,7 +73,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         path: "/loom/v1/sessions/{id}/history",
         summary: "Append the next messages or items of a provider history (only the new ones; \
                   results may answer calls already logged), creating the session if needed",
-        query: &[("format", "string", false), ("agent", "string", false)],
+        query: &[("format", "format", false), ("agent", "id", false)],
         request: Some("History"),
         responses: responses![(200, "Appended")],
     },
@@ -82,9 +82,9 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         path: "/loom/v1/import",
         summary: "Import an OpenAI Chat, Anthropic Messages or OpenAI Responses history",
         query: &[
-            ("session", "string", true),
-            ("format", "string", false),
-            ("agent", "string", false),
+            ("session", "id", true),
+            ("format", "format", false),
+            ("agent", "id", false),
             ("extend", "boolean", false),
         ],
         request: Some("History"),
@@ -103,7 +103,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         method: "get",
         path: "/loom/v1/sessions/{id}/explain",
         summary: "What happened to one event in each recorded model call",
-        query: &[("event", "integer", true)],
+        query: &[("event", "seq", true)],
         request: None,
         responses: responses![(200, "Explanation")],
     },
@@ -119,7 +119,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         method: "get",
         path: "/loom/v1/sessions/{id}/recall",
         summary: "The original bytes behind a reference (outputs/... or sha256:...)",
-        query: &[("ref", "string", true)],
+        query: &[("ref", "text", true)],
         request: None,
         responses: responses![(200, "Bytes")],
     },
@@ -242,17 +242,18 @@ fn schemas() -> Value {
         },
         "NewEvent": {
             "type": "object",
+            "description": "An event to append; its fields by kind are documented in docs/formats.md",
             "properties": {
                 "ts_ms": {"type": "integer"},
-                "kind": {"type": "string"},
+                "kind": {"type": "string", "enum": ["system", "user", "assistant", "tool_result", "direct_message", "spawn", "agent_result", "pin", "rewrite", "repeat"]},
             },
             "required": ["ts_ms", "kind"],
         },
         "EventList": obj(json!({"events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}}), &["events"]),
         "CreateSession": obj(json!({
-            "id": {"type": "string"},
-            "agent": {"type": "string"},
-            "parent": {"type": "string"},
+            "id": param("id"),
+            "agent": param("id"),
+            "parent": param("id"),
             "events": {"type": "array", "items": {"$ref": "#/components/schemas/NewEvent"}},
         }), &["id"]),
         "AppendEvents": obj(json!({"events": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/NewEvent"}}}), &["events"]),
@@ -265,10 +266,10 @@ fn schemas() -> Value {
             "blobs": {"type": "integer"},
         }), &["id", "outcome", "events", "blobs"])}}), &["sessions"]),
         "RenderRequest": obj(json!({
-            "model": {"type": "string"},
-            "budget": {"type": "integer", "minimum": 1},
+            "model": {"type": "string", "minLength": 1},
+            "budget": {"type": "integer", "minimum": 1, "maximum": MAX_U64},
             "format": {"type": "string", "enum": ["openai-chat", "openai-responses", "anthropic", "react"]},
-            "tools": {"type": "array"},
+            "tools": {"type": "array", "items": {"type": "object"}},
         }), &["model"]),
         "Receipt": {"type": "object", "required": ["model", "format", "at_seq", "estimate", "verbatim", "stubbed", "grouped", "summarized", "dropped"]},
         "Rendered": obj(json!({
@@ -289,10 +290,10 @@ fn schemas() -> Value {
         "StepList": obj(json!({"steps": {"type": "array", "items": {"type": "object", "required": ["id", "observation", "success"]}}}), &["steps"]),
         "Bytes": {"type": "string", "contentMediaType": "application/octet-stream"},
         "UsageReport": obj(json!({
-            "call": {"type": "integer", "minimum": 1},
-            "input_tokens": {"type": "integer", "minimum": 0},
-            "cached_input_tokens": {"type": "integer", "minimum": 0},
-            "output_tokens": {"type": "integer", "minimum": 0},
+            "call": {"type": "integer", "minimum": 1, "maximum": MAX_U64},
+            "input_tokens": {"type": "integer", "minimum": 0, "maximum": MAX_U64},
+            "cached_input_tokens": {"type": "integer", "minimum": 0, "maximum": MAX_U64},
+            "output_tokens": {"type": "integer", "minimum": 0, "maximum": MAX_U64},
         }), &["call", "input_tokens"]),
         "Usage": {"type": ["object", "null"]},
         "ModelCall": obj(json!({
@@ -308,6 +309,9 @@ fn schemas() -> Value {
     if let (Some(all), Value::Object(more)) = (all.as_object_mut(), memory_schemas()) {
         all.extend(more);
     }
+    for name in REQUESTS {
+        close_request(&mut all[name]);
+    }
     all
 }
 
@@ -318,8 +322,8 @@ fn memory_schemas() -> Value {
     json!({
         "MemorySearch": obj(json!({
             "query": {"type": "string"},
-            "agent": {"type": "string", "description": "default: the key's agent"},
-            "session": {"type": "string", "description": "the current session: L1 and L2 need one"},
+            "agent": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": ID_PATTERN, "description": "default: the key's agent"},
+            "session": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": ID_PATTERN, "description": "the current session: L1 and L2 need one"},
             "tier": {"type": "string", "enum": ["L1", "L2", "L3", "L4"]},
             "budget": {"type": "integer", "minimum": 1},
             "limit": {"type": "integer", "minimum": 0},
@@ -339,9 +343,9 @@ fn memory_schemas() -> Value {
         }), &["text", "tokens", "score", "tier", "sources"]),
         "MemoryHits": obj(json!({"hits": {"type": "array", "items": {"$ref": "#/components/schemas/MemoryHit"}}}), &["hits"]),
         "SaveNote": obj(json!({
-            "text": {"type": "string"},
-            "session": {"type": "string"},
-            "agent": {"type": "string"},
+            "text": {"type": "string", "minLength": 1, "pattern": TEXT_PATTERN},
+            "session": param("id"),
+            "agent": param("id"),
             "seq": {"type": "integer", "minimum": 1, "description": "default: the session's last event"},
             "ttl_seconds": {"type": "integer", "minimum": 1},
         }), &["text", "session"]),
@@ -370,7 +374,7 @@ fn memory_schemas() -> Value {
             "forgotten": {"$ref": "#/components/schemas/MemoryItem"},
             "restored": {"type": "array", "items": {"type": "integer"}},
         }), &["forgotten", "restored"]),
-        "KbFile": obj(json!({"path": {"type": "string"}, "content": {"type": "string"}}), &["path", "content"]),
+        "KbFile": obj(json!({"path": param("text"), "content": {"type": "string"}}), &["path", "content"]),
         "KbAdded": obj(json!({
             "path": {"type": "string"},
             "kind": {"type": "string", "enum": ["markdown", "code", "json", "text"]},
@@ -382,7 +386,7 @@ fn memory_schemas() -> Value {
             "path": {"type": "string"}, "kind": {"type": "string"}, "chunks": {"type": "integer"},
             "tokens": {"type": "integer"}, "added_ms": {"type": "integer"},
         }), &["path", "kind", "chunks", "tokens", "added_ms"])}}), &["files"]),
-        "KbRemove": obj(json!({"path": {"type": "string"}}), &["path"]),
+        "KbRemove": obj(json!({"path": param("text")}), &["path"]),
         "KbRemoved": obj(json!({"removed": {"type": "integer"}}), &["removed"]),
         "KbSearch": obj(json!({
             "query": {"type": "string"},
@@ -397,6 +401,73 @@ fn memory_schemas() -> Value {
     })
 }
 
+/// A session or agent id as the server takes it: not blank, no control characters, no leading
+/// or trailing whitespace, at most 1,024 bytes (`Principal::scope`, `SessionId::new`).
+const ID_PATTERN: &str = r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$";
+
+/// Text the server needs something in: at least one character that is not whitespace.
+const TEXT_PATTERN: &str = r"\S";
+
+/// The largest seq, call or count the server reads (an unsigned 64-bit integer).
+const MAX_U64: u64 = u64::MAX;
+
+/// The schema of a parameter of a kind the endpoint table names.
+fn param(kind: &str) -> Value {
+    match kind {
+        "id" => json!({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": ID_PATTERN}),
+        "seq" => json!({"type": "integer", "minimum": 1, "maximum": MAX_U64}),
+        "seq0" => json!({"type": "integer", "minimum": 0, "maximum": MAX_U64}),
+        "item" => json!({"type": "integer", "minimum": 1, "maximum": i64::MAX}),
+        "text" => json!({"type": "string", "minLength": 1, "pattern": TEXT_PATTERN}),
+        "format" => json!({"type": "string", "enum": loom_import::FORMAT_NAMES}),
+        other => json!({"type": other}),
+    }
+}
+
+/// The request bodies: the server refuses any field they do not name
+/// (`deny_unknown_fields`), and takes `null` for an optional field as its absence, except the
+/// fields listed, which have a default instead.
+const REQUESTS: [&str; 9] = [
+    "CreateSession",
+    "AppendEvents",
+    "RenderRequest",
+    "UsageReport",
+    "MemorySearch",
+    "SaveNote",
+    "KbFile",
+    "KbRemove",
+    "KbSearch",
+];
+
+/// Optional request fields that take a default, not `null`.
+const NOT_NULLABLE: [&str; 2] = ["events", "history"];
+
+/// Closes a request schema: no other field, `null` for the optional ones.
+fn close_request(schema: &mut Value) {
+    let required: Vec<String> = schema["required"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    schema["additionalProperties"] = Value::Bool(false);
+    if let Some(props) = schema["properties"].as_object_mut() {
+        for (name, prop) in props.iter_mut() {
+            if required.contains(name) || NOT_NULLABLE.contains(&name.as_str()) {
+                continue;
+            }
+            if let Some(ty) = prop.get("type").and_then(Value::as_str).map(str::to_owned) {
+                prop["type"] = json!([ty, "null"]);
+                if let Some(Value::Array(values)) = prop.get_mut("enum") {
+                    values.push(Value::Null);
+                }
+            }
+        }
+    }
+}
+
 /// The whole description.
 pub(crate) fn document() -> Value {
     let mut paths = Map::new();
@@ -404,15 +475,19 @@ pub(crate) fn document() -> Value {
         let mut parameters: Vec<Value> = Vec::new();
         for segment in op.path.split('/') {
             if let Some(name) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                let kind = match (name, op.path.starts_with("/loom/v1/memory/items")) {
+                    ("call", _) => "seq",
+                    ("id", true) => "item",
+                    _ => "id",
+                };
                 parameters.push(json!({
-                    "name": name, "in": "path", "required": true,
-                    "schema": {"type": if name == "call" { "integer" } else { "string" }},
+                    "name": name, "in": "path", "required": true, "schema": param(kind),
                 }));
             }
         }
-        for (name, ty, required) in op.query {
+        for (name, kind, required) in op.query {
             parameters.push(
-                json!({"name": name, "in": "query", "required": required, "schema": {"type": ty}}),
+                json!({"name": name, "in": "query", "required": required, "schema": param(kind)}),
             );
         }
         let mut responses = Map::new();
@@ -452,7 +527,7 @@ pub(crate) fn document() -> Value {
         "info": {
             "title": "Loom HTTP API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Everything the loom CLI does, for programs. Errors are {\"error\": {\"type\", \"message\", \"field\"}}. See docs/serve.md.",
+            "description": "Everything the loom CLI does, for programs. Errors are {\"error\": {\"type\", \"message\", \"field\"}}; a method a path does not list here is a 405 in that shape. See docs/serve.md.",
         },
         "paths": paths,
         "components": {

@@ -91,7 +91,7 @@ fn a_conflicting_report_is_refused_and_changes_nothing() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("session `chat`: invalid model call 1: already has a usage"),
+            .contains("session `chat`: model call 1: already has a usage"),
         "{}",
         run.stderr
     );

@@ -219,7 +219,7 @@ class Session:
         output_tokens: Optional[int] = None,
     ) -> Dict[str, Any]:
         """Records what the provider said model call ``call`` used (the same figures again change
-        nothing; other figures raise :class:`InvalidInput`)."""
+        nothing; other figures raise :class:`Conflict`: the first report stands)."""
         return _call_record(
             json.loads(
                 self._db._native.report_usage(

@@ -208,7 +208,11 @@ pub(crate) fn conflicting_usage_is_refused<H: StoreHarness>(h: &mut H) {
     ];
     for (second, why) in conflicts {
         let err = store.report_usage(&id, 2, &second).unwrap_err();
-        assert!(invalid_record(&err, "model call 2"), "{why}: {err}");
+        assert!(
+            err.is_bad_input()
+                && matches!(&err, StoreError::Conflict { record, .. } if record == "model call 2"),
+            "{why}: {err}"
+        );
         let text = err.to_string();
         assert!(
             text.contains("session `s`") && text.contains("already has a usage"),

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Schema-driven fuzzing of `loom serve`'s HTTP API against its own description
+# (`GET /openapi.json`), with schemathesis from PyPI: every operation, generated valid and invalid
+# requests, every check (`--checks all`: no 5xx, responses that match their schema, invalid data
+# refused, undeclared methods a 405, ...). Bounded in examples per operation and in time.
+#
+#   bash tests/fuzz/run.sh                     # what .ci/run runs
+#   LOOM_FUZZ_EXAMPLES=200 bash tests/fuzz/run.sh
+#
+# Environment: LOOM_BIN (default target/release/loom, built when missing), LOOM_FUZZ_VENV
+# (default target/fuzz-venv), LOOM_FUZZ_EXAMPLES (examples per operation, default 30),
+# LOOM_FUZZ_SECONDS (the run's bound, default 600), PYTHON (default python3).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+loom=${LOOM_BIN:-$root/target/release/loom}
+venv=${LOOM_FUZZ_VENV:-$root/target/fuzz-venv}
+examples=${LOOM_FUZZ_EXAMPLES:-30}
+seconds=${LOOM_FUZZ_SECONDS:-600}
+python=${PYTHON:-python3}
+# The pinned fuzzer; a new version is a deliberate change.
+requirement="schemathesis==4.32.5"
+
+if [[ ! -x "$loom" ]]; then
+    cargo build --release -p loom-cli --bin loom
+fi
+if [[ "$(cat "$venv/.requirement" 2>/dev/null)" != "$requirement" ]]; then
+    echo "-- installing $requirement into $venv"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install -q "$requirement"
+    echo "$requirement" > "$venv/.requirement"
+fi
+
+work=$(mktemp -d)
+server=""
+cleanup() {
+    if [[ -n "$server" ]]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+db="$work/loom.db"
+key=$("$loom" keys create --db "$db" --tenant fuzz --json | "$python" -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# No upstream is reachable: the proxy's routes are not in the description, and the API never
+# calls one.
+"$loom" serve --db "$db" --auth keys --listen "127.0.0.1:$port" \
+    --upstream-openai http://127.0.0.1:9/v1 --upstream-anthropic http://127.0.0.1:9 \
+    > "$work/server.log" 2>&1 &
+server=$!
+url="http://127.0.0.1:$port"
+for _ in $(seq 100); do
+    curl -fsS "$url/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+
+# Real data for the path parameters to reach: a session with a call and its result (offloaded
+# output to recall), a rendered model call, a memory note and a knowledge-base file.
+auth=(-H "Authorization: Bearer $key" -H "Content-Type: application/json")
+"$python" - > "$work/session.json" <<'PY'
+import hashlib, json
+out = "line of build output\n" * 400
+print(json.dumps({"id": "demo", "events": [
+    {"ts_ms": 1, "kind": "system", "content": "You are an agent."},
+    {"ts_ms": 2, "kind": "user", "content": "Fix the build."},
+    {"ts_ms": 3, "kind": "assistant", "content": None,
+     "tool_calls": [{"id": "c1", "name": "shell", "arguments": "{\"command\": \"make\"}"}]},
+    {"ts_ms": 4, "kind": "tool_result", "call_id": "c1", "tool_name": "shell",
+     "content": {"text": out}, "is_error": False,
+     "stats": {"bytes": len(out.encode()), "lines": out.count("\n"),
+               "sha256": hashlib.sha256(out.encode()).hexdigest(), "content_type": "text"}},
+]}))
+PY
+seed() {
+    curl -sS --fail-with-body "${auth[@]}" -X POST "$url$1" --data-binary "$2" -o "$work/seed.out" \
+        || { echo "seeding $1 failed: $(cat "$work/seed.out")" >&2; exit 1; }
+}
+seed /loom/v1/sessions "@$work/session.json"
+seed /loom/v1/sessions/demo/render '{"model": "gpt-4o", "budget": 4000}'
+seed /loom/v1/memory/items '{"text": "the build needs make 4.3", "session": "demo"}'
+seed /loom/v1/kb/files '{"path": "docs/build.md", "content": "# Build\n\nRun make.\n"}'
+
+echo "-- schemathesis: $examples examples per operation, at most ${seconds}s"
+set +e
+timeout "$seconds" "$venv/bin/schemathesis" run "$url/openapi.json" \
+    --checks all \
+    --max-examples "$examples" \
+    --header "Authorization: Bearer $key" \
+    --seed 1 \
+    --request-timeout 10 \
+    --no-color \
+    --suppress-health-check all \
+    2>&1 | tee "$work/fuzz.log"
+rc=${PIPESTATUS[0]}
+set -e
+if [[ $rc -ne 0 ]]; then
+    echo "-- the server's log (last 40 lines)"
+    tail -n 40 "$work/server.log"
+    echo "fuzz: schemathesis failed (exit $rc)" >&2
+    exit "$rc"
+fi
+echo "fuzz: 0 failures"
