@@ -19,8 +19,9 @@ pub type Seq = u64;
 /// Priority a direct message gets when the sender gives none (seed 002).
 pub const DEFAULT_PRIORITY: f64 = 0.5;
 
-/// Longest id accepted for sessions and agents, in bytes.
-const MAX_ID_LEN: usize = 1024;
+/// Longest id accepted for sessions and agents, in bytes: the 1,024 a client may use, and room
+/// for the tenant a server stores it under (`TENANT/id`; tenant names are shorter than that).
+const MAX_ID_LEN: usize = 2048;
 
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
@@ -30,7 +31,7 @@ macro_rules! id_type {
         pub struct $name(String);
 
         impl $name {
-            /// Validates and wraps an id: non-empty, at most 1024 bytes, no control characters.
+            /// Validates and wraps an id: non-empty, at most 2048 bytes, no control characters.
             pub fn new(id: impl Into<String>) -> Result<Self> {
                 let id = id.into();
                 if id.is_empty() {
@@ -682,7 +683,7 @@ mod tests {
     fn ids_reject_empty_and_control_chars() {
         assert!(SessionId::new("").is_err());
         assert!(SessionId::new("a\nb").is_err());
-        assert!(SessionId::new("x".repeat(1025)).is_err());
+        assert!(SessionId::new("x".repeat(2049)).is_err());
         assert_eq!(SessionId::new("traj/1").unwrap().as_str(), "traj/1");
     }
 

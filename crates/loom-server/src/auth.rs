@@ -12,6 +12,9 @@ use loom_store::{hash_api_key, ProxyMode, TenantId};
 
 use crate::error::{ApiError, Result};
 
+/// Longest session id a client may use, in bytes (stored under its tenant, it is longer).
+pub const CLIENT_ID_LEN: usize = 1024;
+
 /// The caller of one request.
 #[derive(Debug, Clone)]
 pub struct Principal {
@@ -62,6 +65,17 @@ impl Principal {
                 "must not begin or end with whitespace",
             ));
         }
+        // The client's id is held to the id rules on its own; the stored one adds the tenant.
+        if id.len() > CLIENT_ID_LEN {
+            return Err(ApiError::invalid_field(
+                field,
+                format!(
+                    "is {} bytes long; at most {CLIENT_ID_LEN} are allowed",
+                    id.len()
+                ),
+            ));
+        }
+        SessionId::new(id).map_err(|e| ApiError::invalid_field(field, e.to_string()))?;
         let full = match &self.tenant {
             None => id.to_owned(),
             Some(t) => format!("{t}/{id}"),

@@ -119,7 +119,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         method: "get",
         path: "/loom/v1/sessions/{id}/recall",
         summary: "The original bytes behind a reference (outputs/... or sha256:...)",
-        query: &[("ref", "text", true)],
+        query: &[("ref", "ref", true)],
         request: None,
         responses: responses![(200, "Bytes")],
     },
@@ -129,7 +129,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         summary: "Record the usage a provider reported for a model call",
         query: &[],
         request: Some("UsageReport"),
-        responses: responses![(200, "ModelCall")],
+        responses: responses![(200, "ModelCall"), (409, "Error")],
     },
     Operation {
         method: "get",
@@ -161,7 +161,7 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         summary: "Save a note into a session's working memory (L2), optionally with a time to live",
         query: &[],
         request: Some("SaveNote"),
-        responses: responses![(200, "SavedNote"), (503, "Error")],
+        responses: responses![(200, "SavedNote"), (409, "Error"), (503, "Error")],
     },
     Operation {
         method: "get",
@@ -322,10 +322,10 @@ fn memory_schemas() -> Value {
     json!({
         "MemorySearch": obj(json!({
             "query": {"type": "string"},
-            "agent": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": ID_PATTERN, "description": "default: the key's agent"},
+            "agent": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": ID_PATTERN, "description": "default: the key's agent, else `agent` (the agent a session gets when none is named)"},
             "session": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": ID_PATTERN, "description": "the current session: L1 and L2 need one"},
             "tier": {"type": "string", "enum": ["L1", "L2", "L3", "L4"]},
-            "budget": {"type": "integer", "minimum": 1},
+            "budget": {"type": "integer", "minimum": 1, "maximum": 100_000},
             "limit": {"type": "integer", "minimum": 0},
             "history": {"type": "boolean"},
             "from_ms": {"type": "integer", "description": "only items valid from this time on (UTC milliseconds)"},
@@ -390,7 +390,7 @@ fn memory_schemas() -> Value {
         "KbRemoved": obj(json!({"removed": {"type": "integer"}}), &["removed"]),
         "KbSearch": obj(json!({
             "query": {"type": "string"},
-            "budget": {"type": "integer", "minimum": 1},
+            "budget": {"type": "integer", "minimum": 1, "maximum": 100_000},
             "limit": {"type": "integer", "minimum": 0},
         }), &["query"]),
         "KbHits": obj(json!({"hits": {"type": "array", "items": obj(json!({
@@ -403,7 +403,17 @@ fn memory_schemas() -> Value {
 
 /// A session or agent id as the server takes it: not blank, no control characters, no leading
 /// or trailing whitespace, at most 1,024 bytes (`Principal::scope`, `SessionId::new`).
-const ID_PATTERN: &str = r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$";
+const ID_PATTERN: &str =
+    r"^[^\s\x00-\x1f\x7f-\x9f]([^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?$";
+
+/// A reference a recall takes: an output's alias (`outputs/shell_001.log`) or a blob's hash
+/// (`sha256:...`).
+const REF_PATTERN: &str = concat!(
+    r"^(sha256:[0-9a-f]{64}|",
+    // Path components of letters, digits, `.`, `_` and `-`, none of them `.` or `..`.
+    r"(\.\.[A-Za-z0-9._-]+|\.[A-Za-z0-9_-][A-Za-z0-9._-]*|[A-Za-z0-9_-][A-Za-z0-9._-]*)",
+    r"(/(\.\.[A-Za-z0-9._-]+|\.[A-Za-z0-9_-][A-Za-z0-9._-]*|[A-Za-z0-9_-][A-Za-z0-9._-]*))*)$"
+);
 
 /// Text the server needs something in: at least one character that is not whitespace.
 const TEXT_PATTERN: &str = r"\S";
@@ -419,6 +429,9 @@ fn param(kind: &str) -> Value {
         "seq0" => json!({"type": "integer", "minimum": 0, "maximum": MAX_U64}),
         "item" => json!({"type": "integer", "minimum": 1, "maximum": i64::MAX}),
         "text" => json!({"type": "string", "minLength": 1, "pattern": TEXT_PATTERN}),
+        "ref" => {
+            json!({"type": "string", "minLength": 1, "maxLength": 512, "pattern": REF_PATTERN})
+        }
         "format" => json!({"type": "string", "enum": loom_import::FORMAT_NAMES}),
         other => json!({"type": other}),
     }

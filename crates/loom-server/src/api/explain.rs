@@ -31,14 +31,19 @@ pub(crate) async fn explain(
 ) -> Result<Response> {
     let Query(q) = query.map_err(body::query_error)?;
     let n = q.event;
-    if n == 0 || n > info.event_count {
+    if n == 0 {
         return Err(ApiError::invalid_field(
             "event",
-            format!(
-                "session `{id}` has no event {n} (it has {})",
-                info.event_count
-            ),
+            "seqs start at 1: expected an event's seq",
         ));
+    }
+    if n > info.event_count {
+        let mut e = ApiError::not_found(format!(
+            "session `{id}` has no event {n} (it has {})",
+            info.event_count
+        ));
+        e.field = Some("event".into());
+        return Err(e);
     }
     let client_id = id.clone();
     let out = state

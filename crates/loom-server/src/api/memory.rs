@@ -70,12 +70,9 @@ fn agent_key(p: &Principal, named: Option<&str>) -> Result<(AgentId, AgentId)> {
             AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?
         }
         (None, Some(own)) => own.clone(),
-        (None, None) => {
-            return Err(ApiError::invalid_field(
-                "agent",
-                "name the agent whose memory this is",
-            ))
-        }
+        // The agent a session gets when none is named.
+        (None, None) => AgentId::new(crate::api::DEFAULT_AGENT)
+            .map_err(|e| ApiError::invalid_field("agent", e.to_string()))?,
     };
     let key = memory_agent(p.tenant.as_ref(), &agent)
         .ok_or_else(|| ApiError::invalid_field("agent", "cannot be keyed for this tenant"))?;
@@ -211,20 +208,22 @@ pub(crate) async fn save(
     let named = req.agent.as_deref().unwrap_or(info.agent.as_str());
     let (plain, agent) = agent_key(&p, Some(named))?;
     if plain != info.agent {
-        return Err(ApiError::invalid_field(
-            "agent",
-            format!(
-                "session `{}` belongs to agent `{}`, not `{plain}`",
-                req.session, info.agent
-            ),
+        // The request contradicts what is stored: a conflict, not a malformed request.
+        let mut e = ApiError::conflict(format!(
+            "session `{}` belongs to agent `{}`, not `{plain}`",
+            req.session, info.agent
         ));
+        e.field = Some("agent".into());
+        return Err(e);
     }
     let seq = req.seq.unwrap_or(info.event_count);
     if seq > info.event_count {
-        return Err(ApiError::invalid_field(
-            "seq",
-            format!("session `{}` has {} events", req.session, info.event_count),
+        let mut e = ApiError::not_found(format!(
+            "session `{}` has no event {seq} (it has {})",
+            req.session, info.event_count
         ));
+        e.field = Some("seq".into());
+        return Err(e);
     }
     let ttl_ms = match req.ttl_seconds {
         Some(0) => return Err(ApiError::invalid_field("ttl_seconds", "must be at least 1")),

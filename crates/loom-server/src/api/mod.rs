@@ -161,10 +161,9 @@ async fn create_session(
             results::check(&events, "events", s.blobs.as_ref(), local)?;
             if let Some(parent) = &new.parent {
                 if s.store.session(parent)?.is_none() {
-                    return Err(ApiError::invalid_field(
-                        "parent",
-                        format!("parent session `{parent}` not found"),
-                    ));
+                    let mut e = ApiError::not_found(format!("parent session `{parent}` not found"));
+                    e.field = Some("parent".into());
+                    return Err(e);
                 }
             }
             Ok(s.store.create_session(&new, &events)?)
