@@ -29,7 +29,7 @@ if [[ "$(cat "$venv/.requirement" 2>/dev/null)" != "$requirement" ]]; then
     echo "-- installing $requirement into $venv"
     rm -rf "$venv"
     "$python" -m venv "$venv"
-    "$venv/bin/pip" install -q "$requirement"
+    timeout 600 "$venv/bin/pip" install --disable-pip-version-check -q "$requirement"
     echo "$requirement" > "$venv/.requirement"
 fi
 
@@ -50,14 +50,34 @@ port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0));
     > "$work/server.log" 2>&1 &
 server=$!
 url="http://127.0.0.1:$port"
+# HTTP without curl (a fresh machine may have none): python's standard library.
+http() {
+    "$python" - "$@" <<'PY'
+import sys, urllib.request, urllib.error
+method, url, key, body = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+data = None
+if body:
+    data = open(body[1:], "rb").read() if body.startswith("@") else body.encode()
+req = urllib.request.Request(url, data=data, method=method)
+if key:
+    req.add_header("Authorization", "Bearer " + key)
+    req.add_header("Content-Type", "application/json")
+try:
+    with urllib.request.urlopen(req, timeout=10) as r:
+        r.read()
+except urllib.error.HTTPError as e:
+    sys.exit(f"{method} {url}: {e.code} {e.read().decode(errors='replace')}")
+except OSError as e:
+    sys.exit(f"{method} {url}: {e}")
+PY
+}
 for _ in $(seq 100); do
-    curl -fsS "$url/healthz" >/dev/null 2>&1 && break
+    http GET "$url/healthz" "" "" 2>/dev/null && break
     sleep 0.1
 done
 
 # Real data for the path parameters to reach: a session with a call and its result (offloaded
 # output to recall), a rendered model call, a memory note and a knowledge-base file.
-auth=(-H "Authorization: Bearer $key" -H "Content-Type: application/json")
 "$python" - > "$work/session.json" <<'PY'
 import hashlib, json
 out = "line of build output\n" * 400
@@ -73,8 +93,7 @@ print(json.dumps({"id": "demo", "events": [
 ]}))
 PY
 seed() {
-    curl -sS --fail-with-body "${auth[@]}" -X POST "$url$1" --data-binary "$2" -o "$work/seed.out" \
-        || { echo "seeding $1 failed: $(cat "$work/seed.out")" >&2; exit 1; }
+    http POST "$url$1" "$key" "$2" || { echo "seeding $1 failed" >&2; exit 1; }
 }
 seed /loom/v1/sessions "@$work/session.json"
 seed /loom/v1/sessions/demo/render '{"model": "gpt-4o", "budget": 4000}'
