@@ -161,10 +161,26 @@ async fn appends_imports_and_histories_are_indexed_and_bad_input_is_a_4xx_naming
         .await,
     );
     assert_eq!(found.len(), 3, "{found:?}");
+    // Without an agent (and a key that names none), the agent a session gets when none is named.
+    let r = s
+        .post(
+            "/loom/v1/memory/search",
+            None,
+            &[],
+            &json!({"query": "kiln"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.json::<Value>().await.unwrap()["hits"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "agent `agent` keeps no memory here"
+    );
 
     for (body, field) in [
         (json!({"agent": "potter"}), "query"),
-        (json!({"query": "kiln"}), "agent"),
         (
             json!({"query": "kiln", "agent": "potter", "tier": "L9"}),
             "tier",
@@ -196,10 +212,12 @@ async fn appends_imports_and_histories_are_indexed_and_bad_input_is_a_4xx_naming
             400,
         ),
         (json!({"text": " ", "session": "pots"}), 400),
-        (json!({"text": "x", "session": "pots", "seq": 99}), 400),
+        // A seq the session does not have is not found; an agent that is not the session's
+        // contradicts what is stored.
+        (json!({"text": "x", "session": "pots", "seq": 99}), 404),
         (
             json!({"text": "x", "session": "pots", "agent": "someone"}),
-            400,
+            409,
         ),
         (json!({"text": "x", "session": "nowhere"}), 404),
         (json!({"session": "pots"}), 400),
