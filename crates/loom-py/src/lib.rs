@@ -561,13 +561,19 @@ impl Database {
                 .session(&id)
                 .map_err(store_error)?
                 .ok_or_else(|| store_error(StoreError::SessionNotFound(id.clone())))?;
-            if seq == 0 || seq > info.event_count {
-                return Err(invalid(
-                    "seq",
+            if seq == 0 {
+                return Err(invalid("seq", "seqs start at 1: expected an event's seq"));
+            }
+            if seq > info.event_count {
+                // As the HTTP API answers it: the session has no such event (404).
+                return Err(raise::<NotFound>(
                     format!(
                         "session `{id}` has no event {seq} (it has {})",
                         info.event_count
                     ),
+                    None,
+                    Some("seq".into()),
+                    None,
                 ));
             }
             let out = loom_server::api::explain::explain_event(

@@ -11,7 +11,7 @@ use loom_memory::{Memory, MemoryError, NewNote, Recall, Tier};
 use pyo3::PyResult;
 
 use crate::{invalid, json_text, now_ms, raise, session_id, store_error, Inner};
-use crate::{InvalidInput, LoomError, NotFound, SessionNotFound, Unavailable};
+use crate::{LoomError, NotFound, SessionNotFound, Unavailable};
 
 /// A memory error as the package raises it.
 pub(crate) fn memory_error(e: MemoryError) -> pyo3::PyErr {
@@ -128,8 +128,12 @@ pub(crate) fn save(
         })?;
     let seq = seq.unwrap_or(info.event_count);
     if seq > info.event_count {
-        return Err(raise::<InvalidInput>(
-            format!("seq: session `{id}` has {} events", info.event_count),
+        // As the HTTP API answers it: the session has no such event (404).
+        return Err(raise::<NotFound>(
+            format!(
+                "session `{id}` has no event {seq} (it has {})",
+                info.event_count
+            ),
             None,
             Some("seq".into()),
             None,

@@ -60,8 +60,9 @@ def test_bad_memory_input_raises_naming_the_field(db):
         s.memory_save("note", ttl_seconds=0)
     with pytest.raises(loom.InvalidInput):
         s.memory_save("   ")
-    with pytest.raises(loom.InvalidInput):
+    with pytest.raises(loom.NotFound) as e:
         s.memory_save("note", seq=99)
+    assert e.value.field == "seq"
     with pytest.raises(loom.NotFound):
         db.session("nowhere").memory_save("note")
 
