@@ -56,7 +56,7 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --live-sessions N       sessions: the server's live-session cache size [server default]
   --live-bytes N          sessions: the server's live-session cache bound in bytes [server default]
   --memory on|off         agents' memory, indexed in the background (loom serve's
-                          default: on)                            [on]
+                          default is on; off keeps earlier figures comparable) [off]
   --db URL                a PostgreSQL database (postgres://...) instead of a fresh
                           SQLite file per run; its round trips per call are printed
   --time-limit SECS       wall-clock bound of each scenario run   [900]

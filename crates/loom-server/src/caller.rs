@@ -45,14 +45,13 @@ pub(crate) fn unscoped(text: &str, tenant: &TenantId) -> String {
         let (head, tail) = rest.split_at(at);
         out.push_str(head);
         let boundary = head.chars().next_back().or(before);
-        if boundary.is_none_or(|c| matches!(c, ' ' | '`' | '"' | '\'' | '(' | '[' | '\n')) {
-            rest = &tail[prefix.len()..];
-            before = Some('/');
-        } else {
+        if !boundary.is_none_or(|c| matches!(c, ' ' | '`' | '"' | '\'' | '(' | '[' | '\n')) {
+            // Inside a word: not an id's start.
             out.push_str(&prefix);
-            rest = &tail[prefix.len()..];
-            before = Some('/');
         }
+        rest = &tail[prefix.len()..];
+        // What follows a prefix follows a `/`: never an id's start.
+        before = Some('/');
     }
     out.push_str(rest);
     out

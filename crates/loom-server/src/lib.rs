@@ -63,9 +63,6 @@ pub enum ServeError {
     /// The memory indexer's thread could not be started.
     #[error("starting the memory indexer: {0}")]
     Memory(String),
-    /// Serving failed.
-    #[error("serving: {0}")]
-    Serve(#[source] std::io::Error),
 }
 
 /// The server's state over an opened store, without memory.

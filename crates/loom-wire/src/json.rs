@@ -38,8 +38,9 @@ pub(crate) fn index(path: &str, index: usize) -> String {
     format!("{path}[{index}]")
 }
 
-/// The JSON type of a value, as error messages name it.
-pub(crate) fn kind(value: &Value) -> &'static str {
+/// The JSON type of a value, as error messages name it (`a string`, `null`): for every error
+/// that says what was found where something else was expected.
+pub fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -50,6 +50,7 @@ mod sse;
 pub use check::{check_continuation, check_request, CallIds, RequestError};
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;
+pub use json::kind as json_kind;
 pub use loom_core::Api;
 pub use reply::{parse_reply, AssistantReply, ProviderUsage, StreamAssembler};
 pub use sse::{SseEvent, SseParser};

@@ -172,8 +172,12 @@ impl SqliteMemory {
             .iter()
             .map(|i| self.tokenizer.count(&i.text))
             .collect();
-        let known: Vec<Option<ItemId>> =
-            self.read_tx(|tx| items.iter().map(|i| write::known(tx, i)).collect())?;
+        let known: Vec<Option<ItemId>> = self.read_tx(|tx| {
+            items
+                .iter()
+                .map(|i| write::known(tx, i, &crate::text::hash(&crate::text::normalize(&i.text))))
+                .collect()
+        })?;
         let mut written: Vec<Option<Written>> =
             known.iter().map(|k| k.map(Written::Known)).collect();
         let todo: Vec<usize> = (0..items.len()).filter(|&i| known[i].is_none()).collect();

@@ -13,10 +13,10 @@ use crate::text;
 use super::read::load_item;
 
 /// The item an earlier write made from the same source (re-indexing): the same session and seqs,
-/// agent and kind (and, for facts, which many come from the same lines, the same text).
-pub(crate) fn known(tx: &Connection, item: &NewItem) -> Result<Option<ItemId>> {
+/// agent and kind (and, for facts, which many come from the same lines, the same text: `hash`,
+/// [`text::hash`] of the normalised text, made once by the caller).
+pub(crate) fn known(tx: &Connection, item: &NewItem, hash: &str) -> Result<Option<ItemId>> {
     let src = &item.source;
-    let hash = text::hash(&text::normalize(&item.text));
     tx.prepare_cached(
         "SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
          WHERE s.session = ?1 AND s.from_seq = ?2 AND s.to_seq = ?3
@@ -30,7 +30,7 @@ pub(crate) fn known(tx: &Connection, item: &NewItem) -> Result<Option<ItemId>> {
                 src.to_seq,
                 item.agent.as_str(),
                 item.kind.as_str(),
-                dedup::known_by_text(item.kind).then_some(hash.as_str()),
+                dedup::known_by_text(item.kind).then_some(hash),
             ],
             |r| r.get(0),
         )
@@ -46,7 +46,7 @@ pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result
     let normalized = text::normalize(&item.text);
     let hash = text::hash(&normalized);
     // The same source seen again (re-indexing) changes nothing, whatever became of its item.
-    let known = known(tx, item)?;
+    let known = known(tx, item, &hash)?;
     if let Some(id) = known {
         return Ok(Written::Known(id));
     }

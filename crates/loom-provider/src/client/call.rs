@@ -135,7 +135,7 @@ pub(super) async fn send(
 pub(super) fn value_bytes(body: &Value) -> Result<Vec<u8>, CallError> {
     if !body.is_object() {
         return Err(CallError::Request {
-            reason: format!("expected a JSON object, got {}", kind(body)),
+            reason: format!("expected a JSON object, got {}", loom_wire::json_kind(body)),
         });
     }
     serde_json::to_vec(body).map_err(|e| CallError::Request {
@@ -198,18 +198,6 @@ fn raw<T: serde::Serialize + ?Sized>(value: &T) -> Result<Cow<'static, RawValue>
         .map_err(|e| CallError::Request {
             reason: format!("cannot be serialised: {e}"),
         })
-}
-
-/// The JSON type of `v`, for messages.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// An attempt that did not produce a reply to read.

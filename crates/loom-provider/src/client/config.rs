@@ -291,13 +291,10 @@ pub fn endpoint(api: Api, base_url: &str) -> Result<Url, CallError> {
     let full = match api {
         Api::Anthropic => {
             let base = trimmed.strip_suffix("/v1").unwrap_or(trimmed);
-            format!("{base}/v1/messages")
+            format!("{base}/v1{}", api.endpoint())
         }
         Api::OpenaiChat | Api::OpenaiResponses => {
-            let path = match api {
-                Api::OpenaiResponses => "/responses",
-                _ => "/chat/completions",
-            };
+            let path = api.endpoint();
             if bare {
                 format!("{trimmed}/v1{path}")
             } else {

@@ -28,10 +28,10 @@ pub(crate) fn header() -> String {
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into());
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let memory = if crate::harness::MEMORY.get() == Some(&false) {
-        "off"
-    } else {
+    let memory = if crate::harness::MEMORY.get() == Some(&true) {
         "on"
+    } else {
+        "off"
     };
     format!(
         "loom serve load: {} UTC, commit {commit}{dirty}, {cores} cores, load average at start {load}, memory {memory}\n",

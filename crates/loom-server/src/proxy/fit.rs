@@ -64,10 +64,7 @@ pub(crate) fn restore(
     items: &mut dyn Items,
     body: &mut Value,
 ) {
-    let key = match api {
-        Api::OpenaiChat | Api::Anthropic => "messages",
-        Api::OpenaiResponses => "input",
-    };
+    let key = api.history_field();
     let Some(obj) = body.as_object_mut() else {
         return;
     };

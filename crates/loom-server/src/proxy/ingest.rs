@@ -76,7 +76,7 @@ pub(crate) struct Read {
 impl RequestBody {
     /// Splits `raw`; its errors are those of parsing the body as JSON.
     pub(crate) fn parse(api: Api, raw: Bytes) -> Result<Self> {
-        let key = items_key(api);
+        let key = api.history_field();
         let mut de = serde_json::Deserializer::from_slice(&raw);
         let split = Envelope { key }
             .deserialize(&mut de)
@@ -205,7 +205,7 @@ impl RequestBody {
                 calls: memo.calls.clone(),
             });
         }
-        let key = items_key(self.api);
+        let key = self.api.history_field();
         let mut parsed = Vec::with_capacity(new.len());
         for range in new {
             parsed.push(serde_json::from_slice::<Value>(self.item(range)).ok()?);
@@ -262,7 +262,7 @@ impl RequestBody {
             for range in &items[..=first_user] {
                 list.push(serde_json::from_slice::<Value>(self.item(range)).ok()?);
             }
-            doc.insert(items_key(self.api).into(), Value::Array(list));
+            doc.insert(self.api.history_field().into(), Value::Array(list));
             let doc = serde_json::to_vec(&Value::Object(doc)).ok()?;
             let events = import(b, self.api, &scratch, &doc, 0).ok()?;
             opening_of(events)
@@ -292,14 +292,6 @@ fn opening_of(events: Vec<NewEvent>) -> Option<Vec<EventBody>> {
         .iter()
         .position(|e| matches!(e.body, EventBody::User { .. }))?;
     Some(events.into_iter().take(end + 1).map(|e| e.body).collect())
-}
-
-/// The key of the conversation's items in a body of `api`.
-fn items_key(api: Api) -> &'static str {
-    match api {
-        Api::OpenaiChat | Api::Anthropic => "messages",
-        Api::OpenaiResponses => "input",
-    }
 }
 
 /// The top-level fields besides the items that the importer reads (or refuses).
