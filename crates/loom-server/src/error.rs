@@ -123,19 +123,33 @@ impl ApiError {
 
     /// The JSON body: `{"error": {"type", "message", "field"}}`.
     pub fn body(&self) -> serde_json::Value {
-        #[derive(Serialize)]
-        struct Inner<'a> {
-            #[serde(rename = "type")]
-            kind: &'a str,
-            message: &'a str,
-            field: Option<&'a str>,
-        }
-        serde_json::json!({ "error": Inner {
-            kind: self.kind,
-            message: &self.message,
-            field: self.field.as_deref(),
-        }})
+        serde_json::to_value(ErrorBody {
+            error: ErrorDetail {
+                kind: self.kind,
+                message: &self.message,
+                field: self.field.as_deref(),
+            },
+        })
+        .unwrap_or(serde_json::Value::Null)
     }
+}
+
+/// Every error's body: `{"error": {"type", "message", "field"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub(crate) struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorDetail<'a> {
+    /// What kind of error: `invalid_request`, `unauthorized`, `not_found`, `conflict`, ...
+    #[serde(rename = "type")]
+    kind: &'a str,
+    /// What went wrong, and what to do about it.
+    message: &'a str,
+    /// The field at fault, when one is.
+    field: Option<&'a str>,
 }
 
 impl IntoResponse for ApiError {

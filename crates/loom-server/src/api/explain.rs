@@ -10,20 +10,83 @@ use axum::Json;
 use loom_core::render::Receipt;
 use loom_core::{BlobRef, EventBody, SessionId, ToolOutput};
 use loom_store::Offloader;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
-use super::body;
 use super::extract::Owned;
+use super::{body, schema, SessionPath};
 use crate::error::{ApiError, Result};
 use crate::state::AppState;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ExplainQuery {
+    /// The event's seq.
+    #[param(value_type = schema::Seq, inline)]
     event: u64,
 }
 
+/// What happened to one event in each recorded model call, and where its original is.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Explanation {
+    /// The event's seq.
+    event: u64,
+    /// Its kind.
+    kind: String,
+    /// Its fate in each recorded model call, oldest first.
+    calls: Vec<CallFate>,
+    /// Where its original is.
+    original: Original,
+}
+
+/// What one model call did with the event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CallFate {
+    call: u64,
+    at_seq: u64,
+    /// `verbatim`, `stubbed`, `grouped`, `summarized`, `dropped`, ... (the receipt's lists).
+    fate: String,
+    /// The render's estimate of the call's input tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimate: Option<u64>,
+    /// The compaction point that took the event, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    compaction: Option<loom_core::render::PointRecord>,
+    /// The usage the provider reported for the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schema::Usage>)]
+    usage: Option<loom_store::Usage>,
+}
+
+/// Where an event's original is: an offloaded output's reference (and, through the API, the
+/// URL that recalls it), or the event itself in the log.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Original {
+    #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
+    reference: Option<String>,
+    /// `GET` this for the original bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recall: Option<String>,
+    /// The seqs that hold it (`[n, n]`), when it is the event itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    events: Option<OriginalEvents>,
+}
+
+/// The seqs of an original in the log: `[n, n]` in `explain_event`, the URL reading them
+/// through the API.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum OriginalEvents {
+    Seqs([u64; 2]),
+    Url(String),
+}
+
+/// What happened to one event in each recorded model call.
+#[utoipa::path(get, path = "/loom/v1/sessions/{id}/explain", params(SessionPath, ExplainQuery),
+    responses((status = 200, body = Explanation), schema::Errors))]
 pub(crate) async fn explain(
     State(state): State<Arc<AppState>>,
     Owned { id, sid, info, .. }: Owned,
@@ -55,14 +118,20 @@ pub(crate) async fn explain(
                 &sid,
                 n,
             )?;
-            out["original"] = match out["original"]["ref"].as_str() {
-                Some(r) => json!({
-                    "ref": r,
-                    "recall": format!("/loom/v1/sessions/{}/recall?ref={r}", encode(&client_id)),
-                }),
-                None => json!({
-                    "events": format!("/loom/v1/sessions/{}/events?from={n}&to={n}", encode(&client_id)),
-                }),
+            let session = encode(&client_id);
+            out.original = match out.original.reference.take() {
+                Some(r) => Original {
+                    recall: Some(format!("/loom/v1/sessions/{session}/recall?ref={r}")),
+                    reference: Some(r),
+                    events: None,
+                },
+                None => Original {
+                    reference: None,
+                    recall: None,
+                    events: Some(OriginalEvents::Url(format!(
+                        "/loom/v1/sessions/{session}/events?from={n}&to={n}"
+                    ))),
+                },
             };
             Ok(out)
         })
@@ -80,7 +149,7 @@ pub fn explain_event(
     reduce: &loom_core::ReduceConfig,
     session: &SessionId,
     n: u64,
-) -> Result<Value> {
+) -> Result<Explanation> {
     let event = store
         .read(session, n..=n)?
         .pop()
@@ -91,35 +160,22 @@ pub fn explain_event(
         // render to explain, only that the event was sent as it is.
         let receipt: Option<Receipt> =
             serde_json::from_value(mc.call.receipt["receipt"].clone()).ok();
-        let mut row = match &receipt {
-            Some(r) => json!({
-                "call": mc.id,
-                "at_seq": mc.call.at_seq,
-                "fate": r.fate(n),
-                "estimate": r.estimate,
-            }),
-            None if n <= mc.call.at_seq => json!({
-                "call": mc.id,
-                "at_seq": mc.call.at_seq,
-                "fate": "sent as the client sent it (observe mode)",
-            }),
-            None => json!({
-                "call": mc.id,
-                "at_seq": mc.call.at_seq,
-                "fate": "not yet in the log",
-            }),
+        let fate = match &receipt {
+            Some(r) => r.fate(n),
+            None if n <= mc.call.at_seq => "sent as the client sent it (observe mode)",
+            None => "not yet in the log",
         };
-        if let Some(point) = receipt
-            .as_ref()
-            .and_then(|r| r.compaction.as_ref())
-            .filter(|p| p.at_seq >= n)
-        {
-            row["compaction"] = serde_json::to_value(point).unwrap_or(Value::Null);
-        }
-        if let Some(usage) = mc.usage {
-            row["usage"] = serde_json::to_value(usage).unwrap_or(Value::Null);
-        }
-        calls.push(row);
+        calls.push(CallFate {
+            call: mc.id,
+            at_seq: mc.call.at_seq,
+            fate: fate.to_owned(),
+            estimate: receipt.as_ref().map(|r| r.estimate),
+            compaction: receipt
+                .as_ref()
+                .and_then(|r| r.compaction.clone())
+                .filter(|p| p.at_seq >= n),
+            usage: mc.usage,
+        });
     }
     let reference = match &event.body {
         EventBody::ToolResult { call_id, .. } => {
@@ -131,16 +187,17 @@ pub fn explain_event(
         }
         _ => None,
     };
-    let original = match reference {
-        Some(r) => json!({ "ref": r }),
-        None => json!({ "events": [n, n] }),
+    let original = Original {
+        events: reference.is_none().then_some(OriginalEvents::Seqs([n, n])),
+        reference,
+        recall: None,
     };
-    Ok(json!({
-        "event": n,
-        "kind": event.body.kind().as_str(),
-        "calls": calls,
-        "original": original,
-    }))
+    Ok(Explanation {
+        event: n,
+        kind: event.body.kind().as_str().to_owned(),
+        calls,
+        original,
+    })
 }
 
 /// Whether the session's log or steps refer to `blob` (an inline output offloaded by a step, or a

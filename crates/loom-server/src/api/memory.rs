@@ -14,13 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use loom_core::{AgentId, SessionId};
 use loom_memory::{Hit, Memory, MemoryError, NewNote, Recall, Tier};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Caller;
-use super::{existing, parse_json};
+use super::{existing, parse_json, schema};
 use crate::auth::Principal;
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, ErrorBody, Result};
 use crate::memory::{memory_agent, tenant_agent};
 use crate::state::{now_ms, AppState};
 
@@ -28,7 +28,7 @@ use crate::state::{now_ms, AppState};
 const DEFAULT_BUDGET: u64 = 1_000;
 
 /// The largest budget one search may ask for.
-const MAX_BUDGET: u64 = 100_000;
+pub(crate) const MAX_BUDGET: u64 = 100_000;
 
 /// The largest knowledge-base file accepted, in bytes.
 const MAX_KB_FILE_BYTES: usize = 8 * 1024 * 1024;
@@ -79,44 +79,90 @@ fn agent_key(p: &Principal, named: Option<&str>) -> Result<(AgentId, AgentId)> {
     Ok((agent, key))
 }
 
-/// A hit with its sources' sessions as the tenant names them.
-fn hit_json(p: &Principal, h: &Hit) -> Value {
-    let sources: Vec<Value> = h
-        .sources
-        .iter()
-        .filter_map(|s| {
-            let session = p.unscope(&s.session)?;
-            let mut v = json!({"session": session, "seq": s.seq});
-            if let Some(to) = s.to_seq {
-                v["to_seq"] = json!(to);
-            }
-            Some(v)
-        })
-        .collect();
-    let mut v = json!({"text": h.text, "tokens": h.tokens, "score": h.score, "tier": h.tier,
-        "sources": sources});
-    if h.id > 0 {
-        v["id"] = json!(h.id);
-    }
-    v
+/// A search's hit, its sources' sessions as the tenant names them.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct MemoryHit {
+    /// The item's id; absent for L1 hits (the log itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    id: Option<i64>,
+    text: String,
+    tokens: u64,
+    score: f64,
+    #[schema(schema_with = schema::tier)]
+    tier: &'static str,
+    sources: Vec<HitSource>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Where a hit comes from: a session's event, or a range of its events.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HitSource {
+    session: String,
+    seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to_seq: Option<u64>,
+}
+
+impl MemoryHit {
+    fn of(p: &Principal, h: &Hit) -> Self {
+        let sources = h
+            .sources
+            .iter()
+            .filter_map(|s| {
+                Some(HitSource {
+                    session: p.unscope(&s.session)?.to_owned(),
+                    seq: s.seq,
+                    to_seq: s.to_seq,
+                })
+            })
+            .collect();
+        Self {
+            id: (h.id > 0).then_some(h.id),
+            text: h.text.clone(),
+            tokens: h.tokens,
+            score: h.score,
+            tier: h.tier.as_str(),
+            sources,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct MemoryHits {
+    hits: Vec<MemoryHit>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SearchRequest {
+#[schema(as = MemorySearch)]
+pub(crate) struct SearchRequest {
     query: String,
+    /// Default: the key's agent, else `agent` (the agent a session gets when none is named).
+    #[schema(schema_with = schema::id_or_null)]
     agent: Option<String>,
+    /// The current session: L1 and L2 need one.
+    #[schema(schema_with = schema::id_or_null)]
     session: Option<String>,
+    #[schema(schema_with = schema::tier_or_null)]
     tier: Option<String>,
+    /// Tokens (default 1,000).
+    #[schema(schema_with = schema::search_budget_or_null)]
     budget: Option<u64>,
+    #[schema(schema_with = schema::count_or_null)]
     limit: Option<usize>,
+    /// Include items that were superseded.
     #[serde(default)]
     history: bool,
+    /// Only items valid from this time on (UTC milliseconds).
     from_ms: Option<i64>,
+    /// Only items that became valid at or before this time (UTC milliseconds).
     to_ms: Option<i64>,
 }
 
-/// `POST /loom/v1/memory/search`.
+/// Search an agent's memory by tier (L1 recent log, L2 notes, L3 summaries, L4 long-term)
+/// within a token budget.
+#[utoipa::path(post, path = "/loom/v1/memory/search", request_body = SearchRequest,
+    responses((status = 200, body = MemoryHits), (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn search(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -182,21 +228,40 @@ pub(crate) async fn search(
             }
         })
         .await?;
-    let hits: Vec<Value> = hits.iter().map(|h| hit_json(&p, h)).collect();
-    Ok(Json(json!({ "hits": hits })).into_response())
+    let hits = hits.iter().map(|h| MemoryHit::of(&p, h)).collect();
+    Ok(Json(MemoryHits { hits }).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SaveRequest {
+#[schema(as = SaveNote)]
+pub(crate) struct SaveRequest {
+    #[schema(schema_with = schema::text)]
     text: String,
+    #[schema(schema_with = schema::id)]
     session: String,
+    #[schema(schema_with = schema::id_or_null)]
     agent: Option<String>,
+    /// Default: the session's last event.
+    #[schema(schema_with = schema::seq_or_null)]
     seq: Option<u64>,
+    #[schema(schema_with = schema::positive_or_null)]
     ttl_seconds: Option<u64>,
 }
 
-/// `POST /loom/v1/memory/items`: saves a note into the session's L2, for the session's agent.
+/// A note saved.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SavedNote {
+    id: i64,
+    /// `false` when the same note was already saved in this session.
+    created: bool,
+    expires_ms: Option<i64>,
+}
+
+/// Save a note into a session's working memory (L2), optionally with a time to live.
+#[utoipa::path(post, path = "/loom/v1/memory/items", request_body = SaveRequest,
+    responses((status = 200, body = SavedNote), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn save(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -243,7 +308,12 @@ pub(crate) async fn save(
             memory.save(&note).map_err(api_error)
         })
         .await?;
-    Ok(Json(json!(saved)).into_response())
+    Ok(Json(SavedNote {
+        id: saved.id,
+        created: saved.created,
+        expires_ms: saved.expires_ms,
+    })
+    .into_response())
 }
 
 /// Item `id` when it is the caller's (its agent keyed for the caller's tenant, and the key's
@@ -262,30 +332,69 @@ fn owned_item(p: &Principal, memory: &dyn Memory, id: i64) -> Result<loom_memory
 }
 
 /// An item as the tenant sees it: its agent and sessions in the tenant's names.
-fn item_json(p: &Principal, item: &loom_memory::Item, expires_ms: Option<i64>) -> Value {
-    let sources: Vec<Value> = item
-        .sources
-        .iter()
-        .filter_map(|s| {
-            Some(
-                json!({"session": p.unscope(&s.session)?, "from_seq": s.from_seq,
-                "to_seq": s.to_seq, "ts_ms": s.ts_ms}),
-            )
-        })
-        .collect();
-    json!({
-        "id": item.id,
-        "agent": tenant_agent(p.tenant.as_ref(), item.agent.as_str()),
-        "tier": item.tier,
-        "kind": item.kind,
-        "text": item.text,
-        "tokens": item.tokens,
-        "valid_from": item.valid_from,
-        "valid_to": item.valid_to,
-        "superseded_by": item.superseded_by,
-        "expires_ms": expires_ms,
-        "sources": sources,
-    })
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct MemoryItem {
+    id: i64,
+    agent: Option<String>,
+    #[schema(schema_with = schema::tier)]
+    tier: &'static str,
+    kind: &'static str,
+    text: String,
+    tokens: u64,
+    valid_from: i64,
+    valid_to: Option<i64>,
+    superseded_by: Option<i64>,
+    expires_ms: Option<i64>,
+    sources: Vec<ItemSource>,
+}
+
+/// The events an item was drawn from.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ItemSource {
+    session: String,
+    from_seq: u64,
+    to_seq: u64,
+    ts_ms: i64,
+}
+
+impl MemoryItem {
+    fn of(p: &Principal, item: &loom_memory::Item, expires_ms: Option<i64>) -> Self {
+        let sources = item
+            .sources
+            .iter()
+            .filter_map(|s| {
+                Some(ItemSource {
+                    session: p.unscope(&s.session)?.to_owned(),
+                    from_seq: s.from_seq,
+                    to_seq: s.to_seq,
+                    ts_ms: s.ts_ms,
+                })
+            })
+            .collect();
+        Self {
+            id: item.id,
+            agent: tenant_agent(p.tenant.as_ref(), item.agent.as_str()).map(str::to_owned),
+            tier: item.tier.as_str(),
+            kind: item.kind.as_str(),
+            text: item.text.clone(),
+            tokens: item.tokens,
+            valid_from: item.valid_from,
+            valid_to: item.valid_to,
+            superseded_by: item.superseded_by,
+            expires_ms,
+            sources,
+        }
+    }
+}
+
+/// The path of one memory item.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by the handlers; here for the description.
+pub(crate) struct ItemPath {
+    /// The item's id.
+    #[param(value_type = schema::ItemId, inline)]
+    id: i64,
 }
 
 fn item_id(raw: &str) -> Result<i64> {
@@ -295,7 +404,9 @@ fn item_id(raw: &str) -> Result<i64> {
         .ok_or_else(|| ApiError::invalid_field("id", format!("`{raw}` is not a memory item id")))
 }
 
-/// `GET /loom/v1/memory/items/{id}`.
+/// One memory item with its provenance.
+#[utoipa::path(get, path = "/loom/v1/memory/items/{id}", params(ItemPath),
+    responses((status = 200, body = MemoryItem), (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn get_item(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -311,14 +422,22 @@ pub(crate) async fn get_item(
             if expires.is_some_and(|at| at <= now_ms()) {
                 return Err(ApiError::not_found(format!("memory item {id} not found")));
             }
-            Ok(item_json(&p, &item, expires))
+            Ok(MemoryItem::of(&p, &item, expires))
         })
         .await?;
     Ok(Json(v).into_response())
 }
 
-/// `DELETE /loom/v1/memory/items/{id}`: forgets the item; returns it as it was, with the items
-/// it had superseded (current again).
+/// An item forgotten, as it was, and the items it had superseded (current again).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Forgotten {
+    forgotten: MemoryItem,
+    restored: Vec<i64>,
+}
+
+/// Forget a memory item (the only delete); returns it as it was.
+#[utoipa::path(delete, path = "/loom/v1/memory/items/{id}", params(ItemPath),
+    responses((status = 200, body = Forgotten), (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn forget_item(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -330,7 +449,10 @@ pub(crate) async fn forget_item(
         .blocking("forgetting a memory item", move |_| {
             owned_item(&p, memory.as_ref(), id)?;
             let gone = memory.forget(id).map_err(api_error)?;
-            Ok(json!({"forgotten": item_json(&p, &gone.item, None), "restored": gone.restored}))
+            Ok(Forgotten {
+                forgotten: MemoryItem::of(&p, &gone.item, None),
+                restored: gone.restored,
+            })
         })
         .await?;
     Ok(Json(v).into_response())
@@ -343,14 +465,32 @@ fn kb_scope(p: &Principal) -> String {
         .map_or_else(String::new, |t| t.as_str().to_owned())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct KbFileRequest {
+#[schema(as = KbFile)]
+pub(crate) struct KbFileRequest {
+    #[schema(schema_with = schema::text)]
     path: String,
     content: String,
 }
 
-/// `POST /loom/v1/kb/files`: adds (or replaces) a file of the caller's knowledge base.
+/// A file added.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct KbAdded {
+    path: String,
+    /// How it was chunked.
+    #[schema(pattern = "^(markdown|code|json|text)$")]
+    kind: &'static str,
+    chunks: usize,
+    /// Chunks of an earlier version that were replaced.
+    replaced: usize,
+    /// The same content was already stored: nothing changed.
+    unchanged: bool,
+}
+
+/// Add (or replace) a file of the knowledge base, chunked on its structure.
+#[utoipa::path(post, path = "/loom/v1/kb/files", request_body = KbFileRequest,
+    responses((status = 200, body = KbAdded), (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn kb_add(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -375,10 +515,34 @@ pub(crate) async fn kb_add(
                 .map_err(api_error)
         })
         .await?;
-    Ok(Json(json!(added)).into_response())
+    Ok(Json(KbAdded {
+        path: added.path,
+        kind: added.kind.as_str(),
+        chunks: added.chunks,
+        replaced: added.replaced,
+        unchanged: added.unchanged,
+    })
+    .into_response())
 }
 
-/// `GET /loom/v1/kb/files`.
+/// A file of the knowledge base.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct KbFileInfo {
+    path: String,
+    kind: String,
+    chunks: usize,
+    tokens: u64,
+    added_ms: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct KbFileList {
+    files: Vec<KbFileInfo>,
+}
+
+/// The knowledge base's files.
+#[utoipa::path(get, path = "/loom/v1/kb/files",
+    responses((status = 200, body = KbFileList), (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn kb_list(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -390,16 +554,36 @@ pub(crate) async fn kb_list(
             memory.kb_list(&scope).map_err(api_error)
         })
         .await?;
-    Ok(Json(json!({ "files": files })).into_response())
+    let files = files
+        .into_iter()
+        .map(|f| KbFileInfo {
+            path: f.path,
+            kind: f.kind,
+            chunks: f.chunks,
+            tokens: f.tokens,
+            added_ms: f.added_ms,
+        })
+        .collect();
+    Ok(Json(KbFileList { files }).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct KbRemoveRequest {
+#[schema(as = KbRemove)]
+pub(crate) struct KbRemoveRequest {
+    #[schema(schema_with = schema::text)]
     path: String,
 }
 
-/// `POST /loom/v1/kb/remove`: removes a file and its chunks.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct KbRemoved {
+    /// The chunks removed.
+    removed: usize,
+}
+
+/// Remove a file of the knowledge base.
+#[utoipa::path(post, path = "/loom/v1/kb/remove", request_body = KbRemoveRequest,
+    responses((status = 200, body = KbRemoved), (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn kb_remove(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -416,18 +600,45 @@ pub(crate) async fn kb_remove(
             })
         })
         .await?;
-    Ok(Json(json!({ "removed": chunks })).into_response())
+    Ok(Json(KbRemoved { removed: chunks }).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct KbSearchRequest {
+#[schema(as = KbSearch)]
+pub(crate) struct KbSearchRequest {
     query: String,
+    /// Tokens (default 1,000).
+    #[schema(schema_with = schema::search_budget_or_null)]
     budget: Option<u64>,
+    #[schema(schema_with = schema::count_or_null)]
     limit: Option<usize>,
 }
 
-/// `POST /loom/v1/kb/search`.
+/// A chunk found.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct KbHit {
+    path: String,
+    /// First line, 1-based.
+    from_line: u32,
+    /// Last line, inclusive.
+    to_line: u32,
+    /// The section heading or JSON key, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heading: Option<String>,
+    text: String,
+    tokens: u64,
+    score: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct KbHits {
+    hits: Vec<KbHit>,
+}
+
+/// Search the knowledge base within a token budget.
+#[utoipa::path(post, path = "/loom/v1/kb/search", request_body = KbSearchRequest,
+    responses((status = 200, body = KbHits), (status = 503, body = ErrorBody), schema::Errors))]
 pub(crate) async fn kb_search(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
@@ -451,7 +662,19 @@ pub(crate) async fn kb_search(
                 .map_err(api_error)
         })
         .await?;
-    Ok(Json(json!({ "hits": hits })).into_response())
+    let hits = hits
+        .into_iter()
+        .map(|h| KbHit {
+            path: h.path,
+            from_line: h.from_line,
+            to_line: h.to_line,
+            heading: h.heading,
+            text: h.text,
+            tokens: h.tokens,
+            score: h.score,
+        })
+        .collect();
+    Ok(Json(KbHits { hits }).into_response())
 }
 
 /// Queues `session` for indexing, when the server keeps memory.

@@ -10,6 +10,7 @@ pub mod explain;
 mod extract;
 pub(crate) mod memory;
 mod results;
+pub(crate) mod schema;
 
 use std::sync::Arc;
 
@@ -23,12 +24,13 @@ use axum::{Json, Router};
 use loom_core::render::{Format, ToolSpec};
 use loom_core::{AgentId, NewEvent, SessionId, SessionInfo};
 use loom_store::{NewSession, Offloader, Resolution, Usage};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Principal;
 use crate::engine::RenderSpec;
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, ErrorBody, Result};
 use crate::state::{now_ms, AppState};
 pub(crate) use body::parse_json;
 use extract::{Caller, Owned};
@@ -78,14 +80,39 @@ pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
 }
 
 /// A session as the tenant sees it: its own id, and its parent's when that is its own too.
-pub(crate) fn session_json(p: &Principal, info: &SessionInfo) -> Value {
-    json!({
-        "id": p.unscope(&info.id).unwrap_or(info.id.as_str()),
-        "agent": info.agent,
-        "parent": info.parent.as_ref().and_then(|id| p.unscope(id)),
-        "created_ms": info.created_ms,
-        "event_count": info.event_count,
-    })
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Session {
+    id: String,
+    agent: String,
+    parent: Option<String>,
+    created_ms: i64,
+    event_count: u64,
+}
+
+impl Session {
+    pub(crate) fn of(p: &Principal, info: &SessionInfo) -> Self {
+        Self {
+            id: p.unscope(&info.id).unwrap_or(info.id.as_str()).to_owned(),
+            agent: info.agent.as_str().to_owned(),
+            parent: info
+                .parent
+                .as_ref()
+                .and_then(|id| p.unscope(id))
+                .map(str::to_owned),
+            created_ms: info.created_ms,
+            event_count: info.event_count,
+        }
+    }
+}
+
+/// The path of an endpoint on one session.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by `Owned`; here for the description.
+pub(crate) struct SessionPath {
+    /// The session, as the tenant names it.
+    #[param(value_type = schema::Id, inline)]
+    id: String,
 }
 
 /// The stored id of the tenant's session `id`, which must exist (404 otherwise).
@@ -105,29 +132,47 @@ pub(crate) async fn existing(
     Ok((sid, info))
 }
 
-async fn list_sessions(State(state): State<Arc<AppState>>, Caller(p): Caller) -> Result<Response> {
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SessionList {
+    sessions: Vec<Session>,
+}
+
+/// List the tenant's sessions.
+#[utoipa::path(get, path = "/loom/v1/sessions",
+    responses((status = 200, body = SessionList), schema::Errors))]
+pub(crate) async fn list_sessions(
+    State(state): State<Arc<AppState>>,
+    Caller(p): Caller,
+) -> Result<Response> {
     let all = state
         .blocking("listing sessions", |s| Ok(s.store.sessions()?))
         .await?;
-    let list: Vec<Value> = all
+    let sessions = all
         .iter()
         .filter(|info| p.unscope(&info.id).is_some())
-        .map(|info| session_json(&p, info))
+        .map(|info| Session::of(&p, info))
         .collect();
-    Ok(Json(json!({ "sessions": list })).into_response())
+    Ok(Json(SessionList { sessions }).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateSession {
+pub(crate) struct CreateSession {
+    #[schema(schema_with = schema::id)]
     id: String,
+    #[schema(schema_with = schema::id_or_null)]
     agent: Option<String>,
+    #[schema(schema_with = schema::id_or_null)]
     parent: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = schema::first_events)]
     events: Vec<NewEvent>,
 }
 
-async fn create_session(
+/// Create a session, optionally with its first events.
+#[utoipa::path(post, path = "/loom/v1/sessions", request_body = CreateSession,
+    responses((status = 201, body = Session), (status = 409, body = ErrorBody), schema::Errors))]
+pub(crate) async fn create_session(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
     body: Bytes,
@@ -173,21 +218,38 @@ async fn create_session(
     if info.event_count > 0 {
         memory::index_later(&state, &p, &info.id);
     }
-    Ok((StatusCode::CREATED, Json(session_json(&p, &info))).into_response())
+    Ok((StatusCode::CREATED, Json(Session::of(&p, &info))).into_response())
 }
 
-async fn get_session(Owned { p, info, .. }: Owned) -> Result<Response> {
-    Ok(Json(session_json(&p, &info)).into_response())
+/// One session.
+#[utoipa::path(get, path = "/loom/v1/sessions/{id}", params(SessionPath),
+    responses((status = 200, body = Session), schema::Errors))]
+pub(crate) async fn get_session(Owned { p, info, .. }: Owned) -> Result<Response> {
+    Ok(Json(Session::of(&p, &info)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct Range {
+#[into_params(parameter_in = Query)]
+pub(crate) struct Range {
+    /// The first seq to read (default 1).
+    #[param(value_type = Option<schema::SeqBound>, inline)]
     from: Option<u64>,
+    /// The last seq to read (default: the last event).
+    #[param(value_type = Option<schema::SeqBound>, inline)]
     to: Option<u64>,
 }
 
-async fn read_events(
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EventList {
+    #[schema(value_type = Vec<schema::Event>)]
+    events: Vec<loom_core::Event>,
+}
+
+/// Read the log (seqs from..=to).
+#[utoipa::path(get, path = "/loom/v1/sessions/{id}/events", params(SessionPath, Range),
+    responses((status = 200, body = EventList), schema::Errors))]
+pub(crate) async fn read_events(
     State(state): State<Arc<AppState>>,
     Owned { sid, .. }: Owned,
     query: std::result::Result<Query<Range>, QueryRejection>,
@@ -200,16 +262,37 @@ async fn read_events(
             Ok(s.store.read(&sid, from..=to)?)
         })
         .await?;
-    Ok(Json(json!({ "events": events })).into_response())
+    Ok(Json(EventList { events }).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Append {
+#[schema(as = AppendEvents)]
+pub(crate) struct Append {
+    #[schema(schema_with = schema::some_new_events)]
     events: Vec<NewEvent>,
 }
 
-async fn append_events(
+/// The seqs an append gave (`first_seq > last_seq` when it added none).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Appended {
+    first_seq: u64,
+    last_seq: u64,
+}
+
+impl Appended {
+    fn of(seqs: &std::ops::RangeInclusive<u64>) -> Self {
+        Self {
+            first_seq: *seqs.start(),
+            last_seq: *seqs.end(),
+        }
+    }
+}
+
+/// Append events in Loom's JSON form (all or nothing).
+#[utoipa::path(post, path = "/loom/v1/sessions/{id}/events", params(SessionPath),
+    request_body = Append, responses((status = 200, body = Appended), schema::Errors))]
+pub(crate) async fn append_events(
     State(state): State<Arc<AppState>>,
     Owned { p, id, sid, .. }: Owned,
     body: Bytes,
@@ -230,20 +313,45 @@ async fn append_events(
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;
     memory::index_later(&state, &p, &index_id);
-    Ok(Json(json!({ "first_seq": seqs.start(), "last_seq": seqs.end() })).into_response())
+    Ok(Json(Appended::of(&seqs)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct ImportQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct ImportQuery {
+    /// The history's format (default: recognised from the body).
+    #[param(value_type = Option<schema::FormatName>, inline)]
     format: Option<String>,
+    /// The session to import into.
+    #[param(value_type = schema::Id, inline)]
     session: Option<String>,
+    /// The agent of a session the import creates.
+    #[param(value_type = Option<schema::Id>, inline)]
     agent: Option<String>,
     /// A session stored with a log the history extends gets the rest appended, instead of 409.
     extend: Option<bool>,
 }
 
-async fn import(
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ImportReport {
+    sessions: Vec<ImportedSession>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ImportedSession {
+    id: String,
+    #[schema(value_type = String, pattern = "^(imported|unchanged|extended)$")]
+    outcome: loom_import::Outcome,
+    events: u64,
+    blobs: u64,
+}
+
+/// Import an OpenAI Chat, Anthropic Messages or OpenAI Responses history.
+#[utoipa::path(post, path = "/loom/v1/import", params(ImportQuery), request_body = schema::History,
+    responses((status = 200, body = ImportReport), (status = 201, body = ImportReport),
+        (status = 409, body = ErrorBody), schema::Errors))]
+pub(crate) async fn import(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
     query: std::result::Result<Query<ImportQuery>, QueryRejection>,
@@ -283,16 +391,14 @@ async fn import(
             memory::index_later(&state, &p, &r.id);
         }
     }
-    let sessions: Vec<Value> = report
+    let sessions = report
         .sessions
         .iter()
-        .map(|r| {
-            json!({
-                "id": p.unscope(&r.id).unwrap_or(r.id.as_str()),
-                "outcome": r.outcome,
-                "events": r.events,
-                "blobs": r.blobs,
-            })
+        .map(|r| ImportedSession {
+            id: p.unscope(&r.id).unwrap_or(r.id.as_str()).to_owned(),
+            outcome: r.outcome,
+            events: r.events,
+            blobs: r.blobs,
         })
         .collect();
     let status = if report.imported > 0 || report.extended > 0 {
@@ -300,7 +406,7 @@ async fn import(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(json!({ "sessions": sessions }))).into_response())
+    Ok((status, Json(ImportReport { sessions })).into_response())
 }
 
 /// Appends the next items of a provider history (`body`: a document holding only the new
@@ -358,14 +464,23 @@ pub fn append_history(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct HistoryQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct HistoryQuery {
+    /// The history's format (default: recognised from the body).
+    #[param(value_type = Option<schema::FormatName>, inline)]
     format: Option<String>,
+    /// The agent of the session, when this creates it.
+    #[param(value_type = Option<schema::Id>, inline)]
     agent: Option<String>,
 }
 
-async fn history(
+/// Append the next messages or items of a provider history (only the new ones; results may
+/// answer calls already logged), creating the session if needed.
+#[utoipa::path(post, path = "/loom/v1/sessions/{id}/history", params(SessionPath, HistoryQuery),
+    request_body = schema::History, responses((status = 200, body = Appended), schema::Errors))]
+pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
     Caller(p): Caller,
     Path(id): Path<String>,
@@ -403,19 +518,38 @@ async fn history(
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;
     memory::index_later(&state, &p, &index_id);
-    Ok(Json(json!({ "first_seq": seqs.start(), "last_seq": seqs.end() })).into_response())
+    Ok(Json(Appended::of(&seqs)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RenderBody {
+#[schema(as = RenderRequest)]
+pub(crate) struct RenderBody {
+    #[schema(min_length = 1)]
     model: String,
+    #[schema(schema_with = schema::positive_or_null)]
     budget: Option<u64>,
+    #[schema(schema_with = schema::render_format_or_null)]
     format: Option<String>,
+    #[schema(value_type = Option<Vec<Object>>)]
     tools: Option<Value>,
 }
 
-async fn render(
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Rendered {
+    /// The request, in the format asked for.
+    #[schema(value_type = Object)]
+    body: Value,
+    #[schema(value_type = schema::Receipt)]
+    receipt: loom_core::render::Receipt,
+    /// The model call recorded for it, when the render was one.
+    model_call: Option<u64>,
+}
+
+/// Render the next model call's request (body and receipt), recorded as a model call.
+#[utoipa::path(post, path = "/loom/v1/sessions/{id}/render", params(SessionPath),
+    request_body = RenderBody, responses((status = 200, body = Rendered), schema::Errors))]
+pub(crate) async fn render(
     State(state): State<Arc<AppState>>,
     Owned { id, sid, .. }: Owned,
     body: Bytes,
@@ -457,32 +591,51 @@ async fn render(
     if out.receipt.compaction.is_some() && out.model_call.is_some() {
         state.metrics.compaction_point();
     }
-    Ok(Json(json!({
-        "body": out.body,
-        "receipt": out.receipt,
-        "model_call": out.model_call,
-    }))
+    Ok(Json(Rendered {
+        body: out.body,
+        receipt: out.receipt,
+        model_call: out.model_call,
+    })
     .into_response())
 }
 
-async fn steps(State(state): State<Arc<AppState>>, Owned { sid, .. }: Owned) -> Result<Response> {
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StepList {
+    #[schema(value_type = Vec<schema::Step>)]
+    steps: Vec<loom_core::Step>,
+}
+
+/// The session's tool results as reduced steps.
+#[utoipa::path(get, path = "/loom/v1/sessions/{id}/steps", params(SessionPath),
+    responses((status = 200, body = StepList), schema::Errors))]
+pub(crate) async fn steps(
+    State(state): State<Arc<AppState>>,
+    Owned { sid, .. }: Owned,
+) -> Result<Response> {
     let steps = state
         .blocking("deriving steps", move |s| {
             let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
             Ok(off.steps(&sid)?)
         })
         .await?;
-    Ok(Json(json!({ "steps": steps })).into_response())
+    Ok(Json(StepList { steps }).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct RecallQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct RecallQuery {
+    /// An output's alias (`outputs/shell_001.log`) or a blob's hash (`sha256:...`).
     #[serde(rename = "ref")]
+    #[param(value_type = schema::Reference, inline)]
     reference: String,
 }
 
-async fn recall(
+/// The original bytes behind a reference (outputs/... or sha256:...).
+#[utoipa::path(get, path = "/loom/v1/sessions/{id}/recall", params(SessionPath, RecallQuery),
+    responses((status = 200, body = schema::Bytes, content_type = "application/octet-stream"),
+        schema::Errors))]
+pub(crate) async fn recall(
     State(state): State<Arc<AppState>>,
     Owned { sid, .. }: Owned,
     query: std::result::Result<Query<RecallQuery>, QueryRejection>,
@@ -522,16 +675,25 @@ async fn recall(
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct UsageBody {
+#[schema(as = UsageReport)]
+pub(crate) struct UsageBody {
+    #[schema(schema_with = schema::seq)]
     call: u64,
+    #[schema(schema_with = schema::count)]
     input_tokens: u64,
+    #[schema(schema_with = schema::count_or_null)]
     cached_input_tokens: Option<u64>,
+    #[schema(schema_with = schema::count_or_null)]
     output_tokens: Option<u64>,
 }
 
-async fn usage(
+/// Record the usage a provider reported for a model call.
+#[utoipa::path(post, path = "/loom/v1/sessions/{id}/usage", params(SessionPath),
+    request_body = UsageBody,
+    responses((status = 200, body = ModelCall), (status = 409, body = ErrorBody), schema::Errors))]
+pub(crate) async fn usage(
     State(state): State<Arc<AppState>>,
     Owned { p, id, sid, .. }: Owned,
     body: Bytes,
@@ -549,22 +711,47 @@ async fn usage(
         })
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;
-    Ok(Json(receipt_json(&p, &call)).into_response())
+    Ok(Json(ModelCall::of(&p, &call)).into_response())
 }
 
 /// A recorded model call as the API shows it (the session as the tenant names it).
-fn receipt_json(p: &Principal, call: &loom_store::ModelCall) -> Value {
-    json!({
-        "id": call.id,
-        "session": p.unscope(&call.call.session).unwrap_or(call.call.session.as_str()),
-        "at_seq": call.call.at_seq,
-        "created_ms": call.call.created_ms,
-        "receipt": call.call.receipt["receipt"],
-        "usage": call.usage,
-    })
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ModelCall {
+    id: u64,
+    session: String,
+    at_seq: u64,
+    created_ms: i64,
+    /// The render's receipt; `null` for a call proxied in observe mode.
+    receipt: Value,
+    #[schema(value_type = schema::Usage)]
+    usage: Option<Usage>,
 }
 
-async fn receipts(
+impl ModelCall {
+    fn of(p: &Principal, call: &loom_store::ModelCall) -> Self {
+        Self {
+            id: call.id,
+            session: p
+                .unscope(&call.call.session)
+                .unwrap_or(call.call.session.as_str())
+                .to_owned(),
+            at_seq: call.call.at_seq,
+            created_ms: call.call.created_ms,
+            receipt: call.call.receipt["receipt"].clone(),
+            usage: call.usage,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ModelCallList {
+    receipts: Vec<ModelCall>,
+}
+
+/// Every model call's receipt and usage.
+#[utoipa::path(get, path = "/loom/v1/sessions/{id}/receipts", params(SessionPath),
+    responses((status = 200, body = ModelCallList), schema::Errors))]
+pub(crate) async fn receipts(
     State(state): State<Arc<AppState>>,
     Owned { p, sid, .. }: Owned,
 ) -> Result<Response> {
@@ -573,11 +760,27 @@ async fn receipts(
             Ok(s.store.model_calls(&sid)?)
         })
         .await?;
-    let list: Vec<Value> = calls.iter().map(|c| receipt_json(&p, c)).collect();
-    Ok(Json(json!({ "receipts": list })).into_response())
+    let receipts = calls.iter().map(|c| ModelCall::of(&p, c)).collect();
+    Ok(Json(ModelCallList { receipts }).into_response())
 }
 
-async fn receipt(
+/// The path of one model call.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by the handler; here for the description.
+pub(crate) struct CallPath {
+    /// The session, as the tenant names it.
+    #[param(value_type = schema::Id, inline)]
+    id: String,
+    /// The model call's number.
+    #[param(value_type = schema::Seq, inline)]
+    call: u64,
+}
+
+/// One model call's receipt and usage.
+#[utoipa::path(get, path = "/loom/v1/sessions/{id}/receipts/{call}", params(CallPath),
+    responses((status = 200, body = ModelCall), schema::Errors))]
+pub(crate) async fn receipt(
     State(state): State<Arc<AppState>>,
     Owned { p, id, sid, .. }: Owned,
     Path((_, call)): Path<(String, String)>,
@@ -594,5 +797,5 @@ async fn receipt(
         .iter()
         .find(|c| c.id == call)
         .ok_or_else(|| ApiError::not_found(format!("session `{id}` has no model call {call}")))?;
-    Ok(Json(receipt_json(&p, found)).into_response())
+    Ok(Json(ModelCall::of(&p, found)).into_response())
 }

@@ -413,3 +413,54 @@ async fn memory(s: &Server, c: &mut Checker) {
     assert_eq!(r.status(), 404);
     c.check("post", "/loom/v1/kb/remove", r).await;
 }
+
+/// Every request body the description declares is closed (the server refuses unknown fields),
+/// and every optional field of one takes `null` (the server reads it as absent) unless it has a
+/// default; every path parameter is required.
+#[tokio::test]
+async fn the_description_declares_what_the_server_enforces() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let doc: Value = s.get("/openapi.json", None).await.json().await.unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let mut bodies = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                if p["in"] == "path" {
+                    assert_eq!(p["required"], true, "{method} {path}: {p}");
+                }
+            }
+            let Some(reference) = op.pointer("/requestBody/content/application~1json/schema/$ref")
+            else {
+                continue;
+            };
+            let name = reference.as_str().unwrap().rsplit('/').next().unwrap();
+            let schema = &schemas[name];
+            if schema["type"] != "object" {
+                continue; // a provider's history: any object or list
+            }
+            bodies += 1;
+            assert_eq!(schema["additionalProperties"], false, "{name} is open");
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            for (field, prop) in schema["properties"].as_object().unwrap() {
+                if required.contains(&field.as_str()) || ["events", "history"].contains(&&**field) {
+                    continue;
+                }
+                let nullable = prop["type"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t == "null"))
+                    || prop["oneOf"]
+                        .as_array()
+                        .is_some_and(|t| t.iter().any(|t| t["type"] == "null"));
+                assert!(
+                    nullable,
+                    "{name}.{field} is optional but not nullable: {prop}"
+                );
+            }
+        }
+    }
+    assert!(bodies >= 9, "only {bodies} request bodies found");
+}
