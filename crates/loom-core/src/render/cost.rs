@@ -93,6 +93,8 @@ pub(crate) struct Coster<'a> {
     pub(crate) meter: &'a dyn TokenMeter,
     pub(crate) steps: &'a StepIndex,
     pub(crate) head_chars: usize,
+    /// How references are written (the policy's `recall`).
+    pub(crate) refs: super::refs::RecallRefs,
     pub(crate) tail_chars: usize,
     pub(crate) max_lines: usize,
     /// Whether the compact block groups steps (`group_steps`).
@@ -189,6 +191,7 @@ impl<'a> Coster<'a> {
             steps,
             head_chars: policy.elide_head_chars as usize,
             tail_chars: policy.elide_tail_chars as usize,
+            refs: policy.recall.clone(),
             max_lines: policy.max_compact_lines as usize,
             group: policy.group_steps,
             memo: &mut memo.map,
@@ -211,6 +214,7 @@ impl<'a> Coster<'a> {
             steps: self.steps,
             head_chars: self.head_chars,
             tail_chars: self.tail_chars,
+            refs: &self.refs,
         }
     }
 
@@ -241,7 +245,7 @@ impl<'a> Coster<'a> {
         let head = self.memo(
             Key::Unit(unit.seq, state.thinned.contains(&unit.seq), answered),
             |c| {
-                let msg = layout::head_msg(unit, state);
+                let msg = layout::head_msg(unit, state, &c.refs);
                 c.format.msg_tokens(&msg, c.meter)
             },
         );
@@ -379,7 +383,9 @@ impl<'a> Coster<'a> {
         }
         let max = state.max_lines(self.max_lines);
         let folds = self.group.then_some(&state.folds);
-        let block = layout::compact_block(proj, state, summary, self.steps, self.slots, max, folds)
+        let block = layout::compact_block(
+            proj, state, summary, self.steps, self.slots, max, folds, &self.refs,
+        )
             .map(Arc::new);
         *self.block = Some((key, block.clone()));
         block

@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 
 use super::projection::{Paired, Projection, Unit, UnitBody};
+use super::refs::{Locator, RecallRefs};
 use super::request::{Msg, RenderedCall, ResultForm};
 use super::state::CompactionState;
 use crate::event::{MessageContent, Seq, ToolOutput};
@@ -67,10 +68,26 @@ impl Paired {
     /// Where the original of the result can be recovered: the step's `outcome_ref`, or its log
     /// seq when the output was not offloaded (the log itself holds it).
     pub fn reference(&self, step: Option<&Step>) -> String {
+        match self.locator(step) {
+            Some(at) => RecallRefs::See.name(at),
+            None => "none".to_owned(),
+        }
+    }
+
+    /// [`Paired::reference`] as a [`Locator`]; `None` for a call without a result.
+    pub fn locator<'s>(&'s self, step: Option<&'s Step>) -> Option<Locator<'s>> {
         match (step.and_then(|s| s.outcome_ref.as_deref()), &self.result) {
-            (Some(r), _) => r.to_owned(),
-            (None, Some(r)) => format!("seq {}", r.seq),
-            (None, None) => "none".to_owned(),
+            (Some(r), _) => Some(Locator::Output(r)),
+            (None, Some(r)) => Some(Locator::Seq(r.seq)),
+            (None, None) => None,
+        }
+    }
+
+    /// The reference as `refs` writes it.
+    fn named(&self, step: Option<&Step>, refs: &RecallRefs) -> String {
+        match self.locator(step) {
+            Some(at) => refs.name(at),
+            None => "none".to_owned(),
         }
     }
 
@@ -102,6 +119,7 @@ pub(crate) struct Texts<'a> {
     pub(crate) steps: &'a StepIndex,
     pub(crate) head_chars: usize,
     pub(crate) tail_chars: usize,
+    pub(crate) refs: &'a RecallRefs,
 }
 
 /// The text a result is rendered as.
@@ -116,19 +134,19 @@ pub(crate) fn result_content(paired: &Paired, form: ResultForm, t: &Texts<'_>) -
         (ResultForm::Verbatim, Some(r)) => match &r.output {
             ToolOutput::Text(s) => MessageContent::Text(s.clone()),
             ToolOutput::Parts(parts) => MessageContent::Parts(parts.clone()),
-            ToolOutput::Blob(_) => stub(paired, step),
+            ToolOutput::Blob(_) => stub(paired, step, t.refs),
         },
         (ResultForm::Elided, Some(r)) => match &r.output {
             ToolOutput::Text(s) => {
                 let (head, tail) = t.state.elision(r.seq, head_chars, tail_chars);
-                MessageContent::Text(elide(s, head, tail, &paired.reference(step)))
+                MessageContent::Text(elide(s, head, tail, &paired.named(step, t.refs)))
             }
-            _ => stub(paired, step),
+            _ => stub(paired, step, t.refs),
         },
         (ResultForm::Missing, _) | (_, None) => {
             MessageContent::Text("[no result was recorded for this call]".to_owned())
         }
-        (ResultForm::Stubbed, Some(_)) => stub(paired, step),
+        (ResultForm::Stubbed, Some(_)) => stub(paired, step, t.refs),
     }
 }
 
@@ -144,13 +162,13 @@ fn page_diff_of(paired: &Paired, seq: Seq, t: &Texts<'_>) -> Option<String> {
             base,
             page,
             base_seq,
-            &paired.reference(step),
+            &paired.named(step, t.refs),
         ),
         _ => None,
     }
 }
 
-fn stub(paired: &Paired, step: Option<&Step>) -> MessageContent {
+fn stub(paired: &Paired, step: Option<&Step>, refs: &RecallRefs) -> MessageContent {
     let observation = paired.observation(step);
     let names = match (step, &paired.result) {
         (Some(s), Some(r)) if s.kind == ToolKind::ReadFile && s.success => match &r.output {
@@ -159,10 +177,11 @@ fn stub(paired: &Paired, step: Option<&Step>) -> MessageContent {
         },
         _ => String::new(),
     };
-    MessageContent::Text(format!(
-        "{observation}{names} (See {})",
-        paired.reference(step)
-    ))
+    let cite = match paired.locator(step) {
+        Some(at) => refs.cite(at),
+        None => "(See none)".to_owned(),
+    };
+    MessageContent::Text(format!("{observation}{names} {cite}"))
 }
 
 /// Most characters a stubbed file view spends on the names its observation had no room for.
@@ -211,21 +230,17 @@ fn elide(text: &str, head: usize, tail: usize, reference: &str) -> String {
 
 /// The neutral message for a unit that is rendered in place.
 pub(crate) fn unit_msg(unit: &Unit, t: &Texts<'_>) -> Msg {
-    message(unit, t.state, t.head_chars, t.tail_chars, |p, form| {
+    message(unit, t.state, t.head_chars, t.tail_chars, t.refs, |p, form| {
         result_content(p, form, t)
     })
 }
 
 /// The message of a unit with every result's content empty: what a turn costs besides its
 /// results (each format's cost is additive over result pieces).
-pub(crate) fn head_msg(unit: &Unit, state: &CompactionState) -> Msg {
-    message(
-        unit,
-        state,
-        0,
-        0,
-        |_, _| MessageContent::Text(String::new()),
-    )
+pub(crate) fn head_msg(unit: &Unit, state: &CompactionState, refs: &RecallRefs) -> Msg {
+    message(unit, state, 0, 0, refs, |_, _| {
+        MessageContent::Text(String::new())
+    })
 }
 
 fn message(
@@ -233,6 +248,7 @@ fn message(
     state: &CompactionState,
     head_chars: usize,
     tail_chars: usize,
+    refs: &RecallRefs,
     content: impl Fn(&Paired, ResultForm) -> MessageContent,
 ) -> Msg {
     match &unit.body {
@@ -248,7 +264,7 @@ fn message(
                         text,
                         head_chars,
                         tail_chars,
-                        &format!("seq {}", unit.seq),
+                        &refs.name(Locator::Seq(unit.seq)),
                     ))
                 }
                 other => other.clone(),
@@ -341,14 +357,14 @@ fn call_failed(p: &Paired, step: Option<&Step>) -> bool {
 
 /// A step's own line, `[step_007] ✗ <observation> (See <reference>)`: the form of every step
 /// shown alone, and of every failure, grouped or not.
-fn step_line(p: &Paired, step: Option<&Step>) -> String {
+fn step_line(p: &Paired, step: Option<&Step>, refs: &RecallRefs) -> String {
     let id = step.map_or_else(|| format!("call {}", p.call.id), |s| s.id.clone());
     let mark = if call_failed(p, step) { " ✗" } else { "" };
-    format!(
-        "[{id}]{mark} {} (See {})",
-        p.observation(step),
-        p.reference(step)
-    )
+    let cite = match p.locator(step) {
+        Some(at) => refs.cite(at),
+        None => "(See none)".to_owned(),
+    };
+    format!("[{id}]{mark} {} {cite}", p.observation(step))
 }
 
 /// Where a compact line comes from: a unit, and the call within it for a step line. Slots are
@@ -385,11 +401,12 @@ impl LineSlots {
         &'c mut self,
         proj: &Projection,
         steps: &StepIndex,
+        refs: &RecallRefs,
         end: usize,
     ) -> std::borrow::Cow<'c, [LineSlot]> {
         let end = end.min(proj.units.len());
         while self.upto < end && !pending(&proj.units[self.upto]) {
-            line_slots(proj, self.upto, steps, &mut self.groups, &mut self.slots);
+            line_slots(proj, self.upto, steps, refs, &mut self.groups, &mut self.slots);
             self.upto += 1;
         }
         let cached = self.slots.partition_point(|r| r.unit < end);
@@ -398,7 +415,7 @@ impl LineSlots {
         }
         let mut all = self.slots[..cached].to_vec();
         for i in self.upto..end {
-            line_slots(proj, i, steps, &mut self.groups, &mut all);
+            line_slots(proj, i, steps, refs, &mut self.groups, &mut all);
         }
         std::borrow::Cow::Owned(all)
     }
@@ -414,6 +431,7 @@ fn line_slots(
     proj: &Projection,
     index: usize,
     steps: &StepIndex,
+    refs: &RecallRefs,
     groups: &mut Vec<(Category, Option<String>)>,
     out: &mut Vec<LineSlot>,
 ) {
@@ -435,7 +453,7 @@ fn line_slots(
                     group: step
                         .filter(|s| s.kind != ToolKind::ReadFile)
                         .map(|s| intern(groups, group_key(s))),
-                    line: Some(step_line(p, step)),
+                    line: Some(step_line(p, step, refs)),
                 });
             }
         }
@@ -444,26 +462,34 @@ fn line_slots(
             call: None,
             failed: false,
             group: None,
-            line: single_line(unit),
+            line: single_line(unit, refs),
         }),
     }
 }
 
-/// The line of a message (a turn without calls, a user message or a note).
-fn single_line(unit: &Unit) -> Option<String> {
-    match &unit.body {
+/// The line of a message (a turn without calls, a user message or a note); with the recall
+/// tool, a message cut short says how to read it whole.
+fn single_line(unit: &Unit, refs: &RecallRefs) -> Option<String> {
+    let (label, text, max) = match &unit.body {
         UnitBody::Turn(turn) => {
             let text = turn
                 .content
                 .as_ref()
                 .map(|c| c.text().into_owned())
                 .unwrap_or_default();
-            Some(format!("[assistant] {}", snippet(&text, 160)))
+            ("assistant", text, 160)
         }
-        UnitBody::User { content, .. } => Some(format!("[user] {}", snippet(&content.text(), 200))),
-        UnitBody::Note(text) => Some(format!("[note] {}", snippet(text, 160))),
-        UnitBody::System(_) | UnitBody::Pin { .. } => None,
-    }
+        UnitBody::User { content, .. } => ("user", content.text().into_owned(), 200),
+        UnitBody::Note(text) => ("note", text.clone(), 160),
+        UnitBody::System(_) | UnitBody::Pin { .. } => return None,
+    };
+    let line = snippet(&text, max);
+    let more = if line.ends_with('…') {
+        refs.suffix(Locator::Seq(unit.seq))
+    } else {
+        String::new()
+    };
+    Some(format!("[{label}] {line}{more}"))
 }
 
 /// The index of `key` among the group keys met so far (there are a handful per session).
@@ -522,9 +548,35 @@ fn entries(
     out
 }
 
+/// The seqs a run of lines covers: its first unit's to its last unit's last result.
+fn span_of(proj: &Projection, run: &[LineSlot]) -> Option<(Seq, Seq)> {
+    let first = proj.units[run.first()?.unit].seq;
+    let last = &proj.units[run.last()?.unit];
+    let end = match &last.body {
+        UnitBody::Turn(turn) => turn
+            .calls
+            .iter()
+            .filter_map(|p| p.result.as_ref().map(|r| r.seq))
+            .max()
+            .unwrap_or(last.seq)
+            .max(last.seq),
+        _ => last.seq,
+    };
+    Some((first, end))
+}
+
 /// The summary line of a group, formatted by the step compactor:
-/// `[step_004..007] 4 commands executed (1 failed)`. Its failures get their own lines after it.
-fn group_lines(proj: &Projection, run: &[LineSlot], steps: &StepIndex) -> Vec<String> {
+/// `[step_004..007] 4 commands executed (1 failed)`, with the recall tool followed by the
+/// range of the log it covers. Its failures get their own lines after it.
+fn group_lines(
+    proj: &Projection,
+    run: &[LineSlot],
+    steps: &StepIndex,
+    refs: &RecallRefs,
+) -> Vec<String> {
+    let more = span_of(proj, run).map_or_else(String::new, |(a, b)| {
+        refs.suffix(Locator::Span(a, b))
+    });
     let steps: Vec<Step> = run
         .iter()
         .filter_map(|r| {
@@ -537,7 +589,7 @@ fn group_lines(proj: &Projection, run: &[LineSlot], steps: &StepIndex) -> Vec<St
     crate::compact::group_blocks(&steps, 0, true, false)
         .into_iter()
         .filter_map(|b| b.summary)
-        .map(|s| format!("[{}] {}", s.id, s.summary))
+        .map(|s| format!("[{}] {}{more}", s.id, s.summary))
         .collect()
 }
 
@@ -560,6 +612,7 @@ pub(crate) fn compact_block(
     slots: &mut LineSlots,
     max_lines: usize,
     folds: Option<&BTreeSet<Seq>>,
+    recall: &RecallRefs,
 ) -> Option<Block> {
     let summarized_to = summary.map_or(0, |s| s.to_seq);
     let tail = proj.first_at(state.boundary);
@@ -567,7 +620,7 @@ pub(crate) fn compact_block(
     if !folded_any && summary.is_none() {
         return None;
     }
-    let all = slots.upto(proj, steps, tail);
+    let all = slots.upto(proj, steps, recall, tail);
     let refs = &all[all.partition_point(|r| proj.units[r.unit].seq <= summarized_to)..];
     let entries = entries(proj, refs, folds);
     // A single ref is one line; a group is its summary line plus one line per failure.
@@ -582,6 +635,8 @@ pub(crate) fn compact_block(
     let mut excess = lines.saturating_sub(max_lines.max(failures));
     let (mut omitted_steps, mut omitted_messages) = (0usize, 0usize);
     let mut omitted: Vec<Seq> = Vec::new();
+    // The log range the omitted lines cover.
+    let mut omitted_span: Option<(Seq, Seq)> = None;
     // Each kept entry, and whether its own line (a group's summary) is shown.
     let mut kept: Vec<(Range<usize>, bool)> =
         Vec::with_capacity(entries.len().min(max_lines.max(failures)));
@@ -601,6 +656,9 @@ pub(crate) fn compact_block(
                     omitted.push(seq);
                 }
             }
+            if let Some((a, b)) = span_of(proj, &refs[e.clone()]) {
+                omitted_span = Some(omitted_span.map_or((a, b), |(a0, b0)| (a0.min(a), b0.max(b))));
+            }
             if group {
                 kept.push((e, false));
             }
@@ -609,8 +667,19 @@ pub(crate) fn compact_block(
         }
     }
     let mut out = String::from(COMPACT_HEADER);
+    if recall.uses_tool() {
+        out.push_str(&format!(
+            "\nTo read an original again, call the {} tool with the ref shown.",
+            super::refs::RECALL_TOOL
+        ));
+    }
     if let Some(s) = summary {
-        out.push_str("\nSummary of the conversation so far:\n");
+        match recall.suffix(Locator::Span(1, s.to_seq)) {
+            more if more.is_empty() => out.push_str("\nSummary of the conversation so far:\n"),
+            more => out.push_str(&format!(
+                "\nSummary of the conversation so far (the original:{more}):\n"
+            )),
+        }
         out.push_str(&s.content);
     }
     let mut push = |line: String| {
@@ -626,7 +695,7 @@ pub(crate) fn compact_block(
             continue;
         }
         if shown {
-            group_lines(proj, run, steps)
+            group_lines(proj, run, steps, recall)
                 .into_iter()
                 .for_each(&mut push);
         }
@@ -638,9 +707,15 @@ pub(crate) fn compact_block(
     // The count goes last: it changes whenever more lines are omitted, and text after the lines
     // is the only place where that change does not rewrite what a prompt cache already holds.
     if omitted_steps + omitted_messages > 0 {
+        let how = match omitted_span {
+            Some((a, b)) if recall.uses_tool() => {
+                format!("their originals: {}", recall.name(Locator::Span(a, b)))
+            }
+            _ => "all are recoverable from the log".to_owned(),
+        };
         out.push_str(&format!(
             "\n({omitted_steps} earlier steps and {omitted_messages} earlier messages omitted \
-             above; all are recoverable from the log)"
+             above; {how})"
         ));
     }
     Some(Block { text: out, omitted })

@@ -18,6 +18,7 @@ mod policy;
 mod projection;
 mod receipt;
 mod reducers;
+mod refs;
 mod request;
 mod state;
 
@@ -37,6 +38,7 @@ pub use meter::{
 pub use policy::{Budget, Policy, Retention, Tier};
 pub use projection::{Audience, Paired, Projection, ResultView, Turn, Unit, UnitBody};
 pub use receipt::{Injected, Receipt, SeqRange};
+pub use refs::{tool_ref, Locator, RecallRefs, RECALL_TOOL};
 pub use request::{Msg, RenderedCall, Request, ResultForm, ToolSpec};
 pub use state::{CompactionState, CutRule, PointReason, PointRecord};
 

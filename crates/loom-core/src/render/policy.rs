@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::refs::RecallRefs;
 use crate::error::LogError;
 
 /// How long one tool's results stay verbatim in the rendered context.
@@ -96,6 +97,12 @@ pub struct Policy {
     /// the results sent verbatim or stubbed exceed it, a compaction point stubs old results until
     /// they fit, so one fat result cannot starve the dialogue.
     pub tier_caps: BTreeMap<Tier, f64>,
+    /// How a render names where a left-out original is: `See` (`(See outputs/x.log)`, for
+    /// `loom recall`), `Tool` (`(loom_recall ref=outputs/x.log)`, when the model has the recall
+    /// tool) or `Files` (offloaded outputs by their path under a folder). Left out of the
+    /// policy's JSON when `See`, so older policies keep their versions.
+    #[serde(skip_serializing_if = "RecallRefs::is_see")]
+    pub recall: RecallRefs,
 }
 
 impl Default for Policy {
@@ -121,6 +128,7 @@ impl Default for Policy {
             output_diffs: true,
             output_diff_share: 0.5,
             tier_caps: BTreeMap::new(),
+            recall: RecallRefs::See,
         }
     }
 }

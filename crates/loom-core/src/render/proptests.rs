@@ -123,6 +123,13 @@ fn policy() -> impl Strategy<Value = Policy> {
             any::<bool>(),
             proptest::option::of(0.05f64..=1.0),
             any::<bool>(),
+            prop_oneof![
+                Just(RecallRefs::See),
+                Just(RecallRefs::Tool),
+                Just(RecallRefs::Files {
+                    dir: "/tmp/recall/s".into()
+                }),
+            ],
         ),
         (any::<bool>(), 0.05f64..=1.0, any::<bool>(), 0.05f64..=1.0),
     )
@@ -138,7 +145,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 fold,
                 lines,
                 (h, t),
-                (injection, oversized, supersede, cap, group),
+                (injection, oversized, supersede, cap, group, recall),
                 (page_diffs, page_diff_share, output_diffs, output_diff_share),
             )| {
                 let mut retention = std::collections::BTreeMap::new();
@@ -167,6 +174,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                     max_compact_lines: lines,
                     elide_head_chars: h,
                     elide_tail_chars: t,
+                    recall,
                 }
             },
         )

@@ -98,6 +98,7 @@ fn grouped_blocks_extend_each_other_across_compaction_points() {
         &mut Default::default(),
         1_000,
         Some(&BTreeSet::new()),
+        &RecallRefs::See,
     )
     .unwrap();
     let merged = open
@@ -157,6 +158,7 @@ fn groups_keep_failures_on_their_own_line() {
             &mut Default::default(),
             max,
             folds,
+            &RecallRefs::See,
         )
         .unwrap()
         .text
@@ -178,6 +180,48 @@ fn groups_keep_failures_on_their_own_line() {
     assert!(flat.contains("[step_003] ✗ `cat file_c2.txt` exit 2: no such file (See seq 8)"));
 }
 
+/// With the recall tool, every line says how to read its original: a step by its reference, a
+/// group and an omitted run by the range of the log they cover.
+#[test]
+fn with_the_recall_tool_every_line_says_how_to_recall_it() {
+    let (log, steps, audience) = grouping_fixture();
+    let proj = Projection::build(&log.events, &audience);
+    let all = log.events.len() as Seq + 1;
+    let open = BTreeSet::new();
+    let block = |max: usize| {
+        layout::compact_block(
+            &proj,
+            &folded_to(all, &[]),
+            None,
+            &steps,
+            &mut Default::default(),
+            max,
+            Some(&open),
+            &RecallRefs::Tool,
+        )
+        .unwrap()
+        .text
+    };
+    let whole = block(1_000);
+    let lines: Vec<&str> = whole.lines().skip(2).collect();
+    assert_eq!(
+        lines,
+        [
+            "[step_001..006] 6 commands executed (1 failed) (loom_recall ref=seq:3-14)",
+            "[step_003] ✗ `cat file_c2.txt` exit 2: no such file (loom_recall ref=seq:8)",
+            "[user] keep going",
+            "[step_007..010] 4 file operations (0.8KB total) (loom_recall ref=seq:16-23)",
+        ],
+        "{whole}"
+    );
+    assert!(whole.lines().nth(1).unwrap().contains("loom_recall"), "{whole}");
+    let cut = block(2);
+    assert!(
+        cut.ends_with("(5 earlier steps and 1 earlier messages omitted above; their originals: loom_recall ref=seq:3-15)"),
+        "{cut}"
+    );
+}
+
 #[test]
 fn omitted_count_counts_steps_not_groups() {
     let (log, steps, audience) = grouping_fixture();
@@ -194,6 +238,7 @@ fn omitted_count_counts_steps_not_groups() {
         &mut Default::default(),
         2,
         Some(&open),
+        &RecallRefs::See,
     )
     .unwrap();
     let lines: Vec<&str> = b.text.lines().skip(1).collect();
@@ -216,6 +261,7 @@ fn omitted_count_counts_steps_not_groups() {
         &mut Default::default(),
         0,
         Some(&open),
+        &RecallRefs::See,
     )
     .unwrap();
     assert!(b.text.contains("[step_003] ✗"), "{}", b.text);
@@ -245,6 +291,7 @@ fn a_later_point_extends_the_groups_of_an_earlier_one() {
             &mut Default::default(),
             1_000,
             Some(&state.folds),
+            &RecallRefs::See,
         )
         .unwrap()
         .text
