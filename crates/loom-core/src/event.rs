@@ -459,6 +459,14 @@ pub enum EventBody {
         /// The seq of the event whose message this is.
         of: Seq,
     },
+    /// Events `from..=to` were Loom's own exchange with the model, which the client never saw: a
+    /// turn that called the recall tool the proxy answers itself, and its answers. They are the
+    /// conversation the model sees (rendered like any call and result) but not the one the
+    /// client sends, so a client's history is matched against the log without them.
+    Hidden {
+        /// The hidden events, an inclusive `[from, to]` run of seqs before this one.
+        events: [Seq; 2],
+    },
 }
 
 fn default_priority() -> f64 {
@@ -489,6 +497,8 @@ pub enum EventKind {
     Rewrite,
     /// See [`EventBody::Repeat`].
     Repeat,
+    /// See [`EventBody::Hidden`].
+    Hidden,
 }
 
 impl EventKind {
@@ -505,6 +515,7 @@ impl EventKind {
             Self::Pin => "pin",
             Self::Rewrite => "rewrite",
             Self::Repeat => "repeat",
+            Self::Hidden => "hidden",
         }
     }
 }
@@ -523,6 +534,7 @@ impl EventBody {
             Self::Pin { .. } => EventKind::Pin,
             Self::Rewrite { .. } => EventKind::Rewrite,
             Self::Repeat { .. } => EventKind::Repeat,
+            Self::Hidden { .. } => EventKind::Hidden,
         }
     }
 
@@ -570,6 +582,12 @@ impl EventBody {
                 Ok(())
             }
             Self::Repeat { of: 0 } => Err(LogError::invalid("of", "must be a seq (1 or more)")),
+            Self::Hidden {
+                events: [from, to],
+            } if *from == 0 || from > to => Err(LogError::invalid(
+                "events",
+                format!("[{from}, {to}] is not a run of seqs (1 <= from <= to)"),
+            )),
             _ => Ok(()),
         }
     }
@@ -599,15 +617,22 @@ pub struct Said<'a> {
 }
 
 /// The conversation a log holds as its client last sent it: the events in order, without what a
-/// client [`EventBody::Rewrite`] replaced and without the rewrite records themselves, each
-/// [`EventBody::Repeat`] standing for the message it repeats. A log with neither is its own
-/// conversation.
+/// client [`EventBody::Rewrite`] replaced, without Loom's own [`EventBody::Hidden`] exchanges,
+/// and without those records themselves, each [`EventBody::Repeat`] standing for the message it
+/// repeats. A log with none of them is its own conversation.
 pub fn conversation(events: &[Event]) -> Vec<Said<'_>> {
     let mut replaced: Vec<[Seq; 2]> = Vec::new();
     for e in events {
-        if let EventBody::Rewrite { replaced: runs, .. } = &e.body {
-            replaced.extend(runs.iter().copied());
-            replaced.push([e.seq, e.seq]);
+        match &e.body {
+            EventBody::Rewrite { replaced: runs, .. } => {
+                replaced.extend(runs.iter().copied());
+                replaced.push([e.seq, e.seq]);
+            }
+            EventBody::Hidden { events: run } => {
+                replaced.push(*run);
+                replaced.push([e.seq, e.seq]);
+            }
+            _ => {}
         }
     }
     let first = events.first().map_or(0, |e| e.seq);

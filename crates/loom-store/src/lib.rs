@@ -15,6 +15,7 @@ mod memory;
 mod offload;
 mod open;
 mod postgres;
+pub mod recall;
 mod records;
 mod sqlite;
 mod turn;

@@ -168,7 +168,7 @@ pub fn event_tokens(counter: &dyn CountTokens, body: &EventBody) -> EventTokens 
         }
         // A record of the client's rewrite: never rendered. A repeat's content is its origin's,
         // counted there.
-        EventBody::Rewrite { .. } | EventBody::Repeat { .. } => {}
+        EventBody::Rewrite { .. } | EventBody::Repeat { .. } | EventBody::Hidden { .. } => {}
     }
     t
 }

@@ -176,6 +176,9 @@ fn preview(body: &EventBody) -> String {
             )
         }
         EventBody::Repeat { of } => format!("the client sent seq {of} again here"),
+        EventBody::Hidden { events: [from, to] } => {
+            format!("seqs {from}-{to} were Loom's own recall, not sent to the client")
+        }
         // Kinds added later still get a line.
         #[allow(unreachable_patterns)]
         other => other.kind().as_str().to_owned(),

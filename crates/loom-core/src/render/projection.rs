@@ -296,6 +296,11 @@ impl Projection {
                 self.rewrite(seq, replaced);
                 return;
             }
+            // The model saw the hidden events as they stand; the record is for the client's side.
+            EventBody::Hidden { .. } => {
+                self.filtered.push(seq);
+                return;
+            }
             EventBody::Repeat { of } => match self.said(*of) {
                 Some(UnitBody::User { content, name }) => {
                     self.opening(index, &content);

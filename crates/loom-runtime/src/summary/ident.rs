@@ -73,7 +73,9 @@ fn event_text(event: &Event) -> Vec<String> {
         EventBody::AgentResult { result, .. } => vec![result.clone()],
         EventBody::Pin { content, .. } => vec![content.clone()],
         // Records of the client: a repeat says what its origin said, counted there.
-        EventBody::Rewrite { .. } | EventBody::Repeat { .. } => Vec::new(),
+        EventBody::Rewrite { .. } | EventBody::Repeat { .. } | EventBody::Hidden { .. } => {
+            Vec::new()
+        }
     }
 }
 

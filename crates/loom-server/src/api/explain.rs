@@ -8,7 +8,7 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use loom_core::render::Receipt;
-use loom_core::{BlobRef, EventBody, SessionId, ToolOutput};
+use loom_core::{EventBody, SessionId};
 use loom_store::Offloader;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -198,30 +198,6 @@ pub fn explain_event(
         calls,
         original,
     })
-}
-
-/// Whether the session's log or steps refer to `blob` (an inline output offloaded by a step, or a
-/// tool result stored in the blob store).
-pub(crate) fn session_refers_to(s: &AppState, session: &SessionId, blob: &BlobRef) -> Result<bool> {
-    let latest = s.store.latest_seq(session)?;
-    let in_log = s.store.read(session, 1..=latest)?.iter().any(|e| {
-        matches!(&e.body, EventBody::ToolResult { content: ToolOutput::Blob(b), .. } if b == blob)
-    });
-    if in_log {
-        return Ok(true);
-    }
-    let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
-    for step in off.steps(session)? {
-        let Some(alias) = step.outcome_ref else {
-            continue;
-        };
-        if let Ok(loom_store::Resolution::Found(b)) = off.resolve(Some(session), &alias) {
-            if &b == blob {
-                return Ok(true);
-            }
-        }
-    }
-    Ok(false)
 }
 
 /// A path segment with the characters a URL path cannot carry escaped.

@@ -664,7 +664,13 @@ pub(crate) async fn recall(
             };
             // A content address names bytes, not a session: it is this tenant's only when this
             // session's log or steps refer to it.
-            if !explain::session_refers_to(s, &sid, &blob)? {
+            if !loom_store::recall::refers_to(
+                s.store.as_ref(),
+                s.blobs.as_ref(),
+                &s.engine.reduce,
+                &sid,
+                &blob,
+            )? {
                 return Err(not_here());
             }
             let mut out = Vec::new();

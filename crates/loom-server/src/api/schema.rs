@@ -27,7 +27,7 @@ const REF_PATTERN: &str = concat!(
 const TEXT_PATTERN: &str = r"\S";
 
 /// The kinds of event the log holds.
-const EVENT_KINDS: [&str; 10] = [
+const EVENT_KINDS: [&str; 11] = [
     "system",
     "user",
     "assistant",
@@ -38,6 +38,7 @@ const EVENT_KINDS: [&str; 10] = [
     "pin",
     "rewrite",
     "repeat",
+    "hidden",
 ];
 
 fn typed(ty: Type) -> ObjectBuilder {
