@@ -619,6 +619,7 @@ impl<'a> Runner<'a> {
                 always_record: true,
                 injections: Vec::new(),
                 limits: Default::default(),
+                recall: None,
             };
             spec.injections = match self.pre_hooks(agent, &spec)? {
                 Ok(injections) => injections,

@@ -535,6 +535,7 @@ impl Database {
                 always_record: false,
                 injections: Vec::new(),
                 limits: Default::default(),
+                recall: None,
             };
             let out = inner
                 .engine

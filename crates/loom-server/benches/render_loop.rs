@@ -71,6 +71,7 @@ fn main() -> anyhow::Result<()> {
         always_record: false,
         injections: Vec::new(),
         limits: Default::default(),
+        recall: None,
     };
     let mut times = Vec::with_capacity(turns);
     for i in 0..turns {

@@ -54,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         always_record: false,
         injections: Vec::new(),
         limits: Default::default(),
+        recall: None,
     };
     let (mut calls, mut bytes, mut refused) = (0usize, 0usize, 0usize);
     let started = Instant::now();

@@ -119,6 +119,46 @@ pub struct ServeConfig {
     pub policy: Option<PathBuf>,
     /// A model registry file extending the built-in one, if any.
     pub models: Option<PathBuf>,
+    /// How what a `fit` render leaves out is recovered by the agent itself.
+    pub recall: RecallConfig,
+}
+
+/// How an agent behind the proxy reads again what a `fit` render left out (`[recall]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecallConfig {
+    /// `tool`, `files` or `off`.
+    pub mode: RecallMode,
+    /// The most tokens one answer of the recall tool holds (a longer original says how to read
+    /// the rest).
+    pub max_tokens: u64,
+    /// The most recall rounds one client request may take before the reply goes to the client.
+    pub max_rounds: u32,
+    /// Where `files` mode writes offloaded outputs: a folder per session below it.
+    pub folder: Option<PathBuf>,
+}
+
+/// What the proxy offers the model to recover what a render left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecallMode {
+    /// From the first compaction point on, the request offers `loom_recall`, which Loom answers
+    /// itself; every stub, group and notice says how to call it.
+    Tool,
+    /// As `tool`, and every offloaded output is also a file under `folder` whose absolute path
+    /// the stub names (for agents on the same machine, `--auth none`).
+    Files,
+    /// No tool: stubs name references for `loom recall` and the API.
+    Off,
+}
+
+impl Default for RecallConfig {
+    fn default() -> Self {
+        Self {
+            mode: RecallMode::Tool,
+            max_tokens: 8_000,
+            max_rounds: 3,
+            folder: None,
+        }
+    }
 }
 
 /// A tenant's own upstream credentials.
@@ -200,6 +240,17 @@ struct RawConfig {
     limits: RawLimits,
     #[serde(default)]
     tenants: BTreeMap<String, RawTenant>,
+    #[serde(default)]
+    recall: RawRecall,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRecall {
+    mode: Option<String>,
+    max_tokens: Option<u64>,
+    max_rounds: Option<u32>,
+    folder: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -397,7 +448,9 @@ impl ServeConfig {
                 d.max_connections as u64,
             )? as usize,
         };
+        let recall = recall_config(raw.recall, auth, &args.db)?;
         Ok(Self {
+            recall,
             listen,
             db: args.db,
             auth,
@@ -411,6 +464,60 @@ impl ServeConfig {
             models: raw.models,
         })
     }
+}
+
+/// The `[recall]` section, checked: `files` needs `--auth none` (the files are readable by
+/// whoever runs the agent on this machine) and a folder it can name absolutely.
+fn recall_config(raw: RawRecall, auth: AuthMode, db: &Path) -> Result<RecallConfig, ConfigError> {
+    let d = RecallConfig::default();
+    let mode = match raw.mode.as_deref() {
+        None | Some("tool") => RecallMode::Tool,
+        Some("files") => RecallMode::Files,
+        Some("off") => RecallMode::Off,
+        Some(other) => {
+            return Err(invalid(
+                "recall.mode",
+                format!("`{other}`: expected tool, files or off"),
+            ))
+        }
+    };
+    if raw.max_tokens.is_some_and(|t| t < 100) {
+        return Err(invalid("recall.max_tokens", "must be at least 100"));
+    }
+    if raw.max_rounds == Some(0) {
+        return Err(invalid("recall.max_rounds", "must be greater than 0"));
+    }
+    let folder = match (mode, raw.folder) {
+        (RecallMode::Files, _) if auth != AuthMode::None => {
+            return Err(invalid(
+                "recall.mode",
+                "`files` writes outputs where the agent's own tools read them: only with --auth none",
+            ))
+        }
+        (RecallMode::Files, Some(f)) => Some(f),
+        (RecallMode::Files, None) if db.to_str().is_some_and(|d| d.starts_with("postgres")) => {
+            return Err(invalid(
+                "recall.folder",
+                "name a folder for `files` mode: the database is not a file",
+            ))
+        }
+        (RecallMode::Files, None) => Some(loom_store::Workspace::folder_of(db).join("recall")),
+        (_, folder) => folder,
+    };
+    let folder = match folder {
+        Some(f) if f.is_relative() => Some(
+            std::env::current_dir()
+                .map_err(|e| invalid("recall.folder", e.to_string()))?
+                .join(f),
+        ),
+        other => other,
+    };
+    Ok(RecallConfig {
+        mode,
+        max_tokens: raw.max_tokens.unwrap_or(d.max_tokens),
+        max_rounds: raw.max_rounds.unwrap_or(d.max_rounds),
+        folder,
+    })
 }
 
 fn read_file(path: &Path) -> Result<RawConfig, ConfigError> {

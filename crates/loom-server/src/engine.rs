@@ -36,6 +36,9 @@ pub struct RenderSpec {
     pub injections: Vec<render::Injection>,
     /// What the request itself says of the model's limits.
     pub limits: ModelLimits,
+    /// How references to what is left out are written, over the policy's `recall` (the proxy
+    /// writes `loom_recall` calls when it answers the tool itself).
+    pub recall: Option<render::RecallRefs>,
 }
 
 /// What a request says of its model's limits, over the registry's figures.
@@ -147,6 +150,9 @@ impl Engine {
         let (meter, window) = self.model(&spec.model, "model", spec.budget.is_some())?;
         let window = spec.limits.window.unwrap_or(window);
         let mut policy = self.policy.clone();
+        if let Some(refs) = &spec.recall {
+            policy.recall = refs.clone();
+        }
         if let Some(reserve) = spec.limits.reserve {
             // The request's own reserve, within what leaves the window room for a request.
             policy.response_reserve = reserve.min(window / 2).max(1);

@@ -784,6 +784,7 @@ mod tests {
             always_record: true,
             injections: Vec::new(),
             limits: Default::default(),
+            recall: None,
         };
         let mut points = 0;
         for i in 0..60 {
@@ -868,6 +869,7 @@ mod tests {
                 always_record: true,
                 injections: Vec::new(),
                 limits: Default::default(),
+                recall: None,
             };
             let mut points = 0;
             for i in 0..60 {

@@ -204,6 +204,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         always_record: false,
         injections: Vec::new(),
         limits: Default::default(),
+        recall: None,
     };
     let live = LiveSessions::new(1);
     let backend = Backend {

@@ -335,6 +335,7 @@ fn prepared(
         always_record: false,
         injections: Vec::new(),
         limits: Default::default(),
+        recall: None,
     };
     let (meter, policy) = env
         .engine

@@ -578,6 +578,7 @@ pub(crate) async fn render(
         always_record: false,
         injections: Vec::new(),
         limits: Default::default(),
+        recall: None,
     };
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;

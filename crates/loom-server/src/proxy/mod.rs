@@ -324,6 +324,7 @@ async fn prepare(
         always_record: true,
         injections: Vec::new(),
         limits: limits(api, client, headers),
+        recall: None,
     };
     if let Some(note) = state.engine.model_note(&model) {
         warnings.push(note);
