@@ -582,12 +582,12 @@ impl EventBody {
                 Ok(())
             }
             Self::Repeat { of: 0 } => Err(LogError::invalid("of", "must be a seq (1 or more)")),
-            Self::Hidden {
-                events: [from, to],
-            } if *from == 0 || from > to => Err(LogError::invalid(
-                "events",
-                format!("[{from}, {to}] is not a run of seqs (1 <= from <= to)"),
-            )),
+            Self::Hidden { events: [from, to] } if *from == 0 || from > to => {
+                Err(LogError::invalid(
+                    "events",
+                    format!("[{from}, {to}] is not a run of seqs (1 <= from <= to)"),
+                ))
+            }
             _ => Ok(()),
         }
     }

@@ -72,21 +72,53 @@ impl Usage {
     }
 }
 
+/// The recall tool a context engine may offer: the mock calls it only when asked to.
+const RECALL_TOOL: &str = "loom_recall";
+
+/// A user turn that says `recall` while `loom_recall` is offered: the mock reads the last
+/// reference the conversation gives (`loom_recall ref=X`) again, saying so first.
+fn recall(prompt: &Prompt) -> Option<Reply> {
+    if prompt.last != Last::User
+        || !prompt.tools.iter().any(|t| t == RECALL_TOOL)
+        || !prompt.last_text.to_lowercase().contains("recall")
+    {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&prompt.cache_key);
+    let marker = "loom_recall ref=";
+    let at = text.rfind(marker)? + marker.len();
+    let reference: String = text[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && !matches!(c, ')' | '"' | '\\' | ']'))
+        .collect();
+    Some(Reply {
+        thinking: None,
+        text: Some("Let me read that again. ".to_owned()),
+        calls: vec![Call {
+            name: RECALL_TOOL.to_owned(),
+            arguments: json!({ "ref": reference }).to_string(),
+        }],
+    })
+}
+
 /// Decides the reply to `prompt`.
 pub(crate) fn decide(prompt: &Prompt) -> Reply {
+    if let Some(reply) = recall(prompt) {
+        return reply;
+    }
     let words = first_words(&prompt.last_text, ECHO_WORDS);
-    let calls: Vec<Call> = if prompt.last == Last::User && !prompt.tools.is_empty() {
+    let offered: Vec<&String> = prompt.tools.iter().filter(|t| *t != RECALL_TOOL).collect();
+    let calls: Vec<Call> = if prompt.last == Last::User && !offered.is_empty() {
         let count = if says_parallel(&prompt.last_text) {
             PARALLEL_CALLS
         } else {
             1
         };
-        prompt
-            .tools
+        offered
             .iter()
             .take(count)
             .map(|name| Call {
-                name: name.clone(),
+                name: (*name).clone(),
                 arguments: json!({ "query": words }).to_string(),
             })
             .collect()

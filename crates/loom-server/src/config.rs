@@ -488,12 +488,10 @@ fn recall_config(raw: RawRecall, auth: AuthMode, db: &Path) -> Result<RecallConf
         return Err(invalid("recall.max_rounds", "must be greater than 0"));
     }
     let folder = match (mode, raw.folder) {
-        (RecallMode::Files, _) if auth != AuthMode::None => {
-            return Err(invalid(
-                "recall.mode",
-                "`files` writes outputs where the agent's own tools read them: only with --auth none",
-            ))
-        }
+        (RecallMode::Files, _) if auth != AuthMode::None => return Err(invalid(
+            "recall.mode",
+            "`files` writes outputs where the agent's own tools read them: only with --auth none",
+        )),
         (RecallMode::Files, Some(f)) => Some(f),
         (RecallMode::Files, None) if db.to_str().is_some_and(|d| d.starts_with("postgres")) => {
             return Err(invalid(

@@ -24,6 +24,7 @@ pub mod memory;
 pub mod metrics;
 mod openapi;
 pub mod proxy;
+pub mod recall_files;
 pub mod state;
 
 use std::future::Future;

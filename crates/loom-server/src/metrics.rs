@@ -53,6 +53,10 @@ pub struct Metrics {
     connections_open: AtomicU64,
     connections_refused: AtomicU64,
     bodies_timed_out: AtomicU64,
+    recall_rounds: AtomicU64,
+    recalls: AtomicU64,
+    recalls_failed: AtomicU64,
+    recalled_tokens: AtomicU64,
 }
 
 impl Metrics {
@@ -88,6 +92,20 @@ impl Metrics {
         *lock(&self.upstream_errors)
             .entry((provider.to_owned(), kind.to_owned()))
             .or_default() += 1;
+    }
+
+    /// A hidden round: the proxy answered `loom_recall` and asked the upstream again.
+    pub fn recall_round(&self) {
+        self.recall_rounds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One `loom_recall` call answered: whether it failed, and the answer's tokens.
+    pub fn recalled(&self, failed: bool, tokens: u64) {
+        self.recalls.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.recalls_failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.recalled_tokens.fetch_add(tokens, Ordering::Relaxed);
     }
 
     /// A render that fired a compaction point.
@@ -198,6 +216,26 @@ impl Metrics {
             );
         }
         for (name, help, value) in [
+            (
+                "loom_recall_rounds_total",
+                "Hidden rounds: loom_recall answered by the proxy and the upstream asked again.",
+                self.recall_rounds.load(Ordering::Relaxed),
+            ),
+            (
+                "loom_recalls_total",
+                "loom_recall calls the proxy answered.",
+                self.recalls.load(Ordering::Relaxed),
+            ),
+            (
+                "loom_recalls_failed_total",
+                "loom_recall calls answered with an error (a reference that is not the session's).",
+                self.recalls_failed.load(Ordering::Relaxed),
+            ),
+            (
+                "loom_recalled_tokens_total",
+                "Tokens of the answers to loom_recall calls.",
+                self.recalled_tokens.load(Ordering::Relaxed),
+            ),
             (
                 "loom_compaction_points_total",
                 "Renders that fired a compaction point.",

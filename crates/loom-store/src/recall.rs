@@ -112,7 +112,9 @@ pub fn answer(
         Target::Blob(blob) => match blobs.get(blob) {
             Ok(bytes) => text_of(bytes),
             Err(StoreError::BlobNotFound(_)) => {
-                return Ok(error(format!("`{reference}`: the output is no longer stored")))
+                return Ok(error(format!(
+                    "`{reference}`: the output is no longer stored"
+                )))
             }
             Err(e) => return Err(e),
         },
@@ -196,9 +198,9 @@ fn target(
         };
         return Ok(match (from, to) {
             (Some(a), Some(b)) if a <= b && b <= latest => Ok(Target::Events(a, b)),
-            (Some(_), Some(b)) if b > latest => Err(format!(
-                "`{reference}`: the log has {latest} events"
-            )),
+            (Some(_), Some(b)) if b > latest => {
+                Err(format!("`{reference}`: the log has {latest} events"))
+            }
             _ => Err(format!(
                 "`{reference}` is not a seq or a range of seqs (seq:8, seq:12-19)"
             )),
@@ -335,9 +337,7 @@ fn cut(
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        text.push_str(&format!(
-            "[{RECALL_TOOL}: lines {first}-{end} of {total}]"
-        ));
+        text.push_str(&format!("[{RECALL_TOOL}: lines {first}-{end} of {total}]"));
     }
     Answer {
         tokens: meter.count(&text),
@@ -421,7 +421,16 @@ mod tests {
             start_line: start,
             end_line: end,
         };
-        answer(&store, &blobs, &ReduceConfig::default(), &id, &args, cap, &Chars).unwrap()
+        answer(
+            &store,
+            &blobs,
+            &ReduceConfig::default(),
+            &id,
+            &args,
+            cap,
+            &Chars,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -431,8 +440,16 @@ mod tests {
         let off = Offloader::new(&store, &blobs, &reduce);
         let alias = off.steps(&id).unwrap()[0].outcome_ref.clone().unwrap();
         let args = RecallArgs::parse(&format!("{{\"ref\": \"{alias}\"}}")).unwrap();
-        let a = answer(&store, &blobs, &ReduceConfig::default(), &id, &args, 100_000, &Chars)
-            .unwrap();
+        let a = answer(
+            &store,
+            &blobs,
+            &ReduceConfig::default(),
+            &id,
+            &args,
+            100_000,
+            &Chars,
+        )
+        .unwrap();
         assert!(!a.is_error);
         assert_eq!(a.text, out);
         assert_eq!(recall("seq:3", None, None, 100_000).text, out);
@@ -451,7 +468,11 @@ mod tests {
         assert!(a.text.starts_with("line 1990\n"), "{}", a.text);
         assert!(a.text.ends_with("[loom_recall: lines 1990-2000 of 2000]"));
         let a = recall("seq:3", Some(5), Some(6), 500);
-        assert!(a.text.starts_with("line 5\nline 6\n[loom_recall"), "{}", a.text);
+        assert!(
+            a.text.starts_with("line 5\nline 6\n[loom_recall"),
+            "{}",
+            a.text
+        );
     }
 
     #[test]

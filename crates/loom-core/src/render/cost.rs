@@ -386,7 +386,7 @@ impl<'a> Coster<'a> {
         let block = layout::compact_block(
             proj, state, summary, self.steps, self.slots, max, folds, &self.refs,
         )
-            .map(Arc::new);
+        .map(Arc::new);
         *self.block = Some((key, block.clone()));
         block
     }

@@ -230,9 +230,14 @@ fn elide(text: &str, head: usize, tail: usize, reference: &str) -> String {
 
 /// The neutral message for a unit that is rendered in place.
 pub(crate) fn unit_msg(unit: &Unit, t: &Texts<'_>) -> Msg {
-    message(unit, t.state, t.head_chars, t.tail_chars, t.refs, |p, form| {
-        result_content(p, form, t)
-    })
+    message(
+        unit,
+        t.state,
+        t.head_chars,
+        t.tail_chars,
+        t.refs,
+        |p, form| result_content(p, form, t),
+    )
 }
 
 /// The message of a unit with every result's content empty: what a turn costs besides its
@@ -406,7 +411,14 @@ impl LineSlots {
     ) -> std::borrow::Cow<'c, [LineSlot]> {
         let end = end.min(proj.units.len());
         while self.upto < end && !pending(&proj.units[self.upto]) {
-            line_slots(proj, self.upto, steps, refs, &mut self.groups, &mut self.slots);
+            line_slots(
+                proj,
+                self.upto,
+                steps,
+                refs,
+                &mut self.groups,
+                &mut self.slots,
+            );
             self.upto += 1;
         }
         let cached = self.slots.partition_point(|r| r.unit < end);
@@ -574,9 +586,8 @@ fn group_lines(
     steps: &StepIndex,
     refs: &RecallRefs,
 ) -> Vec<String> {
-    let more = span_of(proj, run).map_or_else(String::new, |(a, b)| {
-        refs.suffix(Locator::Span(a, b))
-    });
+    let more =
+        span_of(proj, run).map_or_else(String::new, |(a, b)| refs.suffix(Locator::Span(a, b)));
     let steps: Vec<Step> = run
         .iter()
         .filter_map(|r| {

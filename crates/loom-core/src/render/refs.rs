@@ -121,7 +121,10 @@ mod tests {
             RecallRefs::Tool.name(Locator::Span(12, 19)),
             "loom_recall ref=seq:12-19"
         );
-        assert_eq!(RecallRefs::Tool.name(Locator::Span(4, 4)), "loom_recall ref=seq:4");
+        assert_eq!(
+            RecallRefs::Tool.name(Locator::Span(4, 4)),
+            "loom_recall ref=seq:4"
+        );
         let files = RecallRefs::Files {
             dir: PathBuf::from("/work/recall/s1"),
         };

@@ -15,6 +15,7 @@
 
 mod fit;
 pub(crate) mod ingest;
+mod recall;
 pub(crate) mod sync;
 mod upstream;
 
@@ -137,6 +138,8 @@ struct Prepared {
     mode: ProxyMode,
     target: LogTarget,
     reply_headers: HeaderMap,
+    /// Set when the request offers `loom_recall`, which Loom answers itself.
+    recall: Option<recall::Rounds>,
 }
 
 async fn proxy(
@@ -172,6 +175,12 @@ async fn proxy(
         Err(e) => return provider_error(api, &e),
     };
     state.metrics.overhead(route(api), started.elapsed());
+    let rounds = prepared.recall.map(|mut r| {
+        r.principal = Some(principal.clone());
+        r.headers = headers.clone();
+        r.query = uri.query().map(str::to_owned);
+        r
+    });
     let request = match upstream_request(
         &state,
         api,
@@ -228,6 +237,7 @@ async fn proxy(
         extra,
         prepared.target,
         deadline,
+        rounds,
     )
     .await;
     drop(permit);
@@ -316,7 +326,8 @@ async fn prepare(
             AgentId::new(crate::api::DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
         }
     };
-    let spec = RenderSpec {
+    let offers_recall = mode == ProxyMode::Fit && recall::may_offer(state, client);
+    let mut spec = RenderSpec {
         model: model.clone(),
         budget,
         format: loom_core::render::Format::from(api),
@@ -333,11 +344,15 @@ async fn prepare(
         // An unknown model or an impossible budget is refused before anything is stored.
         state.engine.prepare(&spec)?;
     }
+    if offers_recall {
+        recall::count_in(state, &base, &mut spec);
+    }
     let lock = state.session_locks.get(&base).lock_owned().await;
     let unread_raw = body.raw().clone();
     let unread_session = base.clone();
     let observe_receipt = json!({"observe": {"model": model, "api": route(api)}});
     let synced_body = Arc::clone(&body);
+    let render_spec = spec.clone();
     let synced = state
         .blocking("syncing the conversation", move |s| {
             // The history's new events are held by the live session and written with the
@@ -353,7 +368,7 @@ async fn prepare(
                 let mut live = crate::live::lock_live(&synced.live);
                 let (outcome, receipt) = if mode == ProxyMode::Fit {
                     let started = Instant::now();
-                    match s.engine.render(&mut live, &spec) {
+                    match s.engine.render(&mut live, &render_spec) {
                         Ok((outcome, receipt)) => {
                             s.metrics.phase(Phase::Render, started.elapsed());
                             (Some(outcome), receipt)
@@ -383,6 +398,20 @@ async fn prepare(
                         s.metrics.phase(Phase::Record, started.elapsed());
                         let session = live.id().clone();
                         drop(live);
+                        if let Some(loom_core::render::RecallRefs::Files { dir }) =
+                            &render_spec.recall
+                        {
+                            // The stubs name these files: they exist before the model reads them.
+                            if let Err(e) = crate::recall_files::write_outputs(
+                                s.store.as_ref(),
+                                s.blobs.as_ref(),
+                                &s.engine.reduce,
+                                &session,
+                                dir,
+                            ) {
+                                tracing::warn!("{session}: offloaded outputs not written: {e}");
+                            }
+                        }
                         return Ok(((session, synced.diverged_from), outcome, call, synced.live));
                     }
                     Err(StoreError::Moved { .. }) if attempt < crate::live::TURN_ATTEMPTS => {
@@ -425,6 +454,7 @@ async fn prepare(
                     logged: false,
                 },
                 reply_headers,
+                recall: None,
             });
         }
         Err(e) => return Err(e),
@@ -444,6 +474,7 @@ async fn prepare(
         }
         prepared
     };
+    let mut rounds = None;
     let body = match outcome {
         Some(out) => {
             let assembling = Instant::now();
@@ -469,27 +500,14 @@ async fn prepare(
                 )
                 .map(anchored);
             }
-            let mut merged = fit::merge(api, &body.fields, &out.body);
-            {
-                let mut held = crate::live::lock_live(&live);
-                let mut items = ClientItems {
-                    body: &body,
-                    memo: &mut held.meanings,
-                };
-                fit::restore(api, &body.fields, &mut items, &mut merged);
-            }
-            // The render pairs every call with its result by construction; this check is the
-            // net under it. Should it ever fail, the client's own (valid) request goes instead
-            // of a malformed one, and the failure is loud.
-            let checked = loom_core::render::check_request(api.into(), &merged)
-                .map_err(|v| v.to_string())
-                .and_then(|()| check_request(api, &merged).map_err(|e| e.to_string()));
-            match checked {
-                Ok(()) => {
-                    let bytes = serde_json::to_vec(&merged)
-                        .map_err(|_| ApiError::internal("serialising the request"))?;
+            let offer = offers_recall.then_some(&spec);
+            match assemble(api, &body, &live, &out.body, offer) {
+                Ok(bytes) => {
                     state.metrics.phase(Phase::Assemble, assembling.elapsed());
-                    Bytes::from(bytes)
+                    if offers_recall {
+                        rounds = Some(recall::Rounds::new(state, spec.clone(), Arc::clone(&body)));
+                    }
+                    bytes
                 }
                 Err(why) => {
                     tracing::error!("{session}: the fitted request failed its check ({why}); forwarding the client's own");
@@ -519,7 +537,48 @@ async fn prepare(
         lock,
         warnings,
     )
+    .map(|mut p| {
+        if let Some(r) = rounds {
+            set(&mut p.reply_headers, "x-loom-recall", "offered");
+            p.recall = Some(r);
+        }
+        p
+    })
     .map(anchored)
+}
+
+/// The request to send for a render that is not the client's own: the render merged into the
+/// client's request (its fields Loom does not model, its items where they are unchanged), with
+/// the recall tool when `offer` gives the spec that counted it; checked against Loom's and the
+/// provider's rules. The error says which check failed.
+fn assemble(
+    api: Api,
+    body: &ingest::RequestBody,
+    live: &Arc<Mutex<crate::live::Live>>,
+    rendered: &Value,
+    offer: Option<&RenderSpec>,
+) -> Result<Bytes, String> {
+    let mut merged = fit::merge(api, &body.fields, rendered);
+    {
+        let mut held = crate::live::lock_live(live);
+        let mut items = ClientItems {
+            body,
+            memo: &mut held.meanings,
+        };
+        fit::restore(api, &body.fields, &mut items, &mut merged);
+    }
+    if offer.is_some() {
+        recall::offer(api, &mut merged);
+    }
+    // The render pairs every call with its result by construction; this check is the net under
+    // it. Should it ever fail, the client's own (valid) request goes instead of a malformed
+    // one, and the failure is loud.
+    loom_core::render::check_request(api.into(), &merged)
+        .map_err(|v| v.to_string())
+        .and_then(|()| check_request(api, &merged).map_err(|e| e.to_string()))?;
+    serde_json::to_vec(&merged)
+        .map(Bytes::from)
+        .map_err(|e| format!("serialising the request: {e}"))
 }
 
 /// A request's items for [`fit::restore`], with the session's memo of what each says.
@@ -618,6 +677,7 @@ fn finish(
             logged: true,
         },
         reply_headers,
+        recall: None,
     })
 }
 

@@ -100,8 +100,9 @@ pub(crate) async fn relay(
     model: String,
     upstream: reqwest::Response,
     extra: HeaderMap,
-    target: LogTarget,
+    mut target: LogTarget,
     deadline: Instant,
+    rounds: Option<super::recall::Rounds>,
 ) -> Response {
     let status =
         StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -138,7 +139,7 @@ pub(crate) async fn relay(
             state, api, model, upstream, status, headers, target, deadline,
         );
     }
-    let body = match read_limited(upstream, deadline).await {
+    let mut body = match read_limited(upstream, deadline).await {
         Ok(b) => b,
         Err(e) => {
             state.metrics.upstream_error(provider(api), "read_failed");
@@ -146,7 +147,31 @@ pub(crate) async fn relay(
         }
     };
     match parse_reply(api, &body) {
-        Ok(reply) => log_reply(&state, api, &model, target, reply).await,
+        Ok(mut reply) => {
+            if let Some(rounds) = rounds.filter(|_| super::recall::calls_recall(&reply)) {
+                match super::recall::run(&state, api, rounds, &mut target, body, reply, deadline)
+                    .await
+                {
+                    Ok((final_body, final_reply)) => {
+                        body = final_body;
+                        reply = final_reply;
+                        headers.remove("content-length");
+                        if let Some(call) = target.call {
+                            if let Ok(v) = HeaderValue::from_str(&call.to_string()) {
+                                headers.insert("x-loom-call", v);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("{}: a recall round failed: {}", target.session, e.message);
+                        let mut r = super::provider_error(api, &e);
+                        r.headers_mut().extend(headers);
+                        return r;
+                    }
+                }
+            }
+            log_reply(&state, api, &model, target, reply).await
+        }
         Err(e) => {
             state.metrics.unlogged_reply();
             tracing::warn!(
@@ -183,6 +208,27 @@ async fn read_limited(upstream: reqwest::Response, deadline: Instant) -> Result<
             }
         }
     }
+}
+
+/// Reads a whole (bounded) body before the deadline; the failure as the API reports it.
+pub(crate) async fn read_all(
+    upstream: reqwest::Response,
+    deadline: Instant,
+) -> Result<Bytes, ApiError> {
+    read_limited(upstream, deadline).await.map_err(|e| match e {
+        ProxyFault::Timeout => ApiError::upstream(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the upstream did not answer in time",
+        ),
+        ProxyFault::Broken(why) => ApiError::upstream(
+            StatusCode::BAD_GATEWAY,
+            format!("the upstream's reply broke off: {why}"),
+        ),
+        ProxyFault::TooLarge => ApiError::upstream(
+            StatusCode::BAD_GATEWAY,
+            "the upstream's reply is larger than Loom relays",
+        ),
+    })
 }
 
 /// An upstream failure before anything reached the client.

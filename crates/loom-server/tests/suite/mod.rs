@@ -9,4 +9,5 @@ mod openapi;
 mod postgres;
 mod props;
 mod proxy;
+mod recall;
 mod support;

@@ -214,7 +214,10 @@ fn with_the_recall_tool_every_line_says_how_to_recall_it() {
         ],
         "{whole}"
     );
-    assert!(whole.lines().nth(1).unwrap().contains("loom_recall"), "{whole}");
+    assert!(
+        whole.lines().nth(1).unwrap().contains("loom_recall"),
+        "{whole}"
+    );
     let cut = block(2);
     assert!(
         cut.ends_with("(5 earlier steps and 1 earlier messages omitted above; their originals: loom_recall ref=seq:3-15)"),

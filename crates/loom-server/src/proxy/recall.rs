@@ -1,0 +1,419 @@
+//! `loom_recall` through the proxy: in `fit` mode, from the first render that leaves something
+//! out, the forwarded request offers one more tool, and every stub, group and notice says how to
+//! call it. When the upstream's reply calls it, Loom answers the call itself (the original of
+//! the reference, within `[recall] max_tokens`), asks the upstream again with the call and its
+//! answer appended, and gives the client only the final reply, with the text the model wrote
+//! before the call in front of it.
+//!
+//! The hidden exchange is logged as Loom's own: the turn with its `loom_recall` calls (its text
+//! goes with the final reply, as the client received it), the answers, and a `hidden` record
+//! naming them, written with the next round's receipt and the round's usage in one turn. Later
+//! renders send them like any call and result, so the model's conversation stays append-only,
+//! while the client's history is matched against the log without them.
+//!
+//! Calls to the client's own tools in a reply that also calls `loom_recall` are dropped (the
+//! model makes them again in the next round). After `[recall] max_rounds` rounds the reply goes
+//! to the client without its `loom_recall` calls. A streamed request is not offered the tool.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use loom_core::render::{RecallRefs, ToolSpec, RECALL_TOOL};
+use loom_core::{Api, ContentStats, EventBody, NewEvent, SessionId, ToolOutput};
+use loom_store::recall::{answer, tool_definition, RecallArgs};
+use loom_store::Usage;
+use loom_wire::{parse_reply, AssistantReply};
+use serde_json::{json, Value};
+
+use super::ingest::RequestBody;
+use super::upstream::{assistant_event, LogTarget};
+use crate::auth::Principal;
+use crate::config::RecallMode;
+use crate::engine::RenderSpec;
+use crate::error::ApiError;
+use crate::state::{now_ms, AppState};
+
+/// What another round of a call needs: the render's spec, the client's request, and how to
+/// call the upstream again.
+pub(crate) struct Rounds {
+    spec: RenderSpec,
+    body: Arc<RequestBody>,
+    max_rounds: u32,
+    max_tokens: u64,
+    pub(crate) principal: Option<Principal>,
+    pub(crate) headers: HeaderMap,
+    pub(crate) query: Option<String>,
+}
+
+impl Rounds {
+    pub(crate) fn new(state: &AppState, spec: RenderSpec, body: Arc<RequestBody>) -> Self {
+        Self {
+            spec,
+            body,
+            max_rounds: state.config.recall.max_rounds,
+            max_tokens: state.config.recall.max_tokens,
+            principal: None,
+            headers: HeaderMap::new(),
+            query: None,
+        }
+    }
+}
+
+/// Whether a `fit` request may be offered the tool: recall is on, the request is not streamed,
+/// it does not forbid tools, and none of its own tools has the name.
+pub(crate) fn may_offer(state: &AppState, client: &serde_json::Map<String, Value>) -> bool {
+    if state.config.recall.mode == RecallMode::Off {
+        return false;
+    }
+    let streamed = client.get("stream").and_then(Value::as_bool) == Some(true);
+    let none = match client.get("tool_choice") {
+        Some(Value::String(s)) => s == "none",
+        Some(Value::Object(o)) => o.get("type").and_then(Value::as_str) == Some("none"),
+        _ => false,
+    };
+    let named = client
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| {
+            tools.iter().any(|t| {
+                t.get("name").or_else(|| t.pointer("/function/name")) == Some(&json!(RECALL_TOOL))
+            })
+        });
+    !streamed && !none && !named
+}
+
+/// The tool as the render counts it.
+fn tool_spec() -> ToolSpec {
+    let (name, description, parameters) = tool_definition();
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters,
+    }
+}
+
+/// Makes `spec` count the tool and write references as calls of it (or, in `files` mode,
+/// offloaded outputs as paths under the session's folder).
+pub(crate) fn count_in(state: &AppState, session: &SessionId, spec: &mut RenderSpec) {
+    spec.tools.push(tool_spec());
+    spec.recall = Some(
+        match (&state.config.recall.mode, &state.config.recall.folder) {
+            (RecallMode::Files, Some(folder)) => RecallRefs::Files {
+                dir: crate::recall_files::session_dir(folder, session),
+            },
+            _ => RecallRefs::Tool,
+        },
+    );
+}
+
+/// Adds the tool to a request in `api`'s shape, after the client's own.
+pub(crate) fn offer(api: Api, request: &mut Value) {
+    let (name, description, parameters) = tool_definition();
+    let tool = match api {
+        Api::OpenaiChat => json!({"type": "function", "function": {
+            "name": name, "description": description, "parameters": parameters}}),
+        Api::OpenaiResponses => json!({"type": "function", "name": name,
+            "description": description, "parameters": parameters, "strict": false}),
+        Api::Anthropic => {
+            json!({"name": name, "description": description, "input_schema": parameters})
+        }
+    };
+    if let Some(obj) = request.as_object_mut() {
+        match obj
+            .entry("tools")
+            .or_insert_with(|| Value::Array(Vec::new()))
+        {
+            Value::Array(list) => list.push(tool),
+            other => *other = Value::Array(vec![tool]),
+        }
+    }
+}
+
+/// Whether a reply calls the tool.
+pub(crate) fn calls_recall(reply: &AssistantReply) -> bool {
+    reply.tool_calls.iter().any(|c| c.name == RECALL_TOOL)
+}
+
+/// A round's failure: the client gets this, in its provider's shape.
+pub(crate) type RoundError = ApiError;
+
+/// Answers the reply's `loom_recall` calls and asks the upstream again until a reply calls it
+/// no more (or the rounds run out); returns the final reply's body, as the client receives it,
+/// and that reply, with `target` naming the last round's call.
+pub(crate) async fn run(
+    state: &Arc<AppState>,
+    api: Api,
+    rounds: Rounds,
+    target: &mut LogTarget,
+    mut body: Bytes,
+    mut reply: AssistantReply,
+    deadline: Instant,
+) -> Result<(Bytes, AssistantReply), RoundError> {
+    let mut before: Vec<String> = Vec::new();
+    let mut round = 0;
+    let principal = rounds
+        .principal
+        .clone()
+        .ok_or_else(|| ApiError::internal("a recall round without its caller"))?;
+    while calls_recall(&reply) {
+        if round >= rounds.max_rounds {
+            let mut doc: Value = serde_json::from_slice(&body)
+                .map_err(|_| ApiError::internal("re-reading the reply"))?;
+            strip_recall(api, &mut doc);
+            body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+            reply = parse_reply(api, &body).map_err(|e| ApiError::internal(e.to_string()))?;
+            break;
+        }
+        round += 1;
+        state.metrics.recall_round();
+        if let Some(text) = reply.content.take().filter(|t| !t.is_empty()) {
+            before.push(text);
+        }
+        let next = hidden_round(state, api, &rounds, target, &reply).await?;
+        target.call = next.0;
+        let request = super::upstream_request(
+            state,
+            api,
+            &principal,
+            &rounds.headers,
+            rounds.query.as_deref(),
+            next.1,
+        )?;
+        let sent = tokio::time::timeout_at(deadline.into(), request.send())
+            .await
+            .map_err(|_| {
+                ApiError::upstream(
+                    axum::http::StatusCode::GATEWAY_TIMEOUT,
+                    "the upstream did not answer in time",
+                )
+            })?
+            .map_err(|e| {
+                ApiError::upstream(
+                    axum::http::StatusCode::BAD_GATEWAY,
+                    format!(
+                        "the upstream could not be reached: {}",
+                        super::without_url(&e)
+                    ),
+                )
+            })?;
+        let status = sent.status();
+        body = super::upstream::read_all(sent, deadline).await?;
+        if !status.is_success() {
+            return Err(ApiError::upstream(
+                axum::http::StatusCode::from_u16(status.as_u16())
+                    .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+                format!(
+                    "the upstream refused a recall round: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(500)])
+                ),
+            ));
+        }
+        reply = parse_reply(api, &body).map_err(|e| {
+            ApiError::upstream(
+                axum::http::StatusCode::BAD_GATEWAY,
+                format!("the upstream's reply to a recall round cannot be read: {e}"),
+            )
+        })?;
+    }
+    if !before.is_empty() {
+        let mut doc: Value = serde_json::from_slice(&body)
+            .map_err(|_| ApiError::internal("re-reading the reply"))?;
+        prepend_text(api, &mut doc, &before.concat());
+        body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+        reply = parse_reply(api, &body).map_err(|e| ApiError::internal(e.to_string()))?;
+    }
+    Ok((body, reply))
+}
+
+/// Logs one hidden round (the turn with its recall calls, their answers, the `hidden` record,
+/// the round's usage and the next render's receipt, as one turn) and renders the next request;
+/// returns the next call and its body.
+async fn hidden_round(
+    state: &Arc<AppState>,
+    api: Api,
+    rounds: &Rounds,
+    target: &LogTarget,
+    reply: &AssistantReply,
+) -> Result<(Option<u64>, Bytes), RoundError> {
+    let live = target
+        .live
+        .clone()
+        .ok_or_else(|| ApiError::internal("a recall round without its session"))?;
+    let session = target.session.clone();
+    let call = target.call;
+    let spec = rounds.spec.clone();
+    let body = Arc::clone(&rounds.body);
+    let max_tokens = rounds.max_tokens;
+    let mut turn = reply.clone();
+    turn.content = None;
+    turn.tool_calls.retain(|c| c.name == RECALL_TOOL);
+    let usage = reply.usage.as_ref().map(|u| Usage {
+        input_tokens: u.input_tokens,
+        cached_input_tokens: u.cached_input_tokens,
+        output_tokens: u.output_tokens,
+        reported_ms: now_ms(),
+    });
+    let asked = assistant_event(api, turn.clone());
+    state
+        .blocking("answering loom_recall", move |s| {
+            let (meter, policy) = s.engine.prepare(&spec)?;
+            // An answer never takes more than the share one output may (the render would
+            // otherwise fire a compaction point in the middle of the turn).
+            let cap = max_tokens.min(policy.budget().oversized.max(200));
+            let mut events = vec![asked];
+            for c in &turn.tool_calls {
+                let (text, is_error) = match RecallArgs::parse(&c.arguments) {
+                    Ok(args) => {
+                        let a = answer(
+                            s.store.as_ref(),
+                            s.blobs.as_ref(),
+                            &s.engine.reduce,
+                            &session,
+                            &args,
+                            cap,
+                            &meter,
+                        )?;
+                        s.metrics.recalled(a.is_error, a.tokens);
+                        (a.text, a.is_error)
+                    }
+                    Err(why) => (why, true),
+                };
+                events.push(NewEvent::new(
+                    now_ms(),
+                    EventBody::ToolResult {
+                        call_id: c.id.clone(),
+                        tool_name: RECALL_TOOL.to_owned(),
+                        stats: ContentStats::of(text.as_bytes()),
+                        content: ToolOutput::Text(text),
+                        is_error,
+                    },
+                ));
+            }
+            let mut held = crate::live::lock_live(&live);
+            let first = held.last_seq() + 1;
+            let last = first + events.len() as u64 - 1;
+            events.push(NewEvent::new(
+                now_ms(),
+                EventBody::Hidden {
+                    events: [first, last],
+                },
+            ));
+            held.stage(s.backend(), &events)?;
+            let (out, receipt) = match s.engine.render(&mut held, &spec) {
+                Ok(r) => r,
+                Err(e) => {
+                    held.discard();
+                    return Err(e);
+                }
+            };
+            let report = call.zip(usage.as_ref());
+            let next = match held.commit(s.backend(), receipt.as_ref(), report) {
+                Ok(next) => next,
+                Err(e) => {
+                    held.discard();
+                    return Err(e.into());
+                }
+            };
+            drop(held);
+            let bytes = super::assemble(api, &body, &live, &out.body, Some(&spec))
+                .map_err(|why| ApiError::internal(format!("a recall round's request: {why}")))?;
+            Ok((next, bytes))
+        })
+        .await
+}
+
+/// Removes the `loom_recall` calls from a reply body (the rounds ran out).
+fn strip_recall(api: Api, doc: &mut Value) {
+    let is_recall = |v: &Value, key: &str| v.pointer(key) == Some(&json!(RECALL_TOOL));
+    match api {
+        Api::OpenaiChat => {
+            if let Some(msg) = doc.pointer_mut("/choices/0/message") {
+                if let Some(Value::Array(calls)) = msg.get_mut("tool_calls") {
+                    calls.retain(|c| !is_recall(c, "/function/name"));
+                    if calls.is_empty() {
+                        msg.as_object_mut().map(|m| m.remove("tool_calls"));
+                        doc["choices"][0]["finish_reason"] = json!("stop");
+                    }
+                }
+            }
+        }
+        Api::Anthropic => {
+            if let Some(Value::Array(blocks)) = doc.get_mut("content") {
+                blocks.retain(|b| !(b["type"] == "tool_use" && is_recall(b, "/name")));
+                if !blocks.iter().any(|b| b["type"] == "tool_use") {
+                    doc["stop_reason"] = json!("end_turn");
+                }
+            }
+        }
+        Api::OpenaiResponses => {
+            if let Some(Value::Array(items)) = doc.get_mut("output") {
+                items.retain(|i| !(i["type"] == "function_call" && is_recall(i, "/name")));
+            }
+        }
+    }
+}
+
+/// Puts `text` (what the model wrote in the hidden rounds) in front of the reply's own text.
+fn prepend_text(api: Api, doc: &mut Value, text: &str) {
+    match api {
+        Api::OpenaiChat => {
+            if let Some(msg) = doc.pointer_mut("/choices/0/message") {
+                let own = msg.get("content").and_then(Value::as_str).unwrap_or("");
+                msg["content"] = json!(format!("{text}{own}"));
+            }
+        }
+        Api::Anthropic => {
+            if let Some(Value::Array(blocks)) = doc.get_mut("content") {
+                let first_text = blocks.iter_mut().find(|b| b["type"] == "text");
+                match first_text {
+                    Some(b) => {
+                        let own = b["text"].as_str().unwrap_or("").to_owned();
+                        b["text"] = json!(format!("{text}{own}"));
+                    }
+                    None => {
+                        // After the thinking blocks, which come first.
+                        let at = blocks
+                            .iter()
+                            .position(|b| {
+                                !matches!(
+                                    b["type"].as_str(),
+                                    Some("thinking" | "redacted_thinking")
+                                )
+                            })
+                            .unwrap_or(blocks.len());
+                        blocks.insert(at, json!({"type": "text", "text": text}));
+                    }
+                }
+            }
+        }
+        Api::OpenaiResponses => {
+            if let Some(Value::Array(items)) = doc.get_mut("output") {
+                let part = items
+                    .iter_mut()
+                    .filter(|i| i["type"] == "message")
+                    .flat_map(|i| i["content"].as_array_mut().into_iter().flatten())
+                    .find(|p| p["type"] == "output_text");
+                match part {
+                    Some(p) => {
+                        let own = p["text"].as_str().unwrap_or("").to_owned();
+                        p["text"] = json!(format!("{text}{own}"));
+                    }
+                    None => {
+                        let at = items
+                            .iter()
+                            .position(|i| i["type"] != "reasoning")
+                            .unwrap_or(items.len());
+                        items.insert(
+                            at,
+                            json!({"type": "message", "id": "msg_loom_recall", "status": "completed",
+                                "role": "assistant", "content": [
+                                    {"type": "output_text", "text": text, "annotations": []}]}),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! `loom_recall` through the proxy: from the first render that leaves something out, the
+//! request offers the tool; when the model calls it, Loom answers with the original, asks again,
+//! and the client gets only the final reply; the hidden exchange is in the log, and the client's
+//! next request extends the session. In `files` mode, the stub names a file holding the original.
+
+use loom_core::{EventBody, SessionId};
+use loom_server::config::RecallMode;
+use loom_server::AuthMode;
+use loom_store::ProxyMode;
+use serde_json::{json, Value};
+
+use super::support::{assert_forwarded_valid, start, start_with, Server};
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "bash", "description": "Run a command",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}])
+}
+
+/// The output of build `n`: long, and different from every other build's.
+fn output(n: usize) -> String {
+    (1..=400)
+        .map(|i| format!("build {n} step {i}: compiled module_{n}_{i}.rs in {i}ms\n"))
+        .collect()
+}
+
+async fn send(s: &Server, session: &str, messages: &[Value]) -> reqwest::Response {
+    let body = json!({"model": "gpt-4o", "messages": messages, "tools": tools()});
+    s.post(
+        "/v1/chat/completions",
+        None,
+        &[("x-loom-session", session), ("x-loom-budget", "6000")],
+        &body,
+    )
+    .await
+}
+
+/// Runs `builds` tool-using turns (a user turn, the model's call, the client's result, the
+/// model's answer); returns the conversation as the client holds it.
+async fn builds(s: &Server, session: &str, builds: usize) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "system", "content": "You build things."})];
+    for n in 0..builds {
+        messages.push(json!({"role": "user", "content": format!("run build {n}")}));
+        let r = send(s, session, &messages).await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        let msg = v["choices"][0]["message"].clone();
+        let id = msg["tool_calls"][0]["id"].as_str().unwrap().to_owned();
+        messages.push(msg);
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": output(n)}));
+        let r = send(s, session, &messages).await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        messages.push(v["choices"][0]["message"].clone());
+    }
+    messages
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_proxy_answers_loom_recall_and_the_client_sees_only_the_final_reply() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let mut messages = builds(&s, "rc", 4).await;
+    // Before anything was left out, the client's own request went as it came.
+    let first = s.mock.requests()[0].body.clone();
+    assert_eq!(tool_names(&first), ["bash"]);
+    let last = s.mock.requests().last().unwrap().body.clone();
+    assert_eq!(
+        tool_names(&last),
+        ["bash", "loom_recall"],
+        "offered once fitted"
+    );
+    let text = last.to_string();
+    assert!(
+        text.contains("loom_recall ref="),
+        "stubs say how to recall: {text}"
+    );
+
+    s.mock.clear();
+    messages.push(json!({"role": "user", "content": "recall that output, please"}));
+    let r = send(&s, "rc", &messages).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-loom-recall"], "offered");
+    let reply: Value = r.json().await.unwrap();
+    let msg = &reply["choices"][0]["message"];
+    assert!(
+        msg["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Let me read that again. ok:"),
+        "the text before the call comes first: {msg}"
+    );
+    assert!(msg.get("tool_calls").is_none(), "{msg}");
+    // The upstream was asked twice; the second time with the call and its answer: an original,
+    // byte for byte.
+    let sent = s.mock.requests();
+    assert_eq!(sent.len(), 2);
+    let second = &sent[1].body;
+    let answer = second["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(answer["role"], "tool");
+    let answered = answer["content"].as_str().unwrap();
+    // A quarter of the 6,000-token budget at most: the original's first lines, exactly, and how
+    // to read the rest.
+    let (shown, how) = answered.rsplit_once("\n[loom_recall: lines 1-").unwrap();
+    assert!(
+        (0..4).any(|n| output(n).starts_with(&format!("{shown}\n"))),
+        "the answer is an original's beginning: {}",
+        &answered[..answered.len().min(300)]
+    );
+    assert!(
+        how.contains("of 400 shown; the rest: loom_recall ref="),
+        "{how}"
+    );
+    assert!(shown.lines().count() > 50, "{}", shown.lines().count());
+    // In the log as Loom's own exchange.
+    let events = s
+        .store()
+        .read(&SessionId::new("rc").unwrap(), 1..=u64::MAX)
+        .unwrap();
+    let hidden = events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::Hidden { events } => Some(*events),
+            _ => None,
+        })
+        .expect("a hidden record");
+    assert!(events.iter().any(|e| matches!(&e.body,
+        EventBody::ToolResult { tool_name, .. } if tool_name == "loom_recall")));
+    assert_eq!(hidden[1] - hidden[0], 1, "the call and its answer");
+    // The client's next request extends the session: no fork, nothing re-read.
+    messages.push(msg.clone());
+    messages.push(json!({"role": "user", "content": "thanks, go on"}));
+    let r = send(&s, "rc", &messages).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-loom-diverged").is_none());
+    assert_eq!(r.headers()["x-loom-session"], "rc");
+    assert_forwarded_valid(&s, "/v1/chat/completions", "CreateChatCompletionRequest");
+    let metrics = s.get("/metrics", None).await.text().await.unwrap();
+    assert!(metrics.contains("loom_recalls_total 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn with_recall_off_no_tool_is_offered() {
+    let s = start_with(AuthMode::None, ProxyMode::Fit, |c| {
+        c.recall.mode = RecallMode::Off;
+    })
+    .await;
+    builds(&s, "off", 3).await;
+    let last = s.mock.requests().last().unwrap().body.clone();
+    assert_eq!(tool_names(&last), ["bash"]);
+    assert!(!last.to_string().contains("loom_recall"));
+}
+
+#[tokio::test]
+async fn in_files_mode_a_stub_names_a_file_holding_the_original() {
+    let folder = tempfile::tempdir().unwrap();
+    let path = folder.path().to_owned();
+    let s = start_with(AuthMode::None, ProxyMode::Fit, move |c| {
+        c.recall.mode = RecallMode::Files;
+        c.recall.folder = Some(path);
+    })
+    .await;
+    builds(&s, "files", 4).await;
+    let last = s.mock.requests().last().unwrap().body.to_string();
+    let root = folder.path().display().to_string();
+    let at = last
+        .find(&format!("(See {root}"))
+        .expect("a stub names a file");
+    let named: String = last[at + 5..].chars().take_while(|c| *c != ')').collect();
+    let bytes = std::fs::read_to_string(&named).unwrap();
+    assert!((0..4).any(|n| bytes == output(n)), "{named}");
+}
