@@ -368,7 +368,14 @@ async fn prepare(
                 let mut live = crate::live::lock_live(&synced.live);
                 let (outcome, receipt) = if mode == ProxyMode::Fit {
                     let started = Instant::now();
-                    match s.engine.render(&mut live, &render_spec) {
+                    let counted;
+                    let spec = if offers_recall && recall::past_a_point(&live) {
+                        counted = recall::counted(render_spec.clone());
+                        &counted
+                    } else {
+                        &render_spec
+                    };
+                    match s.engine.render(&mut live, spec) {
                         Ok((outcome, receipt)) => {
                             s.metrics.phase(Phase::Render, started.elapsed());
                             (Some(outcome), receipt)

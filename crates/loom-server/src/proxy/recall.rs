@@ -50,7 +50,7 @@ pub(crate) struct Rounds {
 impl Rounds {
     pub(crate) fn new(state: &AppState, spec: RenderSpec, body: Arc<RequestBody>) -> Self {
         Self {
-            spec,
+            spec: counted(spec),
             body,
             max_rounds: state.config.recall.max_rounds,
             max_tokens: state.config.recall.max_tokens,
@@ -94,10 +94,25 @@ fn tool_spec() -> ToolSpec {
     }
 }
 
-/// Makes `spec` count the tool and write references as calls of it (or, in `files` mode,
-/// offloaded outputs as paths under the session's folder).
+/// Makes `spec` count the tool, once.
+pub(crate) fn counted(mut spec: RenderSpec) -> RenderSpec {
+    if !spec.tools.iter().any(|t| t.name == RECALL_TOOL) {
+        spec.tools.push(tool_spec());
+    }
+    spec
+}
+
+/// Whether the session's last render was past a compaction point: from then on every request
+/// offers the tool, so the render counts it. (The request at the first point offers it
+/// uncounted: the point lands at the low watermark, far below the budget.)
+pub(crate) fn past_a_point(live: &crate::live::Live) -> bool {
+    live.last_call()
+        .is_some_and(|c| c.call.receipt["receipt"]["points"].as_u64().unwrap_or(0) > 0)
+}
+
+/// Makes `spec` write references as calls of the tool (or, in `files` mode, offloaded outputs
+/// as paths under the session's folder).
 pub(crate) fn count_in(state: &AppState, session: &SessionId, spec: &mut RenderSpec) {
-    spec.tools.push(tool_spec());
     spec.recall = Some(
         match (&state.config.recall.mode, &state.config.recall.folder) {
             (RecallMode::Files, Some(folder)) => RecallRefs::Files {
