@@ -615,6 +615,10 @@ fn group_lines(
 /// dropped, grouped or not — and the block says how many steps (not lines or groups) were
 /// omitted. Only the lines kept are formatted, so the cost follows `max_lines`, not the length
 /// of the session.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the block's inputs, each read once; the cost model calls it with its memo's parts"
+)]
 pub(crate) fn compact_block(
     proj: &Projection,
     state: &CompactionState,

@@ -94,6 +94,8 @@ pub(crate) fn provider(api: Api) -> &'static str {
 }
 
 /// Relays the upstream's response; `extra` headers (the session, the call) are added to it.
+/// With `rounds`, a reply that calls `loom_recall` is answered and asked again first.
+#[expect(clippy::too_many_arguments, reason = "one relay, its parts named")]
 pub(crate) async fn relay(
     state: Arc<AppState>,
     api: Api,
