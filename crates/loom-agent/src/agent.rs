@@ -619,7 +619,8 @@ impl<'a> Runner<'a> {
                 always_record: true,
                 injections: Vec::new(),
                 limits: Default::default(),
-                recall: None,
+                // Agents have `loom_recall`: every stub says how to call it.
+                recall: Some(loom_core::render::RecallRefs::Tool),
             };
             spec.injections = match self.pre_hooks(agent, &spec)? {
                 Ok(injections) => injections,
@@ -780,12 +781,52 @@ impl<'a> Runner<'a> {
                     crate::tools::memory::SEARCH | crate::tools::memory::SAVE => {
                         self.memory_tool(agent, call, &tool, &args)?
                     }
+                    loom_core::render::RECALL_TOOL => self.recall_tool(agent, &args)?,
                     _ => agent.actions.execute(&tool, &args),
                 },
             };
             self.result(agent, call, &tool.name, out)?;
         }
         Ok(None)
+    }
+
+    /// `loom_recall`: the original of a reference a render left in the agent's context, from
+    /// its own session only, at most the share of the budget one output may take.
+    fn recall_tool(&self, agent: &Agent, args: &Value) -> Result<Outcome> {
+        let args: loom_store::recall::RecallArgs = match serde_json::from_value(args.clone()) {
+            Ok(a) => a,
+            Err(e) => return Ok(Outcome::error(format!("loom_recall: {e}"))),
+        };
+        let probe = RenderSpec {
+            model: self.spec.model.clone(),
+            budget: self.spec.budget,
+            format: Format::OPENAI_CHAT,
+            tools: Vec::new(),
+            always_record: false,
+            injections: Vec::new(),
+            limits: Default::default(),
+            recall: None,
+        };
+        let (meter, policy) = self
+            .env
+            .engine
+            .prepare(&probe)
+            .map_err(|e| AgentError::config("the model", e.message))?;
+        let cap = policy.budget().oversized.clamp(200, 8_000);
+        let a = loom_store::recall::answer(
+            self.env.store.as_ref(),
+            self.env.blobs.as_ref(),
+            &self.env.engine.reduce,
+            &agent.session,
+            &args,
+            cap,
+            &meter,
+        )?;
+        Ok(if a.is_error {
+            Outcome::error(a.text)
+        } else {
+            Outcome::ok(a.text)
+        })
     }
 
     /// `memory:search` and `memory:save`, on the calling agent's own memory; a note points back

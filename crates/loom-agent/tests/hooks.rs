@@ -42,7 +42,7 @@ impl PreHook for Stopper {
 fn spec() -> RunSpec {
     RunSpec {
         model: "gpt-4o".into(),
-        budget: Some(1_200),
+        budget: Some(1_500),
         approval: Approval::Untrusted,
         limits: Limits::default(),
         prices: None,
@@ -106,7 +106,7 @@ fn the_summary_worker_runs_between_turns() {
     let info = registry.lookup("gpt-4o").unwrap();
     let meter = std::sync::Arc::new(loom_tokens::Tokenizer::for_model(info).unwrap());
     let mut policy = loom_core::render::Policy::default();
-    policy.context_window = 1_200 + policy.response_reserve;
+    policy.context_window = 1_500 + policy.response_reserve;
     let config = loom_runtime::WorkerConfig::new(
         policy,
         loom_runtime::RenderSetup {

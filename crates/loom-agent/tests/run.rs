@@ -311,3 +311,33 @@ fn a_child_messages_its_parent_and_only_the_parent_sees_it() {
     assert!(child_events.iter().any(|e| matches!(&e.body,
         EventBody::ToolResult { is_error: true, content, .. } if format!("{content:?}").contains("no agent `stranger`"))));
 }
+
+/// `loom run` agents have the recall tool the proxy answers: the same name, arguments and answer
+/// (the original of an event of the agent's own session, byte for byte).
+#[test]
+fn an_agent_recalls_an_earlier_result_with_loom_recall() {
+    let (_dir, ws) = workspace();
+    let env = env();
+    let script = json!([
+        call("fs__read_file", json!({"path": "calc.sh"})),
+        call("loom_recall", json!({"ref": "seq:4"})),
+        call("loom_recall", json!({"ref": "seq:99"})),
+        {"content": "done"}
+    ]);
+    let (mut model, requests) = Recording::new(script);
+    let id = SessionId::new("recall").unwrap();
+    let report = start(&env, &mut model, spec(Approval::Untrusted), "read calc.sh", &id, &ws);
+    assert_eq!(report.stop, Stop::Answered("done".into()));
+    let events = env.store.read(&id, 1..=100).unwrap();
+    let result = |seq: usize| match &events[seq - 1].body {
+        EventBody::ToolResult {
+            content, is_error, ..
+        } => (content.clone(), *is_error),
+        other => panic!("seq {seq}: {other:?}"),
+    };
+    assert_eq!(result(6).0, result(4).0, "the original, byte for byte");
+    assert!(!result(6).1);
+    assert!(result(8).1, "a seq past the log is a tool error");
+    let offered = requests.lock().unwrap()[0].to_string();
+    assert!(offered.contains("\"loom_recall\""), "{offered}");
+}

@@ -263,6 +263,10 @@ impl Actions {
                     "required": ["goal"], "additionalProperties": false}),
             ));
         }
+        // What a render leaves out, read again: the same tool, arguments and answer as behind
+        // `loom serve` (loom_store::recall).
+        let (name, description, parameters) = loom_store::recall::tool_definition();
+        out.push(def(name, description, parameters));
         out.push(def(
             "agent:send_message",
             "Send a direct message to another agent of this run (your parent or a child).",

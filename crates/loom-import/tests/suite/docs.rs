@@ -50,7 +50,7 @@ fn every_documented_event_round_trips() {
     }
     assert_eq!(
         kinds.len(),
-        10,
+        11,
         "every event kind needs an example: {kinds:?}"
     );
 }
