@@ -326,7 +326,14 @@ fn an_agent_recalls_an_earlier_result_with_loom_recall() {
     ]);
     let (mut model, requests) = Recording::new(script);
     let id = SessionId::new("recall").unwrap();
-    let report = start(&env, &mut model, spec(Approval::Untrusted), "read calc.sh", &id, &ws);
+    let report = start(
+        &env,
+        &mut model,
+        spec(Approval::Untrusted),
+        "read calc.sh",
+        &id,
+        &ws,
+    );
     assert_eq!(report.stop, Stop::Answered("done".into()));
     let events = env.store.read(&id, 1..=100).unwrap();
     let result = |seq: usize| match &events[seq - 1].body {
