@@ -210,6 +210,8 @@ def tool_names(fmt, body):
 
     for t in decls:
         add(t)
+    # Loom's own recall tool is not the client's: the task is played through the client's tools.
+    names.pop("loom_recall", None)
     return names
 
 

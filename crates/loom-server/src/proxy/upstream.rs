@@ -217,20 +217,9 @@ pub(crate) async fn read_all(
     upstream: reqwest::Response,
     deadline: Instant,
 ) -> Result<Bytes, ApiError> {
-    read_limited(upstream, deadline).await.map_err(|e| match e {
-        ProxyFault::Timeout => ApiError::upstream(
-            StatusCode::GATEWAY_TIMEOUT,
-            "the upstream did not answer in time",
-        ),
-        ProxyFault::Broken(why) => ApiError::upstream(
-            StatusCode::BAD_GATEWAY,
-            format!("the upstream's reply broke off: {why}"),
-        ),
-        ProxyFault::TooLarge => ApiError::upstream(
-            StatusCode::BAD_GATEWAY,
-            "the upstream's reply is larger than Loom relays",
-        ),
-    })
+    read_limited(upstream, deadline)
+        .await
+        .map_err(ProxyFault::into_error)
 }
 
 /// An upstream failure before anything reached the client.
@@ -242,8 +231,8 @@ pub(crate) enum ProxyFault {
 }
 
 impl ProxyFault {
-    fn into_provider_response(self, api: Api) -> Response {
-        let e = match self {
+    fn into_error(self) -> ApiError {
+        match self {
             Self::Timeout => ApiError::upstream(
                 StatusCode::GATEWAY_TIMEOUT,
                 "the upstream did not answer in time",
@@ -256,8 +245,11 @@ impl ProxyFault {
                 StatusCode::BAD_GATEWAY,
                 "the upstream's reply is larger than Loom relays",
             ),
-        };
-        super::provider_error(api, &e)
+        }
+    }
+
+    fn into_provider_response(self, api: Api) -> Response {
+        super::provider_error(api, &self.into_error())
     }
 }
 
