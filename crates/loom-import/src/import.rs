@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use loom_core::{Event, NewEvent, Seq, SessionId};
+use loom_core::{Event, EventBody, NewEvent, Seq, SessionId};
 use loom_store::{BlobStore, NewSession, Store};
 use serde::Serialize;
 
@@ -211,6 +211,8 @@ fn plan_with(store: &dyn Store, sessions: Vec<ParsedSession>, extend: bool) -> R
             None => (Outcome::Imported, 0),
             Some(_) => {
                 let stored: Vec<Event> = store.read(&s.id, 1..=Seq::MAX).map_err(store_err)?;
+                // Loom's own recall rounds are not in any client's history.
+                let stored = without_hidden(stored);
                 let prefix = stored.len() < s.events.len()
                     && stored.iter().zip(&s.events).all(|(a, b)| a.body == b.body);
                 if extend && prefix {
@@ -233,6 +235,28 @@ fn plan_with(store: &dyn Store, sessions: Vec<ParsedSession>, extend: bool) -> R
         out.push((s, outcome, stored_len));
     }
     Ok(Plan { sessions: out })
+}
+
+/// A log without Loom's own exchanges (`hidden` runs and their records), which no client's
+/// history holds.
+fn without_hidden(events: Vec<Event>) -> Vec<Event> {
+    let runs: Vec<[Seq; 2]> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::Hidden { events } => Some(*events),
+            _ => None,
+        })
+        .collect();
+    if runs.is_empty() {
+        return events;
+    }
+    events
+        .into_iter()
+        .filter(|e| {
+            !matches!(e.body, EventBody::Hidden { .. })
+                && !runs.iter().any(|[a, b]| *a <= e.seq && e.seq <= *b)
+        })
+        .collect()
 }
 
 impl Plan {

@@ -175,3 +175,63 @@ fn an_extending_import_appends_the_rest_and_still_refuses_a_departure() {
     ));
     assert_eq!(store.latest_seq(&s).unwrap(), 3);
 }
+
+/// A log with Loom's own recall round in it (a hidden turn, its answer and the record) still
+/// extends by the client's history, which never held them.
+#[test]
+fn an_extending_import_reads_the_log_without_looms_hidden_rounds() {
+    use loom_core::{ContentStats, EventBody, NewEvent, ToolCall, ToolOutput};
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let read = |text: &str| {
+        loom_import::parse_slice("t", "t", text.as_bytes(), &opts(None), &blobs).unwrap()
+    };
+    let s = loom_core::SessionId::new("s").unwrap();
+    loom_import::plan(
+        &store,
+        read(r#"{"id": "s", "messages": [{"role": "user", "content": "a"}]}"#),
+    )
+    .unwrap()
+    .commit(&store, 1, &mut NoProgress)
+    .unwrap();
+    let answer = "the original";
+    store
+        .append(
+            &s,
+            &[
+                NewEvent::new(
+                    2,
+                    EventBody::Assistant {
+                        content: None,
+                        reasoning: None,
+                        tool_calls: vec![ToolCall {
+                            id: "r1".into(),
+                            name: "loom_recall".into(),
+                            arguments: r#"{"ref": "seq:1"}"#.into(),
+                        }],
+                        name: None,
+                        native: None,
+                    },
+                ),
+                NewEvent::new(
+                    2,
+                    EventBody::ToolResult {
+                        call_id: "r1".into(),
+                        tool_name: "loom_recall".into(),
+                        content: ToolOutput::Text(answer.into()),
+                        is_error: false,
+                        stats: ContentStats::of(answer.as_bytes()),
+                    },
+                ),
+                NewEvent::new(2, EventBody::Hidden { events: [2, 3] }),
+            ],
+        )
+        .unwrap();
+    let long = r#"{"id": "s", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#;
+    let report = loom_import::plan_extending(&store, read(long))
+        .unwrap()
+        .commit(&store, 2, &mut NoProgress)
+        .unwrap();
+    assert_eq!((report.extended, report.events), (1, 1));
+    assert_eq!(store.latest_seq(&s).unwrap(), 5);
+}
