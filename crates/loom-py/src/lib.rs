@@ -494,7 +494,10 @@ impl Database {
     /// Renders the session for `model` within `budget` input tokens in `format`; returns the
     /// request body and the receipt as JSON, and the id of the model call recorded for it (None
     /// when the log has not changed since the last render).
-    #[pyo3(signature = (session, model, budget=None, format="openai-chat".to_owned(), tools=None))]
+    /// With `recall`, the request counts the `loom_recall` tool (which the caller offers) and
+    /// every stub says how to call it.
+    #[pyo3(signature = (session, model, budget=None, format="openai-chat".to_owned(), tools=None, recall=false))]
+    #[expect(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn render(
         &self,
         py: Python<'_>,
@@ -503,6 +506,7 @@ impl Database {
         budget: Option<u64>,
         format: String,
         tools: Option<String>,
+        recall: bool,
     ) -> PyResult<(Py<PyAny>, Texts, Option<u64>)> {
         let inner = Arc::clone(&self.inner);
         let (body, receipt, call) = py.detach(move || {
@@ -516,7 +520,7 @@ impl Database {
                     ),
                 )
             })?;
-            let tools = match tools {
+            let mut tools = match tools {
                 None => Vec::new(),
                 Some(text) => {
                     let value: serde_json::Value =
@@ -524,6 +528,14 @@ impl Database {
                     ToolSpec::parse_list(&value).map_err(|e| invalid("tools", e.to_string()))?
                 }
             };
+            if recall {
+                let (name, description, parameters) = loom_store::recall::tool_definition();
+                tools.push(ToolSpec {
+                    name: name.to_owned(),
+                    description: description.to_owned(),
+                    parameters,
+                });
+            }
             if budget == Some(0) {
                 return Err(invalid("budget", "expected a positive number of tokens"));
             }
@@ -535,7 +547,7 @@ impl Database {
                 always_record: false,
                 injections: Vec::new(),
                 limits: Default::default(),
-                recall: None,
+                recall: recall.then_some(loom_core::render::RecallRefs::Tool),
             };
             let out = inner
                 .engine
@@ -549,6 +561,96 @@ impl Database {
         // written only when asked for.
         let dict = to_py(py, &body)?.unbind();
         Ok((dict, Texts { body, receipt }, call))
+    }
+
+    /// The `loom_recall` tool's definition as JSON: `{"name", "description", "parameters"}`.
+    #[staticmethod]
+    fn recall_tool() -> String {
+        let (name, description, parameters) = loom_store::recall::tool_definition();
+        serde_json::json!({"name": name, "description": description, "parameters": parameters})
+            .to_string()
+    }
+
+    /// Answers the `loom_recall` calls of a provider reply (`reply`, the reply's JSON body in
+    /// `format`) and logs them as a hidden round of `session`: the turn with only those calls,
+    /// the answers, and the `hidden` record, in one append. The answers are what the proxy gives
+    /// (the original, within the share of `budget` one output may take). False when the reply
+    /// calls no `loom_recall`.
+    #[pyo3(signature = (session, reply, format, model, budget=None))]
+    fn recall_round(
+        &self,
+        py: Python<'_>,
+        session: String,
+        reply: String,
+        format: String,
+        model: String,
+        budget: Option<u64>,
+    ) -> PyResult<bool> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let api = loom_core::Api::parse(&format)
+                .ok_or_else(|| invalid("format", format!("unknown API `{format}`")))?;
+            let mut turn = loom_wire::parse_reply(api, reply.as_bytes())
+                .map_err(|e| invalid("reply", e.to_string()))?;
+            turn.tool_calls
+                .retain(|c| c.name == loom_core::render::RECALL_TOOL);
+            if turn.tool_calls.is_empty() {
+                return Ok(false);
+            }
+            turn.content = None;
+            let probe = RenderSpec {
+                model,
+                budget,
+                format: Format::Api(api),
+                tools: Vec::new(),
+                always_record: false,
+                injections: Vec::new(),
+                limits: Default::default(),
+                recall: None,
+            };
+            let (meter, policy) = inner.engine.prepare(&probe).map_err(api_error)?;
+            let cap = policy.budget().oversized.clamp(200, 8_000);
+            let mut events = vec![loom_server::proxy::assistant_event(api, turn.clone())];
+            for c in &turn.tool_calls {
+                let (text, is_error) = match loom_store::recall::RecallArgs::parse(&c.arguments) {
+                    Ok(args) => {
+                        let a = loom_store::recall::answer(
+                            inner.store.as_ref(),
+                            inner.blobs.as_ref(),
+                            &inner.engine.reduce,
+                            &id,
+                            &args,
+                            cap,
+                            &meter,
+                        )
+                        .map_err(store_error)?;
+                        (a.text, a.is_error)
+                    }
+                    Err(why) => (why, true),
+                };
+                events.push(loom_core::NewEvent::new(
+                    events[0].ts_ms,
+                    loom_core::EventBody::ToolResult {
+                        call_id: c.id.clone(),
+                        tool_name: c.name.clone(),
+                        stats: loom_core::ContentStats::of(text.as_bytes()),
+                        content: loom_core::ToolOutput::Text(text),
+                        is_error,
+                    },
+                ));
+            }
+            let first = inner.store.latest_seq(&id).map_err(store_error)? + 1;
+            let last = first + events.len() as u64 - 1;
+            events.push(loom_core::NewEvent::new(
+                events[0].ts_ms,
+                loom_core::EventBody::Hidden {
+                    events: [first, last],
+                },
+            ));
+            inner.store.append(&id, &events).map_err(store_error)?;
+            Ok(true)
+        })
     }
 
     /// What happened to event `seq` in each recorded model call, and where its original is, as

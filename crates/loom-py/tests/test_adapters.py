@@ -44,6 +44,42 @@ def test_wrap_openai_chat_fits_logs_and_records_usage(embedded, mock):
     assert client.loom.last_receipt is not None
 
 
+def test_wrap_answers_loom_recall_as_the_proxy_does(embedded, mock):
+    openai = pytest.importorskip("openai")
+    client = loom.wrap(openai.OpenAI(base_url=mock.url + "/v1", api_key="sk-test"),
+                       session="rc", db=embedded, budget=3_000)
+    tools = [{"type": "function", "function": {"name": "search", "description": "search the code",
+              "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}]
+    messages = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "find the handler"}]
+    for turn in range(4):
+        reply = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        for c in message.tool_calls or []:
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": BIG})
+        if not message.tool_calls:
+            messages.append({"role": "user", "content": f"now step {turn}"})
+    assert "loom_recall ref=" in json.dumps(mock.bodies("/v1/chat/completions")[-1])
+    before = len(mock.bodies("/v1/chat/completions"))
+    messages.append({"role": "user", "content": "recall that output, please"})
+    reply = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+    message = reply.choices[0].message
+    assert message.content.startswith("Let me read that again. ")
+    assert not message.tool_calls
+    sent = mock.bodies("/v1/chat/completions")
+    assert len(sent) == before + 2
+    answer = sent[-1]["messages"][-1]
+    assert answer["role"] == "tool" and answer["content"].startswith("line 0: def handler_0")
+    kinds = [e["kind"] for e in embedded.session("rc").events()]
+    assert "hidden" in kinds
+    # The next call extends the same session.
+    messages.append(message.model_dump(exclude_none=True))
+    messages.append({"role": "user", "content": "go on"})
+    client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+    assert client.session == "rc"
+    assert loom.recall_tool()["name"] == "loom_recall"
+
+
 def test_wrap_openai_streams_and_a_departing_history_forks(embedded, mock):
     openai = pytest.importorskip("openai")
     client = loom.wrap(openai.OpenAI(base_url=mock.url + "/v1", api_key="sk-test"), session="s", db=embedded)

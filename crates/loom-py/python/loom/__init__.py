@@ -37,6 +37,7 @@ __version__: str = _loom.__version__
 
 __all__ = [
     "open",
+    "recall_tool",
     "connect",
     "wrap",
     "count_tokens",
@@ -199,13 +200,21 @@ class Session:
         budget: Optional[int] = None,
         format: str = "openai-chat",
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        recall: bool = False,
     ) -> Rendered:
         """Renders the session for ``model`` within ``budget`` input tokens (the model's window
         less its response reserve when None), in ``format``, with ``tools`` (the provider's tool
-        definitions) budgeted with it."""
+        definitions) budgeted with it. With ``recall``, the ``loom_recall`` tool is counted too
+        (the caller offers it: :func:`recall_tool`) and every stub says how to call it."""
         tools_json = json.dumps(list(tools)) if tools is not None else None
-        body, texts, call = self._db._native.render(self.id, model, budget, format, tools_json)
+        body, texts, call = self._db._native.render(self.id, model, budget, format, tools_json, recall)
         return Rendered(body, texts, call)
+
+    def recall_round(self, reply: Mapping[str, Any], format: str, model: str, budget: Optional[int] = None) -> bool:
+        """Answers the ``loom_recall`` calls of a provider reply (its JSON body in ``format``:
+        ``openai-chat``, ``anthropic`` or ``openai-responses``) and logs them as Loom's own hidden
+        round, with the same answers ``loom serve`` gives. False when the reply calls none."""
+        return self._db._native.recall_round(self.id, json.dumps(dict(reply)), format, model, budget)
 
     def explain(self, seq: int) -> Dict[str, Any]:
         """What happened to event ``seq`` in each recorded model call, and where its original is."""
@@ -378,6 +387,12 @@ class Database:
         """The original bytes a reference names: ``sha256:<hex>``, or an alias such as
         ``outputs/bash_003.txt`` within ``session``."""
         return self._native.recall(reference, session)
+
+
+def recall_tool() -> Dict[str, Any]:
+    """The ``loom_recall`` tool: ``{"name", "description", "parameters"}``, the same in every
+    front end (``loom serve``, ``loom run``, :func:`wrap`)."""
+    return json.loads(_loom.Database.recall_tool())
 
 
 def open(db: str = "loom.db") -> Database:  # noqa: A001 - the name other tools call

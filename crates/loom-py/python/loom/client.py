@@ -60,6 +60,9 @@ def _error(status: int, body: bytes) -> LoomError:
 class Remote:
     """The native module's calls, answered by `loom serve` over HTTP."""
 
+    #: `loom.wrap` does not answer `loom_recall` over HTTP (`loom serve` as the proxy does).
+    answers_recall = False
+
     def __init__(self, url: str, key: Optional[str], timeout: float) -> None:
         self.base = url.rstrip("/")
         self.key = key
@@ -148,7 +151,10 @@ class Remote:
         budget: Optional[int] = None,
         format: str = "openai-chat",
         tools: Optional[str] = None,
+        recall: bool = False,
     ) -> Tuple[Dict[str, Any], "_Texts", Optional[int]]:
+        if recall:
+            raise InvalidInput("recall: the HTTP API renders without loom_recall; put `loom serve` in front of the model instead")
         payload: Dict[str, Any] = {"model": model, "format": format}
         if budget is not None:
             payload["budget"] = budget

@@ -44,10 +44,29 @@ class _Loom:
             self.current = f"{self.base}~{n}"
             return self.db.import_history(history, format=format, session=self.current, system=system)
 
-    def render(self, session: Session, model: str, format: str, tools: Any):
-        rendered = session.render(model=model, budget=self.budget, format=format, tools=tools)
+    def render(self, session: Session, model: str, format: str, tools: Any, recall: bool = False):
+        rendered = session.render(model=model, budget=self.budget, format=format, tools=tools, recall=recall)
         self.last_receipt = rendered.receipt
         return rendered
+
+
+#: Recall rounds one call may take before the reply goes to the caller (as `loom serve`).
+_MAX_RECALL_ROUNDS = 3
+
+
+def _chat_recall_tool() -> Dict[str, Any]:
+    from . import recall_tool
+
+    return {"type": "function", "function": recall_tool()}
+
+
+def _offers(tools: Any) -> bool:
+    """Whether a call may be offered `loom_recall`: none of the caller's own tools has the name."""
+    for t in tools or []:
+        name = (t.get("function") or {}).get("name") if isinstance(t, dict) else None
+        if name == "loom_recall":
+            return False
+    return True
 
 
 def _dump(obj: Any) -> Dict[str, Any]:
@@ -72,11 +91,40 @@ class _ChatCompletions:
 
     def create(self, *, model: str, messages: List[Dict[str, Any]], **kwargs: Any) -> Any:
         session = self._loom.log([_dump(m) for m in messages], "openai")
-        rendered = self._loom.render(session, model, "openai-chat", kwargs.get("tools"))
-        sent = rendered.body["messages"]
+        tools = kwargs.get("tools")
         if kwargs.get("stream"):
-            return self._stream(session, rendered.model_call, model, sent, kwargs)
-        response = self._inner.create(model=model, messages=sent, **kwargs)
+            rendered = self._loom.render(session, model, "openai-chat", tools)
+            return self._stream(session, rendered.model_call, model, rendered.body["messages"], kwargs)
+        # Not streamed: the call offers `loom_recall`, answered here as `loom serve` answers it
+        # (a hidden round in the log, the upstream asked again), and the caller gets the final
+        # reply with the text written before the call in front.
+        recall = (_offers(tools) and kwargs.get("tool_choice") != "none"
+                  and getattr(self._loom.db._native, "answers_recall", True))
+        if recall:
+            kwargs = {**kwargs, "tools": list(tools or []) + [_chat_recall_tool()]}
+        rendered = self._loom.render(session, model, "openai-chat", tools, recall=recall)
+        before: List[str] = []
+        rounds = 0
+        while True:
+            response = self._inner.create(model=model, messages=rendered.body["messages"], **kwargs)
+            message = response.choices[0].message
+            own = [c for c in (message.tool_calls or []) if c.function.name == "loom_recall"]
+            if not recall or not own:
+                break
+            if rounds >= _MAX_RECALL_ROUNDS:
+                message.tool_calls = [c for c in message.tool_calls if c.function.name != "loom_recall"] or None
+                break
+            rounds += 1
+            before.append(message.content or "")
+            usage = getattr(response, "usage", None)
+            if usage is not None:
+                details = getattr(usage, "prompt_tokens_details", None)
+                _report(session, rendered.model_call, usage.prompt_tokens,
+                        getattr(details, "cached_tokens", None), usage.completion_tokens)
+            session.recall_round(_dump(response), "openai-chat", model, self._loom.budget)
+            rendered = self._loom.render(session, model, "openai-chat", tools, recall=True)
+        if "".join(before):
+            message.content = "".join(before) + (message.content or "")
         message = _dump(response.choices[0].message)
         session.append_history([_chat_message(message)], "openai")
         usage = getattr(response, "usage", None)
