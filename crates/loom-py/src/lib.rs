@@ -611,43 +611,19 @@ impl Database {
             };
             let (meter, policy) = inner.engine.prepare(&probe).map_err(api_error)?;
             let cap = policy.budget().oversized.clamp(200, 8_000);
-            let mut events = vec![loom_server::proxy::assistant_event(api, turn.clone())];
-            for c in &turn.tool_calls {
-                let (text, is_error) = match loom_store::recall::RecallArgs::parse(&c.arguments) {
-                    Ok(args) => {
-                        let a = loom_store::recall::answer(
-                            inner.store.as_ref(),
-                            inner.blobs.as_ref(),
-                            &inner.engine.reduce,
-                            &id,
-                            &args,
-                            cap,
-                            &meter,
-                        )
-                        .map_err(store_error)?;
-                        (a.text, a.is_error)
-                    }
-                    Err(why) => (why, true),
-                };
-                events.push(loom_core::NewEvent::new(
-                    events[0].ts_ms,
-                    loom_core::EventBody::ToolResult {
-                        call_id: c.id.clone(),
-                        tool_name: c.name.clone(),
-                        stats: loom_core::ContentStats::of(text.as_bytes()),
-                        content: loom_core::ToolOutput::Text(text),
-                        is_error,
-                    },
-                ));
-            }
-            let first = inner.store.latest_seq(&id).map_err(store_error)? + 1;
-            let last = first + events.len() as u64 - 1;
-            events.push(loom_core::NewEvent::new(
-                events[0].ts_ms,
-                loom_core::EventBody::Hidden {
-                    events: [first, last],
-                },
-            ));
+            let last = inner.store.latest_seq(&id).map_err(store_error)?;
+            let events = loom_store::recall::hidden_round(
+                inner.store.as_ref(),
+                inner.blobs.as_ref(),
+                &inner.engine.reduce,
+                &id,
+                loom_server::proxy::assistant_event(api, turn),
+                last,
+                cap,
+                &meter,
+                |_| {},
+            )
+            .map_err(store_error)?;
             inner.store.append(&id, &events).map_err(store_error)?;
             Ok(true)
         })

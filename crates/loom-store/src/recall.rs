@@ -10,7 +10,10 @@
 //! never as a failure of the request.
 
 use loom_core::render::{Locator, RecallRefs, TokenMeter, RECALL_TOOL};
-use loom_core::{joined_text, BlobRef, Event, EventBody, ReduceConfig, Seq, SessionId, ToolOutput};
+use loom_core::{
+    joined_text, BlobRef, ContentStats, Event, EventBody, NewEvent, ReduceConfig, Seq, SessionId,
+    ToolCall, ToolOutput,
+};
 use serde::Deserialize;
 
 use crate::{BlobStore, Offloader, Resolution, Result, Store, StoreError};
@@ -140,6 +143,58 @@ pub fn answer(
         }
     };
     Ok(cut(&original, reference, args, max_tokens, meter))
+}
+
+/// The events of a hidden round, appended after seq `last`: `asked` (the turn with only its
+/// recall `calls`), an answer to each call (within `cap` tokens by `meter`; `answered` sees each),
+/// and the `hidden` record naming them. The proxy and the Python package write these the same way.
+#[allow(clippy::too_many_arguments)]
+pub fn hidden_round(
+    store: &dyn Store,
+    blobs: &dyn BlobStore,
+    reduce: &ReduceConfig,
+    session: &SessionId,
+    asked: NewEvent,
+    last: Seq,
+    cap: u64,
+    meter: &dyn TokenMeter,
+    mut answered: impl FnMut(&Answer),
+) -> Result<Vec<NewEvent>> {
+    let ts = asked.ts_ms;
+    let calls: Vec<ToolCall> = match &asked.body {
+        EventBody::Assistant { tool_calls, .. } => tool_calls.clone(),
+        _ => Vec::new(),
+    };
+    let mut events = vec![asked];
+    for c in &calls {
+        let a = match RecallArgs::parse(&c.arguments) {
+            Ok(args) => answer(store, blobs, reduce, session, &args, cap, meter)?,
+            Err(why) => Answer {
+                tokens: meter.count(&why),
+                text: why,
+                is_error: true,
+            },
+        };
+        answered(&a);
+        events.push(NewEvent::new(
+            ts,
+            EventBody::ToolResult {
+                call_id: c.id.clone(),
+                tool_name: c.name.clone(),
+                stats: ContentStats::of(a.text.as_bytes()),
+                content: ToolOutput::Text(a.text),
+                is_error: a.is_error,
+            },
+        ));
+    }
+    let first = last + 1;
+    events.push(NewEvent::new(
+        ts,
+        EventBody::Hidden {
+            events: [first, first + events.len() as u64 - 1],
+        },
+    ));
+    Ok(events)
 }
 
 /// Whether `session`'s log or steps refer to `blob` (an inline output a step offloaded, or a
@@ -350,7 +405,7 @@ fn cut(
 mod tests {
     use super::*;
     use crate::{MemoryBlobStore, MemoryStore, NewSession};
-    use loom_core::{AgentId, ContentStats, MessageContent, NewEvent, ToolCall};
+    use loom_core::{AgentId, MessageContent};
 
     struct Chars;
     impl TokenMeter for Chars {

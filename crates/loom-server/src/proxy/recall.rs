@@ -21,8 +21,8 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use loom_core::render::{RecallRefs, ToolSpec, RECALL_TOOL};
-use loom_core::{Api, ContentStats, EventBody, NewEvent, SessionId, ToolOutput};
-use loom_store::recall::{answer, tool_definition, RecallArgs};
+use loom_core::{Api, SessionId};
+use loom_store::recall::tool_definition;
 use loom_store::Usage;
 use loom_wire::{parse_reply, AssistantReply};
 use serde_json::{json, Value};
@@ -277,44 +277,18 @@ async fn hidden_round(
             // An answer never takes more than the share one output may (the render would
             // otherwise fire a compaction point in the middle of the turn).
             let cap = max_tokens.min(policy.budget().oversized.max(200));
-            let mut events = vec![asked];
-            for c in &turn.tool_calls {
-                let (text, is_error) = match RecallArgs::parse(&c.arguments) {
-                    Ok(args) => {
-                        let a = answer(
-                            s.store.as_ref(),
-                            s.blobs.as_ref(),
-                            &s.engine.reduce,
-                            &session,
-                            &args,
-                            cap,
-                            &meter,
-                        )?;
-                        s.metrics.recalled(a.is_error, a.tokens);
-                        (a.text, a.is_error)
-                    }
-                    Err(why) => (why, true),
-                };
-                events.push(NewEvent::new(
-                    now_ms(),
-                    EventBody::ToolResult {
-                        call_id: c.id.clone(),
-                        tool_name: RECALL_TOOL.to_owned(),
-                        stats: ContentStats::of(text.as_bytes()),
-                        content: ToolOutput::Text(text),
-                        is_error,
-                    },
-                ));
-            }
             let mut held = crate::live::lock_live(&live);
-            let first = held.last_seq() + 1;
-            let last = first + events.len() as u64 - 1;
-            events.push(NewEvent::new(
-                now_ms(),
-                EventBody::Hidden {
-                    events: [first, last],
-                },
-            ));
+            let events = loom_store::recall::hidden_round(
+                s.store.as_ref(),
+                s.blobs.as_ref(),
+                &s.engine.reduce,
+                &session,
+                asked,
+                held.last_seq(),
+                cap,
+                &meter,
+                |a| s.metrics.recalled(a.is_error, a.tokens),
+            )?;
             held.stage(s.backend(), &events)?;
             let (out, receipt) = match s.engine.render(&mut held, &spec) {
                 Ok(r) => r,
