@@ -238,3 +238,31 @@ def test_langchain_agent_middleware(embedded):
     assert len(sent[3].content) < len(BIG)
     assert middleware.last_receipt is not None
     assert [e["kind"] for e in embedded.session("lc-agent").events()] == ["system", "user", "assistant", "tool_result", "user"]
+
+
+def test_wrap_anthropic_answers_loom_recall(embedded, mock):
+    anthropic = pytest.importorskip("anthropic")
+    client = loom.wrap(anthropic.Anthropic(base_url=mock.url, api_key="sk-test"),
+                       session="arc", db=embedded, budget=3_000)
+    tools = [{"name": "search", "description": "search the code",
+              "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}]
+    messages = [{"role": "user", "content": "find the handler"}]
+    for turn in range(4):
+        reply = client.messages.create(model="claude-sonnet-4-5", max_tokens=256, messages=messages, tools=tools)
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        calls = [b for b in reply.content if b.type == "tool_use"]
+        if calls:
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": c.id, "content": BIG} for c in calls]})
+        else:
+            messages.append({"role": "user", "content": f"now step {turn}"})
+    assert "loom_recall ref=" in json.dumps(mock.bodies("/v1/messages")[-1])
+    messages.append({"role": "user", "content": "recall that output, please"})
+    reply = client.messages.create(model="claude-sonnet-4-5", max_tokens=256, messages=messages, tools=tools)
+    assert [b.type for b in reply.content] == ["text"]
+    assert reply.content[0].text.startswith("Let me read that again. ")
+    assert "hidden" in [e["kind"] for e in embedded.session("arc").events()]
+    messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+    messages.append({"role": "user", "content": "go on"})
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=256, messages=messages, tools=tools)
+    assert client.session == "arc"

@@ -60,6 +60,11 @@ def _chat_recall_tool() -> Dict[str, Any]:
     return {"type": "function", "function": recall_tool()}
 
 
+def _offers_anthropic(tools: Any) -> bool:
+    """Whether an Anthropic call may be offered `loom_recall`: none of its tools has the name."""
+    return not any(isinstance(t, dict) and t.get("name") == "loom_recall" for t in tools or [])
+
+
 def _offers(tools: Any) -> bool:
     """Whether a call may be offered `loom_recall`: none of the caller's own tools has the name."""
     for t in tools or []:
@@ -232,11 +237,53 @@ class _Messages:
 
     def create(self, *, model: str, messages: List[Dict[str, Any]], system: Any = None, **kwargs: Any) -> Any:
         session = self._loom.log([_dump(m) for m in messages], "anthropic", system=system)
-        rendered = self._loom.render(session, model, "anthropic", kwargs.get("tools"))
-        body = rendered.body
-        if "system" in body:
-            kwargs["system"] = body["system"]
-        response = self._inner.create(model=model, messages=body["messages"], **kwargs)
+        tools = kwargs.get("tools")
+        choice = kwargs.get("tool_choice") or {}
+        # Not streamed: `loom_recall` is offered and answered here, as with Chat Completions.
+        recall = (not kwargs.get("stream") and _offers_anthropic(tools)
+                  and not (isinstance(choice, dict) and choice.get("type") == "none")
+                  and getattr(self._loom.db._native, "answers_recall", True))
+        if recall:
+            from . import recall_tool
+
+            t = recall_tool()
+            kwargs["tools"] = list(tools or []) + [
+                {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}]
+        rendered = self._loom.render(session, model, "anthropic", tools, recall=recall)
+        before: List[str] = []
+        rounds = 0
+        while True:
+            body = rendered.body
+            if "system" in body:
+                kwargs["system"] = body["system"]
+            response = self._inner.create(model=model, messages=body["messages"], **kwargs)
+            own = [b for b in response.content if b.type == "tool_use" and b.name == "loom_recall"]
+            if not recall or not own:
+                break
+            if rounds >= _MAX_RECALL_ROUNDS:
+                response.content = [b for b in response.content
+                                    if not (b.type == "tool_use" and b.name == "loom_recall")]
+                break
+            rounds += 1
+            before.extend(b.text for b in response.content if b.type == "text")
+            usage = getattr(response, "usage", None)
+            if usage is not None:
+                read = getattr(usage, "cache_read_input_tokens", None) or 0
+                written = getattr(usage, "cache_creation_input_tokens", None) or 0
+                _report(session, rendered.model_call, usage.input_tokens + read + written, read, usage.output_tokens)
+            session.recall_round(_dump(response), "anthropic", model, self._loom.budget)
+            rendered = self._loom.render(session, model, "anthropic", tools, recall=True)
+        prefix = "".join(before)
+        if prefix:
+            first = next((b for b in response.content if b.type == "text"), None)
+            if first is not None:
+                first.text = prefix + first.text
+            else:
+                from anthropic.types import TextBlock
+
+                at = next((i for i, b in enumerate(response.content)
+                           if b.type not in ("thinking", "redacted_thinking")), len(response.content))
+                response.content.insert(at, TextBlock(type="text", text=prefix))
         content = [_dump(block) for block in response.content]
         session.append_history([{"role": "assistant", "content": content}], "anthropic")
         usage = getattr(response, "usage", None)
