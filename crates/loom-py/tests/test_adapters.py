@@ -266,3 +266,27 @@ def test_wrap_anthropic_answers_loom_recall(embedded, mock):
     messages.append({"role": "user", "content": "go on"})
     client.messages.create(model="claude-sonnet-4-5", max_tokens=256, messages=messages, tools=tools)
     assert client.session == "arc"
+
+
+def test_wrap_openai_responses_answers_loom_recall(embedded, mock):
+    openai = pytest.importorskip("openai")
+    client = loom.wrap(openai.OpenAI(base_url=mock.url + "/v1", api_key="sk-test"),
+                       session="rrc", db=embedded, budget=3_000)
+    tools = [{"type": "function", "name": "search", "description": "search the code",
+              "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]
+    items = [{"role": "user", "content": "find the handler"}]
+    for turn in range(4):
+        response = client.responses.create(model="gpt-4o", input=items, tools=tools)
+        calls = [i for i in response.output if i.type == "function_call"]
+        for i in response.output:
+            items.append(i.model_dump(exclude_none=True))
+        for c in calls:
+            items.append({"type": "function_call_output", "call_id": c.call_id, "output": BIG})
+        if not calls:
+            items.append({"role": "user", "content": f"now step {turn}"})
+    assert "loom_recall ref=" in json.dumps(mock.bodies("/v1/responses")[-1])
+    items.append({"role": "user", "content": "recall that output, please"})
+    response = client.responses.create(model="gpt-4o", input=items, tools=tools)
+    assert response.output_text.startswith("Let me read that again. ")
+    assert not [i for i in response.output if i.type == "function_call"]
+    assert "hidden" in [e["kind"] for e in embedded.session("rrc").events()]

@@ -61,7 +61,8 @@ def _chat_recall_tool() -> Dict[str, Any]:
 
 
 def _offers_anthropic(tools: Any) -> bool:
-    """Whether an Anthropic call may be offered `loom_recall`: none of its tools has the name."""
+    """Whether an Anthropic or Responses call may be offered `loom_recall`: none of its tools has
+    the name."""
     return not any(isinstance(t, dict) and t.get("name") == "loom_recall" for t in tools or [])
 
 
@@ -204,9 +205,52 @@ class _Responses:
             return self._inner.create(model=model, input=input, instructions=instructions, **kwargs)
         items = [{"role": "user", "content": input}] if isinstance(input, str) else [_dump(i) for i in input]
         session = self._loom.log(items, "responses", system=instructions)
-        rendered = self._loom.render(session, model, "openai-responses", kwargs.get("tools"))
-        body = rendered.body
-        response = self._inner.create(model=model, input=body["input"], instructions=body.get("instructions", instructions), **kwargs)
+        tools = kwargs.get("tools")
+        # Not streamed: `loom_recall` is offered and answered here, as with Chat Completions.
+        recall = (not kwargs.get("stream") and _offers_anthropic(tools)
+                  and kwargs.get("tool_choice") != "none"
+                  and getattr(self._loom.db._native, "answers_recall", True))
+        if recall:
+            from . import recall_tool
+
+            kwargs["tools"] = list(tools or []) + [{"type": "function", **recall_tool(), "strict": False}]
+        rendered = self._loom.render(session, model, "openai-responses", tools, recall=recall)
+        before: List[str] = []
+        rounds = 0
+        while True:
+            body = rendered.body
+            response = self._inner.create(model=model, input=body["input"],
+                                          instructions=body.get("instructions", instructions), **kwargs)
+            own = [i for i in response.output if i.type == "function_call" and i.name == "loom_recall"]
+            if not recall or not own:
+                break
+            if rounds >= _MAX_RECALL_ROUNDS:
+                response.output = [i for i in response.output
+                                   if not (i.type == "function_call" and i.name == "loom_recall")]
+                break
+            rounds += 1
+            before.extend(p.text for i in response.output if i.type == "message"
+                          for p in i.content if p.type == "output_text")
+            usage = getattr(response, "usage", None)
+            if usage is not None:
+                details = getattr(usage, "input_tokens_details", None)
+                _report(session, rendered.model_call, usage.input_tokens,
+                        getattr(details, "cached_tokens", None), usage.output_tokens)
+            session.recall_round(_dump(response), "openai-responses", model, self._loom.budget)
+            rendered = self._loom.render(session, model, "openai-responses", tools, recall=True)
+        prefix = "".join(before)
+        if prefix:
+            part = next((p for i in response.output if i.type == "message"
+                         for p in i.content if p.type == "output_text"), None)
+            if part is not None:
+                part.text = prefix + part.text
+            else:
+                from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+                at = next((n for n, i in enumerate(response.output) if i.type != "reasoning"), len(response.output))
+                response.output.insert(at, ResponseOutputMessage(
+                    id="msg_loom_recall", type="message", role="assistant", status="completed",
+                    content=[ResponseOutputText(type="output_text", text=prefix, annotations=[])]))
         output = [_dump(item) for item in response.output]
         session.append_history([_input_item(i) for i in output], "responses")
         usage = getattr(response, "usage", None)
