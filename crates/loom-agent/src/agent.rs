@@ -812,7 +812,10 @@ impl<'a> Runner<'a> {
             .engine
             .prepare(&probe)
             .map_err(|e| AgentError::config("the model", e.message))?;
-        let cap = policy.budget().oversized.clamp(200, 8_000);
+        let cap = loom_store::recall::answer_cap(
+            loom_store::recall::DEFAULT_MAX_TOKENS,
+            policy.budget().oversized,
+        );
         let a = loom_store::recall::answer(
             self.env.store.as_ref(),
             self.env.blobs.as_ref(),

@@ -610,7 +610,10 @@ impl Database {
                 recall: None,
             };
             let (meter, policy) = inner.engine.prepare(&probe).map_err(api_error)?;
-            let cap = policy.budget().oversized.clamp(200, 8_000);
+            let cap = loom_store::recall::answer_cap(
+                loom_store::recall::DEFAULT_MAX_TOKENS,
+                policy.budget().oversized,
+            );
             let last = inner.store.latest_seq(&id).map_err(store_error)?;
             let events = loom_store::recall::hidden_round(
                 inner.store.as_ref(),

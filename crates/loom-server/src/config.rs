@@ -154,7 +154,7 @@ impl Default for RecallConfig {
     fn default() -> Self {
         Self {
             mode: RecallMode::Tool,
-            max_tokens: 8_000,
+            max_tokens: loom_store::recall::DEFAULT_MAX_TOKENS,
             max_rounds: 3,
             folder: None,
         }
@@ -240,8 +240,9 @@ struct RawConfig {
     limits: RawLimits,
     #[serde(default)]
     tenants: BTreeMap<String, RawTenant>,
-    #[serde(default)]
-    recall: RawRecall,
+    /// `recall = "files"` (the mode alone) or a `[recall]` table, read by [`recall_config`] so
+    /// that an error in the table still names its key.
+    recall: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -468,7 +469,27 @@ impl ServeConfig {
 
 /// The `[recall]` section, checked: `files` needs `--auth none` (the files are readable by
 /// whoever runs the agent on this machine) and a folder it can name absolutely.
-fn recall_config(raw: RawRecall, auth: AuthMode, db: &Path) -> Result<RecallConfig, ConfigError> {
+fn recall_config(
+    raw: Option<toml::Value>,
+    auth: AuthMode,
+    db: &Path,
+) -> Result<RecallConfig, ConfigError> {
+    let raw = match raw {
+        None => RawRecall::default(),
+        Some(toml::Value::String(mode)) => RawRecall {
+            mode: Some(mode),
+            ..RawRecall::default()
+        },
+        Some(table @ toml::Value::Table(_)) => {
+            RawRecall::deserialize(table).map_err(|e| invalid("recall", e.to_string()))?
+        }
+        Some(other) => {
+            return Err(invalid(
+                "recall",
+                format!("expected \"tool\", \"files\", \"off\" or a table, not {other}"),
+            ))
+        }
+    };
     let d = RecallConfig::default();
     let mode = match raw.mode.as_deref() {
         None | Some("tool") => RecallMode::Tool,
@@ -591,5 +612,34 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("upstream.openai.url"), "{err}");
+    }
+
+    #[test]
+    fn recall_is_a_mode_or_a_table_and_files_needs_auth_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.toml");
+        let with = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            resolve(ServeArgs {
+                config: Some(path.clone()),
+                db: dir.path().join("loom.db"),
+                ..Default::default()
+            })
+        };
+        let c = with("recall = \"files\"\n").unwrap();
+        assert_eq!(c.recall.mode, RecallMode::Files);
+        assert_eq!(
+            c.recall.folder,
+            Some(dir.path().join("loom.workspace/recall"))
+        );
+        let c = with("[recall]\nmode = \"off\"\nmax_rounds = 1\n").unwrap();
+        assert_eq!((c.recall.mode, c.recall.max_rounds), (RecallMode::Off, 1));
+        assert_eq!(with("").unwrap().recall, RecallConfig::default());
+        let err = with("[recall]\nmax_round = 1\n").unwrap_err();
+        assert!(err.to_string().contains("max_round"), "{err}");
+        let err = with("recall = \"file\"\n").unwrap_err();
+        assert!(err.to_string().contains("recall.mode"), "{err}");
+        let err = with("auth = \"keys\"\nrecall = \"files\"\n").unwrap_err();
+        assert!(err.to_string().contains("--auth none"), "{err}");
     }
 }

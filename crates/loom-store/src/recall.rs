@@ -83,6 +83,16 @@ pub fn tool_definition() -> (&'static str, &'static str, serde_json::Value) {
     )
 }
 
+/// The most tokens one answer may hold: the front end's own limit (`[recall] max_tokens`, 8,000
+/// by default), never more than the share of the budget one output may take (`oversized`), so
+/// an answer cannot fire a compaction point in the middle of a turn; at least 200.
+pub fn answer_cap(max_tokens: u64, oversized: u64) -> u64 {
+    max_tokens.min(oversized).max(200)
+}
+
+/// The default of [`answer_cap`]'s `max_tokens`.
+pub const DEFAULT_MAX_TOKENS: u64 = 8_000;
+
 /// Where a reference leads within a session.
 enum Target {
     Blob(BlobRef),

@@ -80,7 +80,9 @@ pub struct Original {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum OriginalEvents {
+    /// `[n, n]`: the event's own seq, as a range (`explain_event`, the Python package).
     Seqs([u64; 2]),
+    /// The URL that reads the event through the API.
     Url(String),
 }
 

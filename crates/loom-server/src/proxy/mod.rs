@@ -405,10 +405,12 @@ async fn prepare(
                         s.metrics.phase(Phase::Record, started.elapsed());
                         let session = live.id().clone();
                         drop(live);
-                        if let Some(loom_core::render::RecallRefs::Files { dir }) =
-                            &render_spec.recall
+                        let stubs = outcome.as_ref().is_some_and(|o| !whole(&o.receipt));
+                        if let (true, Some(loom_core::render::RecallRefs::Files { dir })) =
+                            (stubs, &render_spec.recall)
                         {
                             // The stubs name these files: they exist before the model reads them.
+                            // (A whole render names none: the client's own bytes go.)
                             if let Err(e) = crate::recall_files::write_outputs(
                                 s.store.as_ref(),
                                 s.blobs.as_ref(),

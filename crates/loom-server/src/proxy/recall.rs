@@ -274,9 +274,7 @@ async fn hidden_round(
     state
         .blocking("answering loom_recall", move |s| {
             let (meter, policy) = s.engine.prepare(&spec)?;
-            // An answer never takes more than the share one output may (the render would
-            // otherwise fire a compaction point in the middle of the turn).
-            let cap = max_tokens.min(policy.budget().oversized.max(200));
+            let cap = loom_store::recall::answer_cap(max_tokens, policy.budget().oversized);
             let mut held = crate::live::lock_live(&live);
             let events = loom_store::recall::hidden_round(
                 s.store.as_ref(),
