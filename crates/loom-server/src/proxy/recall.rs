@@ -151,9 +151,6 @@ pub(crate) fn calls_recall(reply: &AssistantReply) -> bool {
     reply.tool_calls.iter().any(|c| c.name == RECALL_TOOL)
 }
 
-/// A round's failure: the client gets this, in its provider's shape.
-pub(crate) type RoundError = ApiError;
-
 /// Answers the reply's `loom_recall` calls and asks the upstream again until a reply calls it
 /// no more (or the rounds run out); returns the final reply's body, as the client receives it,
 /// and that reply, with `target` naming the last round's call.
@@ -165,7 +162,7 @@ pub(crate) async fn run(
     mut body: Bytes,
     mut reply: AssistantReply,
     deadline: Instant,
-) -> Result<(Bytes, AssistantReply), RoundError> {
+) -> Result<(Bytes, AssistantReply), ApiError> {
     let mut before: Vec<String> = Vec::new();
     let mut round = 0;
     let principal = rounds
@@ -251,7 +248,7 @@ async fn hidden_round(
     rounds: &Rounds,
     target: &LogTarget,
     reply: &AssistantReply,
-) -> Result<(Option<u64>, Bytes), RoundError> {
+) -> Result<(Option<u64>, Bytes), ApiError> {
     let live = target
         .live
         .clone()
