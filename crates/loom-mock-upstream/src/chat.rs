@@ -128,39 +128,36 @@ impl ChatReply<'_> {
     /// The SSE frames of the streamed reply.
     fn chunks(&self) -> Vec<bytes::Bytes> {
         let mut chunks = Vec::new();
-        match &self.reply.text {
-            Some(text) => {
-                chunks.push(self.chunk(
-                    json!({"role": "assistant", "content": "", "refusal": null}),
-                    None,
-                ));
-                for piece in wire::word_pieces(text, 2) {
-                    chunks.push(self.chunk(json!({ "content": piece }), None));
-                }
+        // Text first, then the calls (a reply may hold both); the first chunk names the role.
+        if let Some(text) = &self.reply.text {
+            chunks.push(self.chunk(
+                json!({"role": "assistant", "content": "", "refusal": null}),
+                None,
+            ));
+            for piece in wire::word_pieces(text, 2) {
+                chunks.push(self.chunk(json!({ "content": piece }), None));
             }
-            None => {
-                for (i, call) in self.reply.calls.iter().enumerate() {
-                    let mut start = json!({
-                        "tool_calls": [{
-                            "index": i,
-                            "id": self.ids.id("call_", i),
-                            "type": "function",
-                            "function": { "name": call.name, "arguments": "" },
-                        }],
-                    });
-                    if i == 0 {
-                        start["role"] = json!("assistant");
-                        start["content"] = Value::Null;
-                        start["refusal"] = Value::Null;
-                    }
-                    chunks.push(self.chunk(start, None));
-                    for piece in wire::byte_pieces(&call.arguments, 8) {
-                        let delta = json!({
-                            "tool_calls": [{ "index": i, "function": { "arguments": piece } }],
-                        });
-                        chunks.push(self.chunk(delta, None));
-                    }
-                }
+        }
+        for (i, call) in self.reply.calls.iter().enumerate() {
+            let mut start = json!({
+                "tool_calls": [{
+                    "index": i,
+                    "id": self.ids.id("call_", i),
+                    "type": "function",
+                    "function": { "name": call.name, "arguments": "" },
+                }],
+            });
+            if i == 0 && self.reply.text.is_none() {
+                start["role"] = json!("assistant");
+                start["content"] = Value::Null;
+                start["refusal"] = Value::Null;
+            }
+            chunks.push(self.chunk(start, None));
+            for piece in wire::byte_pieces(&call.arguments, 8) {
+                let delta = json!({
+                    "tool_calls": [{ "index": i, "function": { "arguments": piece } }],
+                });
+                chunks.push(self.chunk(delta, None));
             }
         }
         chunks.push(self.chunk(json!({}), Some(self.finish_reason())));

@@ -16,6 +16,7 @@
 mod fit;
 pub(crate) mod ingest;
 mod recall;
+mod splice;
 pub(crate) mod sync;
 mod upstream;
 

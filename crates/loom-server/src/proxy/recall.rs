@@ -13,7 +13,8 @@
 //!
 //! Calls to the client's own tools in a reply that also calls `loom_recall` are dropped (the
 //! model makes them again in the next round). After `[recall] max_rounds` rounds the reply goes
-//! to the client without its `loom_recall` calls. A streamed request is not offered the tool.
+//! to the client without its `loom_recall` calls. A streamed reply is spliced (`splice.rs`): the
+//! client gets one stream, with the text the model wrote before the call as it came.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,7 +41,7 @@ use crate::state::{now_ms, AppState};
 pub(crate) struct Rounds {
     spec: RenderSpec,
     body: Arc<RequestBody>,
-    max_rounds: u32,
+    pub(crate) max_rounds: u32,
     max_tokens: u64,
     pub(crate) principal: Option<Principal>,
     pub(crate) headers: HeaderMap,
@@ -61,13 +62,12 @@ impl Rounds {
     }
 }
 
-/// Whether a `fit` request may be offered the tool: recall is on, the request is not streamed,
-/// it does not forbid tools, and none of its own tools has the name.
+/// Whether a `fit` request may be offered the tool: recall is on, the request does not forbid
+/// tools, and none of its own tools has the name.
 pub(crate) fn may_offer(state: &AppState, client: &serde_json::Map<String, Value>) -> bool {
     if state.config.recall.mode == RecallMode::Off {
         return false;
     }
-    let streamed = client.get("stream").and_then(Value::as_bool) == Some(true);
     let none = match client.get("tool_choice") {
         Some(Value::String(s)) => s == "none",
         Some(Value::Object(o)) => o.get("type").and_then(Value::as_str) == Some("none"),
@@ -81,7 +81,7 @@ pub(crate) fn may_offer(state: &AppState, client: &serde_json::Map<String, Value
                 t.get("name").or_else(|| t.pointer("/function/name")) == Some(&json!(RECALL_TOOL))
             })
         });
-    !streamed && !none && !named
+    !none && !named
 }
 
 /// The tool as the render counts it.
@@ -165,10 +165,6 @@ pub(crate) async fn run(
 ) -> Result<(Bytes, AssistantReply), ApiError> {
     let mut before: Vec<String> = Vec::new();
     let mut round = 0;
-    let principal = rounds
-        .principal
-        .clone()
-        .ok_or_else(|| ApiError::internal("a recall round without its caller"))?;
     while calls_recall(&reply) {
         if round >= rounds.max_rounds {
             let mut doc: Value = serde_json::from_slice(&body)
@@ -183,45 +179,8 @@ pub(crate) async fn run(
         if let Some(text) = reply.content.take().filter(|t| !t.is_empty()) {
             before.push(text);
         }
-        let next = hidden_round(state, api, &rounds, target, &reply).await?;
-        target.call = next.0;
-        let request = super::upstream_request(
-            state,
-            api,
-            &principal,
-            &rounds.headers,
-            rounds.query.as_deref(),
-            next.1,
-        )?;
-        let sent = tokio::time::timeout_at(deadline.into(), request.send())
-            .await
-            .map_err(|_| {
-                ApiError::upstream(
-                    axum::http::StatusCode::GATEWAY_TIMEOUT,
-                    "the upstream did not answer in time",
-                )
-            })?
-            .map_err(|e| {
-                ApiError::upstream(
-                    axum::http::StatusCode::BAD_GATEWAY,
-                    format!(
-                        "the upstream could not be reached: {}",
-                        super::without_url(&e)
-                    ),
-                )
-            })?;
-        let status = sent.status();
+        let sent = ask_again(state, api, &rounds, target, &reply, deadline).await?;
         body = super::upstream::read_all(sent, deadline).await?;
-        if !status.is_success() {
-            return Err(ApiError::upstream(
-                axum::http::StatusCode::from_u16(status.as_u16())
-                    .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
-                format!(
-                    "the upstream refused a recall round: {}",
-                    String::from_utf8_lossy(&body[..body.len().min(500)])
-                ),
-            ));
-        }
         reply = parse_reply(api, &body).map_err(|e| {
             ApiError::upstream(
                 axum::http::StatusCode::BAD_GATEWAY,
@@ -237,6 +196,63 @@ pub(crate) async fn run(
         reply = parse_reply(api, &body).map_err(|e| ApiError::internal(e.to_string()))?;
     }
     Ok((body, reply))
+}
+
+/// Logs the hidden round of `reply` (its `loom_recall` calls and their answers) and asks the
+/// upstream again, as the client's request asked (streamed or not); `target` then names the
+/// new call. The upstream's refusal is an error.
+pub(crate) async fn ask_again(
+    state: &Arc<AppState>,
+    api: Api,
+    rounds: &Rounds,
+    target: &mut LogTarget,
+    reply: &AssistantReply,
+    deadline: Instant,
+) -> Result<reqwest::Response, ApiError> {
+    let principal = rounds
+        .principal
+        .as_ref()
+        .ok_or_else(|| ApiError::internal("a recall round without its caller"))?;
+    let (call, body) = hidden_round(state, api, rounds, target, reply).await?;
+    target.call = call;
+    let request = super::upstream_request(
+        state,
+        api,
+        principal,
+        &rounds.headers,
+        rounds.query.as_deref(),
+        body,
+    )?;
+    let sent = tokio::time::timeout_at(deadline.into(), request.send())
+        .await
+        .map_err(|_| {
+            ApiError::upstream(
+                axum::http::StatusCode::GATEWAY_TIMEOUT,
+                "the upstream did not answer in time",
+            )
+        })?
+        .map_err(|e| {
+            ApiError::upstream(
+                axum::http::StatusCode::BAD_GATEWAY,
+                format!(
+                    "the upstream could not be reached: {}",
+                    super::without_url(&e)
+                ),
+            )
+        })?;
+    let status = sent.status();
+    if !status.is_success() {
+        let body = super::upstream::read_all(sent, deadline).await?;
+        return Err(ApiError::upstream(
+            axum::http::StatusCode::from_u16(status.as_u16())
+                .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+            format!(
+                "the upstream refused a recall round: {}",
+                String::from_utf8_lossy(&body[..body.len().min(500)])
+            ),
+        ));
+    }
+    Ok(sent)
 }
 
 /// Logs one hidden round (the turn with its recall calls, their answers, the `hidden` record,

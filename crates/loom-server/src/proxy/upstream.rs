@@ -137,6 +137,11 @@ pub(crate) async fn relay(
         return respond(status, headers, Body::from(body));
     }
     if is_stream {
+        if let Some(rounds) = rounds {
+            return super::splice::stream(
+                state, api, model, upstream, status, headers, target, deadline, rounds,
+            );
+        }
         return stream(
             state, api, model, upstream, status, headers, target, deadline,
         );
@@ -330,7 +335,7 @@ fn stream(
 
 /// Appends the assistant turn and records its usage against the call; a failure is counted and
 /// logged, never turned into an error for a client that already has its reply.
-async fn log_reply(
+pub(crate) async fn log_reply(
     state: &Arc<AppState>,
     api: Api,
     model: &str,

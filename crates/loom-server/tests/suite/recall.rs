@@ -177,3 +177,63 @@ async fn in_files_mode_a_stub_names_a_file_holding_the_original() {
     let bytes = std::fs::read_to_string(&named).unwrap();
     assert!((0..4).any(|n| bytes == output(n)), "{named}");
 }
+
+#[tokio::test]
+async fn a_streamed_reply_that_recalls_reaches_the_client_as_one_stream() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let mut messages = builds(&s, "rcs", 4).await;
+    s.mock.clear();
+    messages.push(json!({"role": "user", "content": "recall that output, please"}));
+    let body = json!({"model": "gpt-4o", "messages": messages, "tools": tools(), "stream": true,
+        "stream_options": {"include_usage": true}});
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            None,
+            &[("x-loom-session", "rcs"), ("x-loom-budget", "6000")],
+            &body,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-loom-recall"], "offered");
+    let text = r.text().await.unwrap();
+    let mut parser = loom_wire::SseParser::new();
+    let events = parser.push(text.as_bytes());
+    assert_eq!(events.last().unwrap().data, "[DONE]", "{text}");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(&e.data).unwrap())
+        .collect();
+    let ids: std::collections::BTreeSet<&str> =
+        chunks.iter().filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(ids.len(), 1, "one completion: {ids:?}");
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(content.starts_with("Let me read that again. ok:"), "{text}");
+    assert!(
+        !text.contains("tool_calls\":[{"),
+        "no call reaches the client: {text}"
+    );
+    let finish: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
+        .collect();
+    assert_eq!(finish, ["stop"]);
+    assert!(chunks.last().unwrap()["usage"].is_object(), "usage last");
+    // The second upstream request was streamed and held the answer.
+    let sent = s.mock.requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].body["stream"], true);
+    let answer = sent[1].body["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(answer["role"], "tool");
+    // Logged as the client received it; the next request extends the session.
+    messages.push(json!({"role": "assistant", "content": content}));
+    messages.push(json!({"role": "user", "content": "thanks, go on"}));
+    let r = send(&s, "rcs", &messages).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-loom-diverged").is_none());
+    assert_eq!(r.headers()["x-loom-session"], "rcs");
+    assert_forwarded_valid(&s, "/v1/chat/completions", "CreateChatCompletionRequest");
+}
