@@ -624,7 +624,7 @@ impl Database {
                 last,
                 cap,
                 &meter,
-                |_| {},
+                |_, _| {},
             )
             .map_err(store_error)?;
             inner.store.append(&id, &events).map_err(store_error)?;

@@ -156,7 +156,8 @@ pub fn answer(
 }
 
 /// The events of a hidden round, appended after seq `last`: `asked` (the turn with only its
-/// recall `calls`), an answer to each call (within `cap` tokens by `meter`; `answered` sees each),
+/// recall `calls`), an answer to each call (within `cap` tokens by `meter`; `answered` sees each,
+/// with the reference as the call gave it, or its raw arguments when they cannot be read),
 /// and the `hidden` record naming them. The proxy and the Python package write these the same way.
 #[allow(clippy::too_many_arguments)]
 pub fn hidden_round(
@@ -168,7 +169,7 @@ pub fn hidden_round(
     last: Seq,
     cap: u64,
     meter: &dyn TokenMeter,
-    mut answered: impl FnMut(&Answer),
+    mut answered: impl FnMut(&str, &Answer),
 ) -> Result<Vec<NewEvent>> {
     let ts = asked.ts_ms;
     let calls: Vec<ToolCall> = match &asked.body {
@@ -177,15 +178,21 @@ pub fn hidden_round(
     };
     let mut events = vec![asked];
     for c in &calls {
-        let a = match RecallArgs::parse(&c.arguments) {
-            Ok(args) => answer(store, blobs, reduce, session, &args, cap, meter)?,
-            Err(why) => Answer {
-                tokens: meter.count(&why),
-                text: why,
-                is_error: true,
-            },
+        let (reference, a) = match RecallArgs::parse(&c.arguments) {
+            Ok(args) => (
+                args.reference.clone(),
+                answer(store, blobs, reduce, session, &args, cap, meter)?,
+            ),
+            Err(why) => (
+                c.arguments.clone(),
+                Answer {
+                    tokens: meter.count(&why),
+                    text: why,
+                    is_error: true,
+                },
+            ),
         };
-        answered(&a);
+        answered(&reference, &a);
         events.push(NewEvent::new(
             ts,
             EventBody::ToolResult {

@@ -289,6 +289,7 @@ async fn hidden_round(
             let (meter, policy) = s.engine.prepare(&spec)?;
             let cap = loom_store::recall::answer_cap(max_tokens, policy.budget().oversized);
             let mut held = crate::live::lock_live(&live);
+            let mut recalls = Vec::new();
             let events = loom_store::recall::hidden_round(
                 s.store.as_ref(),
                 s.blobs.as_ref(),
@@ -298,16 +299,24 @@ async fn hidden_round(
                 held.last_seq(),
                 cap,
                 &meter,
-                |a| s.metrics.recalled(a.is_error, a.tokens),
+                |reference, a| {
+                    s.metrics.recalled(a.is_error, a.tokens);
+                    recalls.push(json!({"ref": reference, "tokens": a.tokens,
+                        "found": !a.is_error, "answered_call": call}));
+                },
             )?;
             held.stage(s.backend(), &events)?;
-            let (out, receipt) = match s.engine.render(&mut held, &spec) {
+            let (out, mut receipt) = match s.engine.render(&mut held, &spec) {
                 Ok(r) => r,
                 Err(e) => {
                     held.discard();
                     return Err(e);
                 }
             };
+            // The receipt of the call that carries the answers lists them.
+            if let Some(r) = receipt.as_mut() {
+                r.receipt["receipt"]["recalls"] = Value::Array(recalls);
+            }
             let report = call.zip(usage.as_ref());
             let next = match held.commit(s.backend(), receipt.as_ref(), report) {
                 Ok(next) => next,

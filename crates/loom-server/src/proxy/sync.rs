@@ -397,11 +397,21 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
                 ..
             },
         ) => {
-            // Clients trim what they send back (aider strips the reply's last newline).
-            let text = |c: &Option<loom_core::MessageContent>| {
-                c.as_ref()
-                    .map(|c| c.text().trim_end().to_owned())
-                    .unwrap_or_default()
+            // Clients trim what they send back (aider strips the reply's last newline). A
+            // reply's text blocks are fragments of one text (as the reply was logged), so a
+            // history's are joined as they are, with nothing between.
+            let text = |c: &Option<loom_core::MessageContent>| match c {
+                Some(loom_core::MessageContent::Text(t)) => t.trim_end().to_owned(),
+                Some(loom_core::MessageContent::Parts(parts)) => parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        loom_core::ContentPart::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<String>()
+                    .trim_end()
+                    .to_owned(),
+                None => String::new(),
             };
             text(c1) == text(c2)
                 && t1.len() == t2.len()

@@ -228,6 +228,25 @@ async fn a_streamed_reply_that_recalls_reaches_the_client_as_one_stream() {
     assert_eq!(sent[1].body["stream"], true);
     let answer = sent[1].body["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(answer["role"], "tool");
+    // The receipt of the call that carried the answer lists the recall.
+    let r: Value = s
+        .get("/loom/v1/sessions/rcs/receipts", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let last = r["receipts"].as_array().unwrap().last().unwrap().clone();
+    let recalls = last["receipt"]["recalls"]
+        .as_array()
+        .expect("recalls listed");
+    assert_eq!(recalls.len(), 1, "{last}");
+    assert!(
+        recalls[0]["ref"].as_str().unwrap().starts_with("seq:")
+            || recalls[0]["ref"].as_str().unwrap().starts_with("outputs/"),
+        "{recalls:?}"
+    );
+    assert!(recalls[0]["tokens"].as_u64().unwrap() > 100);
+    assert_eq!(recalls[0]["found"], true);
     // Logged as the client received it; the next request extends the session.
     messages.push(json!({"role": "assistant", "content": content}));
     messages.push(json!({"role": "user", "content": "thanks, go on"}));

@@ -71,7 +71,14 @@ fn items(output: &[Value], path: &str, reply: &mut AssistantReply) -> Out<()> {
             Some("message" | "function_call" | "custom_tool_call" | "reasoning")
         )
     };
-    if !output.iter().all(modelled) {
+    // Items a client sends back as more than one turn (built-in tool calls, or a second message,
+    // as a reply spliced around a hidden call or a model's commentary gives) are kept whole, to
+    // be logged as the client's next request will read them.
+    let messages = output
+        .iter()
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
+        .count();
+    if !output.iter().all(modelled) || messages > 1 {
         reply.items = output.to_vec();
     }
     let mut text = Text::default();
