@@ -42,7 +42,7 @@ import time
 import urllib.parse
 import zlib
 
-SCENARIOS = ("short", "long", "edits")
+SCENARIOS = ("short", "long", "edits", "recall")
 LONG_READS = 30
 LONG_FILE_BYTES = 40_000
 EDITS_CONSTANTS = 98  # + the two bug fixes = 100 edits
@@ -95,7 +95,7 @@ def make_repo(path, scenario):
     os.makedirs(path, exist_ok=True)
     files = {"calc.py": calc_source(scenario), "test_calc.py": test_source(scenario),
              "README.md": "# calc\n\nA tiny calculator. Run `python3 test_calc.py`.\n"}
-    if scenario == "long":
+    if scenario in ("long", "recall"):
         for i in range(LONG_READS):
             files[f"notes/part_{i:02d}.txt"] = note_source(i)
     for name, text in files.items():
@@ -126,8 +126,12 @@ def verify_repo(path, scenario):
 def steps(scenario):
     """The abstract script: (kind, argument...)."""
     s = [("list",), ("read", "calc.py")]
-    if scenario == "long":
+    if scenario in ("long", "recall"):
         s += [("read", f"notes/part_{i:02d}.txt") for i in range(LONG_READS)]
+    if scenario == "recall":
+        # Read again, with the client's own file tool, the file a stub names (Loom's `recall =
+        # "files"`): the first note when no stub names one (a direct run).
+        s += [("reread",)]
     if scenario == "edits":
         s += [("edit", "calc.py", f"K{i:03d} = 0  # set me", f"K{i:03d} = {i}")
               for i in range(EDITS_CONSTANTS)]
@@ -141,6 +145,8 @@ def describe(step):
         return "Let me look at the files in the repository first."
     if kind == "read":
         return f"I'll read {step[1]}."
+    if kind == "reread":
+        return "I need that earlier output again; I'll read the file it was saved to."
     if kind == "edit":
         return f"I'll fix `{step[2].strip()}` in {step[1]}."
     if kind == "test":
@@ -349,6 +355,8 @@ def plan(fmt, body, scenario, workdir_default):
         k = len(script) - 1
     step = script[k]
     workdir = find_workdir(all_text(fmt, body), workdir_default)
+    if scenario == "recall":
+        step = recall_step(fmt, body, results, script, k, step, workdir)
     sid = f"{seed}/{k}"
     parts = []
     if wants_thinking(fmt, body):
@@ -367,6 +375,43 @@ def plan(fmt, body, scenario, workdir_default):
     return parts, f"{kind}:{k}:{step[0]}"
 
 
+# The `recall` scenario's record: every tool result the model was shown whole (by SHA-256), the
+# file the stub named, and whether the client's read of it came back (written to recall.json in
+# the record folder).
+RECALL = {"seen": set(), "path": None, "record": None}
+STUB_PATH = re.compile(r"\(See (/[^)\s]+)\)")
+
+
+def recall_step(fmt, body, results, script, k, step, workdir):
+    RECALL["seen"].update(hashlib.sha256(r.encode()).hexdigest() for r in results)
+    at = next(i for i, s in enumerate(script) if s[0] == "reread")
+    if k == at:
+        named = STUB_PATH.findall(all_text(fmt, body))
+        path = named[-1] if named else os.path.join(workdir, "notes/part_00.txt")
+        RECALL["path"] = path
+        return ("reread", path)
+    if k == at + 1 and RECALL["path"] and RECALL["record"]:
+        path = RECALL["path"]
+        try:
+            with open(path, encoding="utf-8") as f:
+                original = f.read()
+        except OSError as e:
+            original, why = "", str(e)
+        else:
+            why = ""
+        lines = [ln for ln in original.splitlines() if ln.strip()][:3]
+        report = {
+            "path": path,
+            "stub": bool(STUB_PATH.findall(all_text(fmt, body))),
+            "identical": hashlib.sha256(original.encode()).hexdigest() in RECALL["seen"],
+            "read_back": bool(lines) and all(ln in results[-1] for ln in lines),
+            "error": why,
+        }
+        with open(os.path.join(RECALL["record"], "recall.json"), "w") as f:
+            json.dump(report, f, indent=1)
+    return step
+
+
 def wants_thinking(fmt, body):
     if fmt == "anthropic":
         t = body.get("thinking")
@@ -380,6 +425,13 @@ def tool_call(kind, fmt, names, step, workdir, sid):
     op = step[0]
     prefix = {"anthropic": "toolu_", "responses": "call_", "chat": "call_"}[fmt]
     absolute = lambda p: os.path.join(workdir, p)
+    if op == "reread":
+        # An absolute path: the file tool of each client, or `cat`.
+        if kind == "claude":
+            return tool_part("Read", sid, {"file_path": step[1]}, prefix)
+        if kind == "opencode":
+            return tool_part("read", sid, {"filePath": step[1]}, prefix)
+        op, step = "read", ("read", step[1])
     if kind == "claude":
         if op == "list":
             return tool_part("Bash", sid, {"command": "ls -la", "description": "List files"}, prefix)
@@ -885,6 +937,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 def serve(args):
     Handler.state = State(args.record, args.scenario, args.workdir, args.delay)
+    RECALL["record"] = args.record
     host, _, port = args.listen.rpartition(":")
     server = http.server.ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
     server.daemon_threads = True

@@ -16,11 +16,17 @@
 # tool calls, requests over the budget or the window), and a table of them ends the output.
 #
 # Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini]
-#            [--modes direct,observe,fit] [--scenarios short,long,edits] [--budget N|auto]
+#            [--modes direct,observe,fit,files] [--scenarios short,long,edits,recall]
+#            [--budget N|auto]
 #            [--capture] [--no-install]
 # --budget N puts `budget = N` (the fit budget for requests without X-Loom-Budget) in the config
 # of the fit runs; `auto` uses the per-client budgets below (about 30% of the client's whole
 # `long` conversation). Without it, fit runs use the model's window.
+# The `files` mode is `fit` with `[recall] mode = "files"`: offloaded outputs are written under the
+# run's folder and stubs name their paths. With the `recall` scenario (`long`, then one more step:
+# the mock asks the client to read the file the last stub names, with its own file tool) a files
+# run passes only when the file is byte-identical to a result the model was shown whole and the
+# client's read of it came back (the mock's recall.json).
 # Environment: LOOM_CLIENTS, LOOM_CLIENTS_MODES, LOOM_CLIENTS_SCENARIOS (same lists),
 #   LOOM_CLIENTS_BUDGET (as --budget), LOOM_CLIENTS_CAPTURE=1 (rewrite tests/clients/fixtures from
 #   the direct runs), LOOM_CLIENTS_DIR (default target/clients), LOOM_CLIENTS_WORK (where the
@@ -48,7 +54,7 @@ while [ $# -gt 0 ]; do
         --budget) budget=$2; shift 2 ;;
         --capture) capture=1; shift ;;
         --no-install) install=0; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -56,8 +62,8 @@ done
 # Bounds, in seconds.
 install_timeout=1800
 start_timeout=30
-declare -A client_timeout=([short]=240 [long]=420 [edits]=600)
-declare -A fixture_limit=([short]=0 [long]=4 [edits]=10)   # requests kept per run (0: all)
+declare -A client_timeout=([short]=240 [long]=420 [edits]=600 [recall]=420)
+declare -A fixture_limit=([short]=0 [long]=4 [edits]=10 [recall]=4)   # requests kept per run (0: all)
 
 # `--budget auto`: about 30% of each client's whole `long` conversation, i.e. of the largest
 # request of its `observe` run (o200k_base tokens of the body, figures.json `largest_request`:
@@ -136,7 +142,7 @@ bin_aider=$dir/venv/aider/bin/aider
 bin_mini=$dir/venv/mini/bin/mini
 
 case ",$modes," in
-    *,observe,*|*,fit,*)
+    *,observe,*|*,fit,*|*,files,*)
         if [ ! -x "$loom_bin" ]; then
             echo "no $loom_bin: build it first (cargo build --release -p loom-cli --bin loom); Loom runs will fail" >&2
         else
@@ -249,16 +255,22 @@ run_one() {
     local run_pids=() problems=()
     local run_budget=$budget
     [ "$budget" = auto ] && run_budget=${auto_budget[$client]:-}
-    [ "$mode" = fit ] || run_budget=""
+    [ "$mode" = fit ] || [ "$mode" = files ] || run_budget=""
+    # What Loom is configured as, and what the checks take it for.
+    local loom_mode=$mode
+    [ "$mode" = files ] && loom_mode=fit
     "$python" "$here/mock_upstream.py" make-repo "$d/repo" --scenario "$scenario"
     start mock "$d" "$python" "$here/mock_upstream.py" serve --listen 127.0.0.1:0 --record "$d/mock" \
         --scenario "$scenario" --workdir "$d/repo" || { problems+=("mock did not start"); }
     run_pids+=("$started")
     local base=$url
     if [ "$mode" != direct ] && [ ${#problems[@]} -eq 0 ]; then
-        printf 'mode = "%s"\n' "$mode" >"$d/loom.toml"
-        if [ "$mode" = fit ] && [ -n "$run_budget" ]; then
+        printf 'mode = "%s"\n' "$loom_mode" >"$d/loom.toml"
+        if [ "$loom_mode" = fit ] && [ -n "$run_budget" ]; then
             printf 'budget = %s\n' "$run_budget" >>"$d/loom.toml"
+        fi
+        if [ "$mode" = files ]; then
+            printf '\n[recall]\nmode = "files"\nfolder = "%s"\n' "$d/recall" >>"$d/loom.toml"
         fi
         if start loom "$d" "$loom_bin" serve --db "$d/loom.db" --listen 127.0.0.1:0 --config "$d/loom.toml" \
             --upstream-openai "$base/v1" --upstream-anthropic "$base" --auth none; then
@@ -293,7 +305,7 @@ run_one() {
     fi
     for pid in "${run_pids[@]}"; do stop_pid "$pid"; done
     if [ "$mode" != direct ] && [ -d "$d/client" ]; then
-        if ! "$python" "$here/check.py" --mock "$d/mock" --client "$d/client" --mode "$mode" \
+        if ! "$python" "$here/check.py" --mock "$d/mock" --client "$d/client" --mode "$loom_mode" \
             --json "$d/check.json" >"$d/check.txt" 2>&1; then
             problems+=("check.py: $(grep -c '^  [a-z]*: ' "$d/check.txt" | tr -d ' ') problem lines")
         fi
@@ -302,7 +314,30 @@ run_one() {
         "$python" "$here/mock_upstream.py" export "$d/mock" "$here/fixtures/$client/$scenario" \
             --limit "${fixture_limit[$scenario]}" >/dev/null
     fi
-    "$python" "$here/figures.py" run "$d" --mode "$mode" ${run_budget:+--budget "$run_budget"} \
+    if [ "$mode" = files ] && [ "$scenario" = recall ] && [ "$rc" -eq 0 ]; then
+        local why
+        if ! why=$("$python" - "$d/mock/recall.json" "$d/recall" <<'PY' 2>&1
+import json, os, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except OSError:
+    sys.exit("the mock never saw the client read a saved output back")
+folder = os.path.realpath(sys.argv[2]) + os.sep
+if not r["stub"]:
+    sys.exit("no stub named a file")
+if not os.path.realpath(r["path"]).startswith(folder):
+    sys.exit(f"the stub names {r['path']}, outside the recall folder")
+if not r["identical"]:
+    sys.exit(f"{r['path']} is not byte-identical to a result the model was shown {r['error']}")
+if not r["read_back"]:
+    sys.exit(f"the client's read of {r['path']} did not come back")
+print("read back", r["path"])
+PY
+        ); then
+            problems+=("recall: $why")
+        fi
+    fi
+    "$python" "$here/figures.py" run "$d" --mode "$loom_mode" ${run_budget:+--budget "$run_budget"} \
         --loom "$loom_bin" --exit "$rc" --passed $(( ${#problems[@]} == 0 )) 2>>"$d/figures.err" \
         || echo "  (figures.py failed: $(tail -n 1 "$d/figures.err"))"
     local secs=$((SECONDS - t0))

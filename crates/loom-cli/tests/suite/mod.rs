@@ -10,6 +10,7 @@ mod large;
 mod log;
 mod memory;
 mod memory_surfaces;
+mod recall_corpus;
 mod render;
 mod replay;
 mod run;
