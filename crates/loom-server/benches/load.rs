@@ -62,6 +62,9 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --time-limit SECS       wall-clock bound of each scenario run   [900]
   --seed N                the conversations' seed                 [1]
   --stream                replies as server-sent events (stream: true)
+  --recall-every N        latency: every Nth user turn asks the model to read an earlier
+                          output again; in fit mode it calls loom_recall, which Loom
+                          answers in a hidden round (loom_recall_round_seconds) [0: never]
   --quick                 small sizes, to check the tool works
 ";
 
@@ -93,6 +96,7 @@ struct Options {
     time_limit: Duration,
     seed: u64,
     stream: bool,
+    recall_every: usize,
 }
 
 impl Default for Options {
@@ -114,6 +118,7 @@ impl Default for Options {
             time_limit: Duration::from_secs(900),
             seed: 1,
             stream: false,
+            recall_every: 0,
         }
     }
 }
@@ -170,6 +175,7 @@ impl Options {
                     })
                 }
                 "--budget" => o.budget = number(&flag, &value()?)?,
+                "--recall-every" => o.recall_every = number(&flag, &value()?)?,
                 "--turns" => o.turns = number(&flag, &value()?)?,
                 "--sample" => o.sample = number(&flag, &value()?)?,
                 "--clients" => o.clients = number(&flag, &value()?)?,
@@ -252,6 +258,7 @@ fn run(o: &Options) -> Result<()> {
         budget: o.budget,
         seed: o.seed,
         stream: o.stream,
+        recall_every: o.recall_every,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -43,6 +43,7 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<String, Histogram>>,
     overhead: Mutex<BTreeMap<String, Histogram>>,
     phases: Mutex<BTreeMap<String, Histogram>>,
+    recall_round_time: Mutex<BTreeMap<String, Histogram>>,
     tokens: Mutex<BTreeMap<(&'static str, String), u64>>,
     upstream_errors: Mutex<BTreeMap<(String, String), u64>>,
     compaction_points: AtomicU64,
@@ -94,9 +95,14 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    /// A hidden round: the proxy answered `loom_recall` and asked the upstream again.
-    pub fn recall_round(&self) {
+    /// A hidden round: the proxy answered `loom_recall` and asked the upstream again, after
+    /// `took` (answering, logging, rendering the next request) on `route`.
+    pub fn recall_round(&self, route: &str, took: Duration) {
         self.recall_rounds.fetch_add(1, Ordering::Relaxed);
+        lock(&self.recall_round_time)
+            .entry(route.to_owned())
+            .or_default()
+            .observe(took.as_secs_f64());
     }
 
     /// One `loom_recall` call answered: whether it failed, and the answer's tokens.
@@ -184,6 +190,13 @@ impl Metrics {
             "loom_proxy_overhead_seconds",
             "Time Loom added before calling the upstream (sync, render, checks), by route.",
             &lock(&self.overhead),
+        );
+        histograms(
+            &mut out,
+            "loom_recall_round_seconds",
+            "Time a hidden loom_recall round added before the upstream was asked again (the \
+             answers, their log, the next render), by route.",
+            &lock(&self.recall_round_time),
         );
         histograms_by(
             &mut out,

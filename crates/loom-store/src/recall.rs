@@ -279,10 +279,15 @@ fn target(
         });
     }
     let off = Offloader::new(store, blobs, reduce);
-    // Aliases are made when steps are derived.
-    off.run(session, false)?;
     let not_here = || Err(format!("`{reference}` is not an output of this session"));
-    let blob = match off.resolve(Some(session), reference) {
+    // Aliases are made when steps are derived: derived again (a read of the log) only when the
+    // alias is not there yet.
+    let mut resolved = off.resolve(Some(session), reference);
+    if matches!(resolved, Err(StoreError::BlobNotFound(_))) {
+        off.run(session, false)?;
+        resolved = off.resolve(Some(session), reference);
+    }
+    let blob = match resolved {
         Ok(Resolution::Found(blob)) => blob,
         Ok(Resolution::Ambiguous(_)) | Err(StoreError::BlobNotFound(_)) => return Ok(not_here()),
         Err(e) if e.is_bad_input() => return Ok(Err(format!("`{reference}`: {e}"))),
@@ -353,6 +358,15 @@ fn event_text(blobs: &dyn BlobStore, event: &Event) -> Result<String> {
 
 /// `original`'s lines `start_line..=end_line`, cut at a line boundary to `max_tokens`, with a
 /// last line saying which lines were shown and how to read the rest.
+/// Whether `lines` count at most `max_tokens` by `meter`, stopping at the first line past it.
+fn within(lines: &[&str], max_tokens: u64, meter: &dyn TokenMeter) -> bool {
+    let mut sum = 0u64;
+    lines.iter().all(|line| {
+        sum += meter.count(line);
+        sum <= max_tokens
+    })
+}
+
 fn cut(
     original: &str,
     reference: &str,
@@ -365,12 +379,17 @@ fn cut(
     let first = args.start_line.unwrap_or(1).max(1);
     let last = args.end_line.unwrap_or(total).min(total);
     let whole = args.start_line.is_none() && args.end_line.is_none();
-    if whole && meter.count(original) <= max_tokens {
-        return Answer {
-            tokens: meter.count(original),
-            text: original.to_owned(),
-            is_error: false,
-        };
+    // Counted a line at a time, and no further than the cap: an original far over it (a
+    // range of a thousand events) costs the cap's tokens to count, not its own.
+    if whole && within(&lines, max_tokens, meter) {
+        let tokens = meter.count(original);
+        if tokens <= max_tokens {
+            return Answer {
+                tokens,
+                text: original.to_owned(),
+                is_error: false,
+            };
+        }
     }
     if first > last {
         let text = format!("`{reference}` has {total} lines; lines {first}-{last} hold nothing");

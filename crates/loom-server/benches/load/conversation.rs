@@ -76,6 +76,7 @@ pub(crate) struct Conversation {
     asked: usize,
     outputs: usize,
     stream: bool,
+    recall_every: usize,
 }
 
 impl Conversation {
@@ -89,9 +90,17 @@ impl Conversation {
             asked: 0,
             outputs: 0,
             stream,
+            recall_every: 0,
         };
         c.ask();
         c
+    }
+
+    /// Every `every`th user turn asks to read an earlier output again (0: none does): the mock
+    /// then calls `loom_recall` when the request offers it.
+    pub(crate) fn recalling(mut self, every: usize) -> Self {
+        self.recall_every = every;
+        self
     }
 
     /// The next request's body, serialised.
@@ -156,7 +165,9 @@ impl Conversation {
     fn ask(&mut self) {
         self.asked += 1;
         let n = self.asked;
-        let text = if n % PARALLEL_EVERY == 0 {
+        let text = if self.recall_every > 0 && n % self.recall_every == 0 {
+            format!("step {n}: recall the earlier output of that module before going on")
+        } else if n % PARALLEL_EVERY == 0 {
             format!("step {n}: read the next module and run its tests, in parallel")
         } else {
             format!("step {n}: open the next file that the failing test touches")

@@ -151,6 +151,24 @@ pub(crate) fn latency(runs: &[Latency], sample: usize, budget: u64) -> String {
             r.db_bytes as f64 / 1e6,
         );
     }
+    if runs.iter().any(|r| r.recall.count > 0) {
+        out.push_str(
+            "\nHidden `loom_recall` rounds among the measured calls (`loom_recall_round_seconds`: \
+             from the upstream's reply to the next request, answers, log and render included), \
+             beside Loom's own overhead per call:\n\n\
+             | mode | recall round mean (ms) | p50 (bucket) | p99 (bucket) | rounds | overhead mean (ms) |\n\
+             |---|---:|---:|---:|---:|---:|\n",
+        );
+        for r in runs.iter().filter(|r| r.recall.count > 0) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.3} |",
+                r.mode,
+                buckets(&r.recall),
+                r.overhead.mean().unwrap_or(0.0) * 1e3
+            );
+        }
+    }
     out.push_str(
         "\nWhere the overhead goes over the measured calls (ms, the means of the server's \
          `loom_proxy_phase_seconds`; \"rest\" is the overhead's mean minus their sum: the key, \

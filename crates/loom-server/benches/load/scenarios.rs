@@ -23,6 +23,8 @@ const PHASES: [&str; 5] = ["split", "sync", "render", "record", "assemble"];
 const ROUTE: &str = "/v1/chat/completions";
 /// The histogram of the time Loom spends before the upstream call.
 pub(crate) const OVERHEAD: &str = "loom_proxy_overhead_seconds";
+/// The time a hidden `loom_recall` round added.
+const RECALL: &str = "loom_recall_round_seconds";
 /// How often the mock's recorded requests are dropped while clients run.
 const FORGET_EVERY: Duration = Duration::from_millis(200);
 
@@ -35,6 +37,8 @@ pub(crate) struct Common {
     pub(crate) seed: u64,
     /// Replies streamed (server-sent events) rather than whole.
     pub(crate) stream: bool,
+    /// Latency: every how many user turns one asks to recall an earlier output (0: never).
+    pub(crate) recall_every: usize,
 }
 
 /// Milliseconds, for tables.
@@ -72,6 +76,8 @@ pub(crate) struct Latency {
     pub(crate) db_bytes: u64,
     /// The proxy's public steps timed on the last client body.
     pub(crate) phases: Vec<Phase>,
+    /// `loom_recall_round_seconds` over the measured turns.
+    pub(crate) recall: Histogram,
 }
 
 /// Runs one conversation of `turns` calls and measures the last `sample`.
@@ -85,7 +91,7 @@ pub(crate) async fn latency(
     let h = Harness::start(ServerOptions::default()).await?;
     let via = Via::Loom(mode, Some(common.budget));
     let session = format!("latency-{mode}");
-    let mut conv = Conversation::new(common.seed, common.stream);
+    let mut conv = Conversation::new(common.seed, common.stream).recalling(common.recall_every);
     let from = turns.saturating_sub(sample);
     let started = Instant::now();
     let mut out = Latency {
@@ -107,6 +113,7 @@ pub(crate) async fn latency(
         compaction_points: 0.0,
         db_bytes: 0,
         phases: Vec::new(),
+        recall: Histogram::default(),
     };
     let mut before = h.metrics().await?;
     for turn in 0..turns {
@@ -159,6 +166,9 @@ pub(crate) async fn latency(
     out.overhead = after
         .histogram(OVERHEAD, ROUTE)
         .since(&before.histogram(OVERHEAD, ROUTE));
+    out.recall = after
+        .histogram(RECALL, ROUTE)
+        .since(&before.histogram(RECALL, ROUTE));
     out.compaction_points = after.value("loom_compaction_points_total");
     out.outputs = conv.outputs();
     out.db_bytes = h.db_bytes();

@@ -254,7 +254,7 @@ fn without_url(e: &reqwest::Error) -> String {
     }
 }
 
-fn route(api: Api) -> &'static str {
+pub(crate) fn route(api: Api) -> &'static str {
     match api {
         Api::OpenaiChat => "/v1/chat/completions",
         Api::OpenaiResponses => "/v1/responses",

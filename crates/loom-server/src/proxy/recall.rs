@@ -175,7 +175,6 @@ pub(crate) async fn run(
             break;
         }
         round += 1;
-        state.metrics.recall_round();
         if let Some(text) = reply.content.take().filter(|t| !t.is_empty()) {
             before.push(text);
         }
@@ -209,6 +208,7 @@ pub(crate) async fn ask_again(
     reply: &AssistantReply,
     deadline: Instant,
 ) -> Result<reqwest::Response, ApiError> {
+    let started = Instant::now();
     let principal = rounds
         .principal
         .as_ref()
@@ -223,6 +223,9 @@ pub(crate) async fn ask_again(
         rounds.query.as_deref(),
         body,
     )?;
+    state
+        .metrics
+        .recall_round(super::route(api), started.elapsed());
     let sent = tokio::time::timeout_at(deadline.into(), request.send())
         .await
         .map_err(|_| {

@@ -502,7 +502,6 @@ async fn relay_rounds(
         let calls = recall::calls_recall(&reply);
         if calls && done < rounds.max_rounds {
             done += 1;
-            state.metrics.recall_round();
             splice.next_round();
             match recall::ask_again(state, api, &rounds, &mut target, &reply, deadline).await {
                 Ok(next) => {
