@@ -146,10 +146,11 @@ impl Splice {
                 "content_block_start" | "content_block_delta" | "content_block_stop" => {
                     self.renumber(&mut v, "index", drops)?;
                 }
-                "message_delta" if self.stop_instead => {
-                    if v.pointer("/delta/stop_reason") == Some(&json!("tool_use")) {
-                        v["delta"]["stop_reason"] = json!("end_turn");
-                    }
+                "message_delta"
+                    if self.stop_instead
+                        && v.pointer("/delta/stop_reason") == Some(&json!("tool_use")) =>
+                {
+                    v["delta"]["stop_reason"] = json!("end_turn");
                 }
                 _ => {}
             },
@@ -724,9 +725,7 @@ mod tests {
             data: "[DONE]".to_owned(),
         });
         s.next_round();
-        for e in [chunk("c2", json!({"content": "found"}), json!("stop"))] {
-            out.extend(s.take(e));
-        }
+        out.extend(s.take(chunk("c2", json!({"content": "found"}), json!("stop"))));
         let out: Vec<Value> = out
             .iter()
             .filter_map(|e| serde_json::from_str(&e.data).ok())
