@@ -18,9 +18,9 @@ use loom_core::{
 use loom_runtime::{
     catch_up, Decision, Hooks, InjectionBudget, Job, PostTurn, Summarizer, TurnView, WorkerConfig,
 };
-use loom_server::engine::RenderSpec;
-use loom_server::live::{Backend, LiveSessions};
-use loom_server::Engine;
+use loom_session::engine::RenderSpec;
+use loom_session::live::{Backend, LiveSessions};
+use loom_session::Engine;
 use loom_store::{BlobStore, NewSession, Store, Usage};
 use serde_json::Value;
 
@@ -649,7 +649,7 @@ impl<'a> Runner<'a> {
                     message,
                 })?;
             let usage = reply.usage;
-            let event = loom_server::proxy::assistant_event(api, reply);
+            let event = loom_session::history::assistant_event(api, reply);
             self.env.store.append(&agent.session, &[event])?;
             self.post_hooks(agent, &rendered.receipt)?;
             // The provider's count when it gave one; Loom's own otherwise.

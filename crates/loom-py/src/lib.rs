@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use loom_core::render::{Format, ToolSpec};
 use loom_core::{AgentId, NewEvent, SessionId};
-use loom_server::engine::RenderSpec;
-use loom_server::live::{Backend, LiveSessions};
-use loom_server::{ApiError, Engine};
+use loom_session::engine::RenderSpec;
+use loom_session::live::{Backend, LiveSessions};
+use loom_session::{Engine, ErrorKind, SessionError};
 use loom_store::{BlobStore, NewSession, Offloader, Resolution, Store, StoreError, Usage};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -153,24 +153,21 @@ fn store_error(e: StoreError) -> PyErr {
     }
 }
 
-fn api_error(e: ApiError) -> PyErr {
+/// The one place a session engine's failure becomes a Python exception, by its kind.
+fn api_error(e: SessionError) -> PyErr {
     let reason = Some(e.message.clone());
     match e.kind {
-        "invalid_request" | "payload_too_large" => {
-            raise::<InvalidInput>(e.message, None, e.field, reason)
-        }
-        "not_found" if e.message.starts_with("session") && e.message.ends_with("not found") => {
-            raise::<SessionNotFound>(e.message, None, e.field, reason)
-        }
-        "not_found" => raise::<NotFound>(e.message, None, e.field, reason),
-        "conflict" => raise::<Conflict>(e.message, None, e.field, reason),
-        "unavailable" => raise::<Unavailable>(e.message, None, e.field, reason),
+        ErrorKind::Invalid => raise::<InvalidInput>(e.message, None, e.field, reason),
+        ErrorKind::SessionNotFound => raise::<SessionNotFound>(e.message, None, e.field, reason),
+        ErrorKind::NotFound => raise::<NotFound>(e.message, None, e.field, reason),
+        ErrorKind::Conflict => raise::<Conflict>(e.message, None, e.field, reason),
+        ErrorKind::Unavailable => raise::<Unavailable>(e.message, None, e.field, reason),
         _ => raise::<LoomError>(e.message, None, e.field, reason),
     }
 }
 
 fn import_error(e: loom_import::ImportError) -> PyErr {
-    api_error(ApiError::from(e))
+    api_error(SessionError::from(e))
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> PyErr {
@@ -477,7 +474,7 @@ impl Database {
             let agent = agent
                 .map(|a| AgentId::new(a).map_err(|e| invalid("agent", e.to_string())))
                 .transpose()?;
-            let seqs = loom_server::api::append_history(
+            let seqs = loom_session::history::append_history(
                 inner.store.as_ref(),
                 inner.blobs.as_ref(),
                 &id,
@@ -620,7 +617,7 @@ impl Database {
                 inner.blobs.as_ref(),
                 &inner.engine.reduce,
                 &id,
-                loom_server::proxy::assistant_event(api, turn),
+                loom_session::history::assistant_event(api, turn),
                 last,
                 cap,
                 &meter,
@@ -658,7 +655,7 @@ impl Database {
                     None,
                 ));
             }
-            let out = loom_server::api::explain::explain_event(
+            let out = loom_session::explain::explain_event(
                 inner.store.as_ref(),
                 inner.blobs.as_ref(),
                 &inner.engine.reduce,

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use loom_core::{AgentId, EventBody, MessageContent, NewEvent, SessionId};
-use loom_server::engine::RenderSpec;
-use loom_server::live::{Backend, LiveSessions};
-use loom_server::Engine;
+use loom_session::engine::RenderSpec;
+use loom_session::live::{Backend, LiveSessions};
+use loom_session::Engine;
 use loom_store::{NewSession, Store, Workspace};
 
 fn text(kind: &str, i: usize) -> String {

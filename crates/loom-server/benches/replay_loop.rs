@@ -15,9 +15,9 @@ use std::time::Instant;
 use anyhow::Context;
 
 use loom_core::SessionId;
-use loom_server::engine::RenderSpec;
-use loom_server::live::{Backend, LiveSessions};
-use loom_server::Engine;
+use loom_session::engine::RenderSpec;
+use loom_session::live::{Backend, LiveSessions};
+use loom_session::Engine;
 use loom_store::{MemoryBlobStore, MemoryStore};
 
 fn main() -> anyhow::Result<()> {
@@ -76,7 +76,7 @@ fn main() -> anyhow::Result<()> {
                 }
                 let body =
                     serde_json::to_vec(&serde_json::json!({ "messages": &messages[done..k] }))?;
-                if loom_server::api::append_history(
+                if loom_session::history::append_history(
                     &store,
                     &blobs,
                     &id,

@@ -10,6 +10,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use loom_session::{ErrorKind, SessionError};
 use loom_store::StoreError;
 use serde::Serialize;
 
@@ -158,59 +159,32 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<SessionError> for ApiError {
+    /// The one place a session engine's failure becomes an HTTP status.
+    fn from(e: SessionError) -> Self {
+        let err = match e.kind {
+            ErrorKind::Invalid => Self::invalid(e.message),
+            ErrorKind::SessionNotFound | ErrorKind::NotFound => Self::not_found(e.message),
+            ErrorKind::Conflict => Self::conflict(e.message),
+            ErrorKind::Unavailable => Self::unavailable(e.message),
+            _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.message),
+        };
+        match e.field {
+            Some(field) => err.with_field(field),
+            None => err,
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        match &e {
-            StoreError::SessionNotFound(_) | StoreError::BlobNotFound(_) => {
-                Self::not_found(e.to_string())
-            }
-            StoreError::ModelCallNotFound { .. } => Self::not_found(e.to_string()),
-            // Another writer changed the session while this call prepared its write; the client
-            // may send the call again.
-            StoreError::SessionExists(_)
-            | StoreError::Moved { .. }
-            | StoreError::Conflict { .. } => Self::conflict(e.to_string()),
-            // Every connection busy, or the database restarting: nothing was done, and the
-            // client may retry. What exactly failed is logged, not sent.
-            StoreError::Unavailable { action, .. } => {
-                tracing::warn!("store: {e}");
-                Self::unavailable(format!(
-                    "the database is busy or unreachable while {action}; retry later"
-                ))
-            }
-            StoreError::InvalidEvent { index, .. } => {
-                Self::invalid_field(format!("events[{index}]"), e.to_string())
-            }
-            _ if e.is_bad_input() => Self::invalid(e.to_string()),
-            _ => {
-                tracing::error!("store: {e}");
-                Self::internal("using the store")
-            }
-        }
+        SessionError::from(e).into()
     }
 }
 
 impl From<loom_import::ImportError> for ApiError {
     fn from(e: loom_import::ImportError) -> Self {
-        use loom_import::ImportError as E;
-        let field = match &e {
-            E::Json { field, .. } | E::Invalid { field, .. } if !field.is_empty() => {
-                Some(field.clone())
-            }
-            _ => None,
-        };
-        if let E::Conflict { .. } | E::DuplicateSession { .. } = e {
-            return Self::conflict(e.to_string());
-        }
-        if e.is_bad_input() {
-            let err = Self::invalid(e.to_string());
-            return match field {
-                Some(f) => err.with_field(f),
-                None => err,
-            };
-        }
-        tracing::error!("import: {e}");
-        Self::internal("importing a history")
+        SessionError::from(e).into()
     }
 }
 

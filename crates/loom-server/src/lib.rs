@@ -16,10 +16,7 @@ pub mod auth;
 mod caller;
 pub mod config;
 mod conn;
-pub mod counts;
-pub mod engine;
 pub mod error;
-pub mod live;
 pub mod memory;
 pub mod metrics;
 mod openapi;
@@ -41,8 +38,10 @@ use loom_store::{BlobStore, Store};
 use tokio::sync::Semaphore;
 
 pub use config::{AuthMode, ServeArgs, ServeConfig};
-pub use engine::Engine;
+// The session engine, by the paths the server's modules name it.
 pub use error::ApiError;
+pub use loom_session::Engine;
+use loom_session::{engine, live};
 pub use state::AppState;
 
 /// Why the server could not start or stopped with an error.

@@ -16,7 +16,7 @@ use loom_core::render::{
 };
 use loom_core::{Event, SessionId};
 use loom_replay::EncodingMeter;
-use loom_server::live::{Backend, LiveSessions};
+use loom_session::live::{Backend, LiveSessions};
 use loom_store::Opened;
 
 use super::replay::read_policy;
@@ -132,7 +132,7 @@ pub(crate) fn load(ctx: &Context, session: &str, args: &RenderArgs) -> anyhow::R
         .into_iter()
         .map(|s| (s.call_id.clone(), s))
         .collect();
-    let summaries = loom_server::engine::summary_views(&ws.store.summaries(&session)?);
+    let summaries = loom_session::engine::summary_views(&ws.store.summaries(&session)?);
     let now_ms = events.last().map_or(info.created_ms, |e| e.ts_ms);
     Ok(Loaded {
         ws,
@@ -188,15 +188,15 @@ impl Loaded {
 }
 
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
-    // The render itself is the server's engine, so that `loom render` and `loom serve` render a
-    // session alike and continue from the same receipts.
+    // The render itself is the session engine `loom serve` renders through, so that both render
+    // a session alike and continue from the same receipts.
     let loaded = setup(ctx, &args.session, &args.render)?;
-    let engine = loom_server::Engine {
+    let engine = loom_session::Engine {
         registry: loom_tokens::Registry::built_in().context("loading the model registry")?,
         policy: loaded.policy,
         reduce: super::steps::load_config(None)?,
     };
-    let spec = loom_server::engine::RenderSpec {
+    let spec = loom_session::engine::RenderSpec {
         model: args.render.model.clone(),
         budget: args.render.budget,
         format: args.render.format,
@@ -229,11 +229,15 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server's error as the CLI reports it: a 4xx is the user's to fix.
-fn api_error(e: loom_server::ApiError) -> anyhow::Error {
-    if e.status.is_client_error() {
-        bad_input(anyhow::anyhow!("{}", e.message))
-    } else {
-        anyhow::anyhow!("{}", e.message)
+/// The session engine's error as the CLI reports it: bad input, a missing session or a
+/// conflict is the user's to fix (exit 2); the rest is Loom's (exit 1).
+fn api_error(e: loom_session::SessionError) -> anyhow::Error {
+    use loom_session::ErrorKind;
+    match e.kind {
+        ErrorKind::Invalid
+        | ErrorKind::SessionNotFound
+        | ErrorKind::NotFound
+        | ErrorKind::Conflict => bad_input(anyhow::anyhow!("{}", e.message)),
+        _ => anyhow::anyhow!("{}", e.message),
     }
 }

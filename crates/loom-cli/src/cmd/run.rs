@@ -323,11 +323,11 @@ fn prepared(
     spec: &RunSpec,
     api: loom_core::Api,
 ) -> anyhow::Result<(
-    loom_server::engine::RenderSpec,
+    loom_session::engine::RenderSpec,
     loom_tokens::Tokenizer,
     loom_core::render::Policy,
 )> {
-    let render = loom_server::engine::RenderSpec {
+    let render = loom_session::engine::RenderSpec {
         model: spec.model.clone(),
         budget: spec.budget,
         format: api.into(),

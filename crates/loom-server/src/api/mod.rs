@@ -35,8 +35,7 @@ use crate::state::{now_ms, AppState};
 pub(crate) use body::parse_json;
 use extract::{Caller, Owned};
 
-/// The agent of sessions created without one.
-pub const DEFAULT_AGENT: &str = "agent";
+pub use loom_session::history::{append_history, DEFAULT_AGENT};
 
 /// The `/loom/v1` routes; each request ends within `timeout` (a 503 past it).
 pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
@@ -409,61 +408,6 @@ pub(crate) async fn import(
     Ok((status, Json(ImportReport { sessions })).into_response())
 }
 
-/// Appends the next items of a provider history (`body`: a document holding only the new
-/// messages or items, as the provider takes them) to session `session`, creating it (for
-/// `agent`, or the default agent) when it does not exist; returns the seqs given (`n + 1..=n`
-/// when the items hold no event). Results may answer calls the log already holds: an agent
-/// framework that hands over its new items one batch at a time (the Python package's adapters,
-/// `POST /loom/v1/sessions/{id}/history`).
-pub fn append_history(
-    store: &dyn loom_store::Store,
-    blobs: &dyn loom_store::BlobStore,
-    session: &SessionId,
-    body: &[u8],
-    format: Option<loom_core::Api>,
-    agent: Option<AgentId>,
-    now_ms: i64,
-) -> Result<std::ops::RangeInclusive<u64>> {
-    let mut opts = loom_import::ParseOptions::new(now_ms);
-    opts.format = format;
-    opts.session = Some(session.clone());
-    let info = store.session(session)?;
-    if let Some(info) = &info {
-        opts.first_item = usize::try_from(info.event_count).unwrap_or(usize::MAX);
-        opts.open_calls = store
-            .tool_calls(session)?
-            .into_iter()
-            .filter(|c| c.status == loom_store::CallStatus::Pending)
-            .map(|c| (c.call_id, c.tool_name))
-            .collect();
-    }
-    let mut parsed = loom_import::parse_slice("body", "body", body, &opts, blobs)?;
-    let events = parsed.pop().map(|s| s.events).unwrap_or_default();
-    match info {
-        Some(info) if events.is_empty() => Ok(info.event_count + 1..=info.event_count),
-        Some(_) => Ok(store.append(session, &events)?),
-        None => {
-            let agent = match agent {
-                Some(a) => a,
-                None => {
-                    AgentId::new(DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
-                }
-            };
-            let n = events.len() as u64;
-            store.create_session(
-                &NewSession {
-                    id: session.clone(),
-                    agent,
-                    parent: None,
-                    created_ms: now_ms,
-                },
-                &events,
-            )?;
-            Ok(1..=n)
-        }
-    }
-}
-
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -514,6 +458,7 @@ pub(crate) async fn history(
                 agent,
                 now_ms(),
             )
+            .map_err(ApiError::from)
         })
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;

@@ -18,6 +18,8 @@
 
 use std::ops::Range;
 
+pub(crate) use loom_session::BodyMemo;
+
 use axum::body::Bytes;
 use loom_core::Api;
 use loom_core::{EventBody, NewEvent, SessionId};
@@ -48,20 +50,6 @@ pub(crate) struct RequestBody {
     hashes: Vec<u128>,
     /// The hash of the top-level fields the importer reads besides the items.
     header: u128,
-}
-
-/// What a live session remembers of the last body synced into it.
-#[derive(Debug, Clone)]
-pub(crate) struct BodyMemo {
-    api: Api,
-    header: u128,
-    /// How many items the body had, and their hash.
-    items: usize,
-    digest: u128,
-    /// The log's first `events` events are those items, read.
-    events: usize,
-    /// The call ids the items used (every call answered).
-    calls: CallIds,
 }
 
 /// A history read from a body: its events and the call ids it used.
@@ -279,13 +267,6 @@ impl RequestBody {
     }
 }
 
-impl BodyMemo {
-    /// The log events the remembered items account for.
-    pub(crate) fn events(&self) -> usize {
-        self.events
-    }
-}
-
 /// The events up to and including the first user message; `None` when there is none.
 fn opening_of(events: Vec<NewEvent>) -> Option<Vec<EventBody>> {
     let end = events
@@ -484,7 +465,7 @@ impl<'de> Visitor<'de> for Items {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::TestBackend;
+    use loom_session::live::MemoryBackend as TestBackend;
     use serde_json::json;
 
     /// The opening as reading the whole body gives it: up to the first user message, or all.

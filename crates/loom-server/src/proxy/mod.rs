@@ -386,9 +386,9 @@ async fn prepare(
                             // "Errors"): the history, so that the session shows what could
                             // not be fitted.
                             live.commit(s.backend(), None, None)?;
-                            return Err(
-                                e.context("not forwarded (the history is logged in the session)")
-                            );
+                            return Err(e
+                                .context("not forwarded (the history is logged in the session)")
+                                .into());
                         }
                     }
                 } else {

@@ -313,7 +313,7 @@ async fn hidden_round(
                 Ok(r) => r,
                 Err(e) => {
                     held.discard();
-                    return Err(e);
+                    return Err(e.into());
                 }
             };
             // The receipt of the call that carries the answers lists them.

@@ -504,10 +504,10 @@ pub(crate) fn same_value(a: &serde_json::Value, b: &serde_json::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::TestBackend;
     use axum::body::Bytes;
     use loom_core::Api;
     use loom_core::{MessageContent, ToolCall};
+    use loom_session::live::MemoryBackend as TestBackend;
     use serde_json::{json, Value};
 
     fn assistant(text: &str, calls: &[(&str, &str)]) -> NewEvent {

@@ -15,7 +15,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
-use loom_core::{Api, EventBody, MessageContent, NativeReasoning, NewEvent, SessionId};
+use loom_core::{Api, NewEvent, SessionId};
 use loom_store::Usage;
 use loom_wire::{parse_reply, AssistantReply, SseParser, StreamAssembler};
 use tokio::sync::OwnedMutexGuard;
@@ -428,26 +428,4 @@ fn reply_events(
     sessions.pop().map(|s| s.events).filter(|e| !e.is_empty())
 }
 
-/// The log's form of a reply (the proxy's, and the agent runtime's for its own model calls).
-pub fn assistant_event(api: Api, reply: AssistantReply) -> NewEvent {
-    let native = match api {
-        _ if reply.native.is_empty() => None,
-        Api::Anthropic => Some(Api::Anthropic),
-        Api::OpenaiResponses => Some(Api::OpenaiResponses),
-        Api::OpenaiChat => None,
-    }
-    .map(|api| NativeReasoning {
-        api,
-        items: reply.native.clone(),
-    });
-    NewEvent::new(
-        now_ms(),
-        EventBody::Assistant {
-            content: reply.content.map(MessageContent::Text),
-            reasoning: reply.reasoning,
-            native,
-            tool_calls: reply.tool_calls,
-            name: None,
-        },
-    )
-}
+pub use loom_session::history::assistant_event;

@@ -15,7 +15,7 @@ use loom_store::{NewModelCall, StoreError, Summary};
 use crate::live::{lock_live, Backend, Continued, Live, TURN_ATTEMPTS};
 use loom_tokens::{CountTokens, Registry, Tokenizer};
 
-use crate::error::{ApiError, Result};
+use crate::error::{Result, SessionError};
 
 /// What to render a session for.
 #[derive(Debug, Clone)]
@@ -109,10 +109,10 @@ impl Engine {
                     u64::MAX,
                 ));
             }
-            Err(e) => return Err(ApiError::invalid_field(field, e.to_string())),
+            Err(e) => return Err(SessionError::invalid_field(field, e.to_string())),
         };
         let tokenizer = Tokenizer::for_model(info)
-            .map_err(|e| ApiError::invalid_field(field, format!("model `{model}`: {e}")))?;
+            .map_err(|e| SessionError::invalid_field(field, format!("model `{model}`: {e}")))?;
         Ok((tokenizer, info.context_window))
     }
 
@@ -133,7 +133,7 @@ impl Engine {
     /// The registry's entry for `model`, by name or by family.
     pub fn model_info(&self, model: &str) -> Result<&loom_tokens::ModelInfo> {
         self.entry(model)
-            .map_err(|e| ApiError::invalid_field("model", e.to_string()))
+            .map_err(|e| SessionError::invalid_field("model", e.to_string()))
     }
 
     /// The registry's entry for `model`: by name, else the newest of its family; the error is
@@ -164,7 +164,7 @@ impl Engine {
         };
         policy
             .validate()
-            .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
+            .map_err(|e| SessionError::invalid_field("budget", e.to_string()))?;
         Ok((meter, policy))
     }
 
@@ -192,7 +192,7 @@ impl Engine {
         // The messages this call shares with the session's last are copied from its body.
         self.render_session_as(b, id, spec, |r, memo| {
             r.body_bytes_with(memo).map_err(|e| {
-                ApiError::internal(format!("writing the request body of session `{id}`: {e}"))
+                SessionError::internal(format!("writing the request body of session `{id}`: {e}"))
             })
         })
     }
@@ -253,7 +253,7 @@ impl Engine {
             policy.context_window = policy.response_reserve + (room as f64 / factor) as u64;
             policy
                 .validate()
-                .map_err(|e| ApiError::invalid_field("budget", e.to_string()))?;
+                .map_err(|e| SessionError::invalid_field("budget", e.to_string()))?;
         }
         let summaries = summary_views(live.summaries());
         let policy_version = policy.version();
@@ -287,7 +287,7 @@ impl Engine {
         };
         let (prev_state, prev_seq) = prev.unwrap_or_default();
         let rendered = render::render_projection(&input, &projection, &prev_state, memo)
-            .map_err(|e| ApiError::invalid(format!("session `{session}`: {e}")))?;
+            .map_err(|e| SessionError::invalid(format!("session `{session}`: {e}")))?;
         let body = body(&rendered, memo)?;
         let at_seq = render::last_seq(events);
         let record = (spec.always_record || prev_seq != Some(at_seq)).then(|| NewModelCall {
@@ -321,11 +321,11 @@ impl Engine {
 
 /// Bounds on an anchoring factor: a provider's count and Loom's estimate of the same request
 /// never differ more than this unless something else is wrong (then the estimate stands).
-pub(crate) const ANCHOR_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
+pub const ANCHOR_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
 
 /// The provider's count of a rendered call's input over Loom's estimate of it, when both are
 /// known and within [`ANCHOR_RANGE`].
-pub(crate) fn reported_ratio(call: &loom_store::ModelCall) -> Option<f64> {
+pub fn reported_ratio(call: &loom_store::ModelCall) -> Option<f64> {
     let reported = call.usage?.input_tokens as f64;
     let estimated = call.call.receipt["receipt"]["estimate"].as_u64()? as f64;
     let factor = reported / estimated;

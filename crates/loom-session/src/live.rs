@@ -27,7 +27,7 @@ use loom_store::{
 
 use crate::counts::Counts;
 use crate::error::Result;
-use crate::proxy::ingest::BodyMemo;
+use crate::memo::BodyMemo;
 
 /// What a live session reads and writes through.
 #[derive(Debug, Clone, Copy)]
@@ -65,11 +65,11 @@ pub struct Live {
     pub counts: Counts,
     /// The last client body synced into this session, so that the next is read from where it
     /// ended (see `proxy::ingest`).
-    pub(crate) body: Option<BodyMemo>,
+    pub body: Option<BodyMemo>,
     /// What each client item the session has seen says (`proxy::fit::restore`): the hash of an
     /// item's raw bytes to the hash of its meaning, so a long history is not read again on
     /// every fitted call.
-    pub(crate) meanings: std::collections::HashMap<u128, u64>,
+    pub meanings: std::collections::HashMap<u128, u64>,
     /// An estimate of the memory this state holds (see [`weight`]).
     bytes: usize,
     /// The tool calls' states after the last event held.
@@ -708,20 +708,21 @@ pub fn lock_live(live: &Mutex<Live>) -> MutexGuard<'_, Live> {
     live.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A store, blobs, settings and cache in memory, for the unit tests of live sessions and sync.
-#[cfg(test)]
+/// A store, blobs, settings and cache in memory: for tests of live sessions and of what builds
+/// on them (the proxy's sync), and for tools that need a session engine without a database.
 #[derive(Debug)]
-pub(crate) struct TestBackend {
-    pub(crate) store: loom_store::MemoryStore,
+pub struct MemoryBackend {
+    /// The log.
+    pub store: loom_store::MemoryStore,
     blobs: loom_store::MemoryBlobStore,
     reduce: ReduceConfig,
-    pub(crate) live: LiveSessions,
+    /// The cache of live sessions.
+    pub live: LiveSessions,
 }
 
-#[cfg(test)]
-impl TestBackend {
+impl MemoryBackend {
     /// Empty, caching at most `capacity` live sessions.
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         Self {
             store: loom_store::MemoryStore::new(),
             blobs: loom_store::MemoryBlobStore::new(),
@@ -731,7 +732,7 @@ impl TestBackend {
     }
 
     /// The backend over it.
-    pub(crate) fn backend(&self) -> Backend<'_> {
+    pub fn backend(&self) -> Backend<'_> {
         Backend {
             store: &self.store,
             blobs: &self.blobs,
@@ -761,7 +762,7 @@ mod tests {
     fn a_render_continues_from_the_state_its_receipt_records() {
         use crate::engine::RenderSpec;
         use loom_core::render::Format;
-        let t = TestBackend::new(4);
+        let t = MemoryBackend::new(4);
         let b = t.backend();
         let engine = crate::Engine::built_in().unwrap();
         let a = SessionId::new("a").unwrap();
@@ -836,7 +837,7 @@ mod tests {
     fn a_body_written_as_bytes_is_the_value_serialised_turn_after_turn() {
         use crate::engine::RenderSpec;
         use loom_core::render::Format;
-        let t = TestBackend::new(8);
+        let t = MemoryBackend::new(8);
         let b = t.backend();
         let engine = crate::Engine::built_in().unwrap();
         for format in [
@@ -895,7 +896,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_by_bytes_too() {
-        let t = TestBackend::new(100);
+        let t = MemoryBackend::new(100);
         let big = "x".repeat(10_000);
         let create = |i: usize| {
             let id = SessionId::new(format!("s{i}")).unwrap();
@@ -949,7 +950,7 @@ mod tests {
 
     #[test]
     fn a_live_session_sees_other_writers_and_the_cache_is_bounded() {
-        let t = TestBackend::new(2);
+        let t = MemoryBackend::new(2);
         let (store, live, b) = (&t.store, &t.live, t.backend());
         for name in ["a", "b", "c"] {
             store
@@ -984,7 +985,7 @@ mod tests {
 
     #[test]
     fn a_turn_against_a_moved_log_is_refused_and_the_state_read_again() {
-        let t = TestBackend::new(4);
+        let t = MemoryBackend::new(4);
         let (store, live, b) = (&t.store, &t.live, t.backend());
         let a = SessionId::new("a").unwrap();
         store
