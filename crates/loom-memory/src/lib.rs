@@ -109,6 +109,11 @@ pub trait Memory: Send + Sync + std::fmt::Debug {
     /// superseded (they become current again).
     fn forget(&self, id: ItemId) -> Result<Forgotten>;
 
+    /// Forgets what `session` of `agent` gave memory (the session was deleted): an item whose
+    /// every source is in it is forgotten as [`Memory::forget`] does, any other loses that
+    /// session's sources, and the extractors' marks for it go. Returns the items forgotten.
+    fn forget_session(&self, agent: &AgentId, session: &SessionId) -> Result<Vec<ItemId>>;
+
     /// Exact token count of `text` with the memory's tokenizer (what budgets are counted in).
     fn count_tokens(&self, text: &str) -> u64;
 

@@ -345,6 +345,34 @@ impl Database {
         py.detach(move || json_text(&inner.store.sessions().map_err(store_error)?))
     }
 
+    /// Deletes a session (its log and everything derived from it, and the memory only it gave);
+    /// what was removed, as JSON. SessionNotFound when there is none.
+    fn delete_session(&self, py: Python<'_>, session: String) -> PyResult<String> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let id = session_id(&session)?;
+            let info = inner
+                .store
+                .session(&id)
+                .map_err(store_error)?
+                .ok_or_else(|| store_error(StoreError::SessionNotFound(id.clone())))?;
+            if !inner.store.delete_session(&id).map_err(store_error)? {
+                return Err(store_error(StoreError::SessionNotFound(id)));
+            }
+            let forgotten = match &inner.memory {
+                Some(m) => m
+                    .forget_session(&info.agent, &id)
+                    .map_err(memory::memory_error)?
+                    .len(),
+                None => 0,
+            };
+            json_text(
+                &serde_json::json!({"id": session, "events": info.event_count,
+                "memory_items_forgotten": forgotten, "files_removed": false}),
+            )
+        })
+    }
+
     /// The session's record as JSON, or None.
     fn session_info(&self, py: Python<'_>, session: String) -> PyResult<Option<String>> {
         let inner = Arc::clone(&self.inner);

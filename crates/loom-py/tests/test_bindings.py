@@ -183,6 +183,20 @@ def test_import_extends_an_existing_session(db):
     assert snapshot(db) == before
 
 
+def test_a_deleted_session_is_gone_and_its_id_free(db):
+    messages = history(2)
+    db.import_history(messages, format="openai", session="doomed")
+    db.import_history(messages, format="openai", session="kept")
+    out = db.delete_session("doomed")
+    assert out["events"] == len(messages)
+    assert [s["id"] for s in db.sessions()] == ["kept"]
+    with pytest.raises(loom.SessionNotFound):
+        db.delete_session("doomed")
+    # The id starts a new log.
+    s = db.import_history(messages[:2], format="openai", session="doomed")
+    assert s.info["event_count"] == 2
+
+
 def test_anthropic_and_responses_histories(db):
     a = db.import_history(
         [

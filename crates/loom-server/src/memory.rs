@@ -114,7 +114,7 @@ fn take(
 
 fn run(store: &dyn Store, memory: &dyn Memory, rx: &Receiver<Msg>) {
     // The length of each session's log when it was last indexed.
-    let mut indexed: HashMap<SessionId, u64> = HashMap::new();
+    let mut indexed: HashMap<SessionId, (i64, u64)> = HashMap::new();
     // What queued up is indexed once per session.
     let mut pending: BTreeMap<SessionId, Option<TenantId>> = BTreeMap::new();
     let mut flushes = Vec::new();
@@ -163,20 +163,25 @@ fn index_one(
     memory: &dyn Memory,
     session: &SessionId,
     tenant: Option<&TenantId>,
-    indexed: &mut HashMap<SessionId, u64>,
+    indexed: &mut HashMap<SessionId, (i64, u64)>,
 ) -> Result<(), String> {
     let info = store
         .session(session)
         .map_err(|e| e.to_string())?
         .ok_or("the session is gone")?;
-    let after = indexed.get(session).copied().unwrap_or(0);
+    // A session deleted and created again under the same id is a new log: its mark is
+    // the old one's only when the creation time is the same.
+    let after = match indexed.get(session) {
+        Some(&(created, after)) if created == info.created_ms => after,
+        _ => 0,
+    };
     if after == info.event_count {
         return Ok(());
     }
     let agent = memory_agent(tenant, &info.agent).ok_or("the agent has no memory key")?;
     let (_, last) = loom_memory::index_after(store, memory, session, Some(&agent), after)
         .map_err(|e| e.to_string())?;
-    indexed.insert(session.clone(), last);
+    indexed.insert(session.clone(), (info.created_ms, last));
     Ok(())
 }
 

@@ -25,6 +25,7 @@ use crate::api::{self, explain, memory, schema};
         api::list_sessions,
         api::create_session,
         api::get_session,
+        api::delete_session,
         api::read_events,
         api::append_events,
         api::history,

@@ -31,6 +31,16 @@ pub fn session_dir(folder: &Path, session: &SessionId) -> PathBuf {
     folder.join(format!("{name}-{hash}"))
 }
 
+/// Removes `session`'s folder under `folder` and everything in it (the session was deleted);
+/// `false` when there was none.
+pub fn remove_session(folder: &Path, session: &SessionId) -> std::io::Result<bool> {
+    match std::fs::remove_dir_all(session_dir(folder, session)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes every offloaded output of `session` not yet in `dir`; returns how many it wrote.
 pub fn write_outputs(
     store: &dyn Store,

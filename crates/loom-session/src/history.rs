@@ -64,6 +64,16 @@ pub fn append_history(
     }
 }
 
+/// Deletes session `id` (its log and everything derived from it, as
+/// [`loom_store::Store::delete_session`] does) and drops its live state; `false` when there was
+/// no such session. What the front end keeps beside the store (memory, files) is its own to
+/// remove.
+pub fn delete_session(b: crate::Backend<'_>, id: &SessionId) -> Result<bool> {
+    let deleted = b.store.delete_session(id)?;
+    b.live.forget(id);
+    Ok(deleted)
+}
+
 /// The log's form of a reply (the proxy's, and the agent runtime's for its own model calls).
 pub fn assistant_event(api: Api, reply: AssistantReply) -> NewEvent {
     let native = match api {

@@ -627,6 +627,11 @@ impl LiveSessions {
         self.lock().map.contains_key(id)
     }
 
+    /// Drops session `id`'s state, if it is live (the session was deleted).
+    pub fn forget(&self, id: &SessionId) {
+        self.lock().drop_session(id);
+    }
+
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

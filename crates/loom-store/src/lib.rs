@@ -79,6 +79,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Appends events to an existing session; returns the seqs they were given.
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>>;
 
+    /// Deletes session `id` and everything recorded for it (its log, tool calls, summaries,
+    /// model calls, steps and aliases), in one transaction; `false` when there was no such
+    /// session. Blobs stay: they are content-addressed and may be another session's too.
+    /// Sessions spawned from it keep their own logs (and its id as their parent).
+    fn delete_session(&self, id: &SessionId) -> Result<bool>;
+
     /// Appends a model's reply and records the usage the provider reported for the call that
     /// produced it (`(call id, usage)`): both or neither. SQLite commits them together, so the
     /// reply's path pays one durable commit instead of two; the default checks the report

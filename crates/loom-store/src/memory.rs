@@ -169,6 +169,13 @@ impl Store for MemoryStore {
         Ok(info)
     }
 
+    fn delete_session(&self, id: &SessionId) -> Result<bool> {
+        Ok(self
+            .lock()
+            .remove(id)
+            .is_some_and(|data| data.info.is_some()))
+    }
+
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
         Ok(self.lock().get(id).and_then(|d| d.info.clone()))
     }

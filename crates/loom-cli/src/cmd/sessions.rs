@@ -1,4 +1,4 @@
-//! `loom sessions`: list the sessions in the database.
+//! `loom sessions`: list the sessions in the database, or delete one (`--delete ID`).
 
 use std::io::Write;
 
@@ -8,15 +8,68 @@ use super::Context;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Print a JSON list of `{id, agent, parent?, created_ms, event_count}`.
+    /// Print a JSON list of `{id, agent, parent?, created_ms, event_count}` (with `--delete`,
+    /// what was removed).
     #[arg(long)]
     json: bool,
+    /// Delete this session: its log, receipts, summaries, steps and aliases, the memory items
+    /// only it gave, and its folder of saved outputs (`recall = "files"`). Blobs stay.
+    #[arg(long, value_name = "ID")]
+    delete: Option<String>,
 }
 
 pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let ws = open_existing(ctx)?;
+    if let Some(id) = &args.delete {
+        return delete(ctx, &ws, id, args.json);
+    }
     let sessions = ws.store.sessions()?;
     closed_pipe_is_fine(print(&sessions, args.json))
+}
+
+fn delete(ctx: &Context, ws: &Opened, id: &str, json: bool) -> anyhow::Result<()> {
+    let session = loom_core::SessionId::new(id).map_err(crate::exit::bad_input)?;
+    let Some(info) = ws.store.session(&session)? else {
+        return Err(crate::exit::bad_input(anyhow::anyhow!(
+            "session `{id}` not found"
+        )));
+    };
+    if !ws.store.delete_session(&session)? {
+        return Err(crate::exit::bad_input(anyhow::anyhow!(
+            "session `{id}` not found"
+        )));
+    }
+    let database = ctx.database()?;
+    let memory = loom_memory::open(&database).map_err(super::memory::mapped)?;
+    let forgotten = memory
+        .forget_session(&info.agent, &session)
+        .map_err(super::memory::mapped)?
+        .len();
+    let files = match &database {
+        loom_store::Database::Sqlite(path) => loom_server::recall_files::remove_session(
+            &loom_store::Workspace::folder_of(path).join("recall"),
+            &session,
+        )?,
+        _ => false,
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        let v = serde_json::json!({"id": id, "events": info.event_count,
+            "memory_items_forgotten": forgotten, "files_removed": files});
+        writeln!(out, "{v}")?;
+    } else {
+        writeln!(
+            out,
+            "deleted session {id}: {} events, {forgotten} memory items forgotten{}",
+            info.event_count,
+            if files {
+                ", its saved outputs removed"
+            } else {
+                ""
+            }
+        )?;
+    }
+    Ok(())
 }
 
 fn print(sessions: &[loom_core::SessionInfo], json: bool) -> anyhow::Result<()> {

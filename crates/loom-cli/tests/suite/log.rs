@@ -63,3 +63,40 @@ fn reading_commands_do_not_create_a_database() {
     assert!(run.stderr.contains("no database at"), "{}", run.stderr);
     assert!(!loom.db().exists());
 }
+
+#[test]
+fn a_deleted_session_is_gone_and_the_others_stay() {
+    let loom = Loom::with_chat();
+    let other = loom.file(
+        "other.json",
+        super::chat_with_output("kept line\n").replace("show me", "show the other"),
+    );
+    let mut args: Vec<std::ffi::OsString> = vec!["import".into(), "--session".into()];
+    args.push("other".into());
+    args.push(other.into_os_string());
+    loom.run(args).ok();
+    let ids = |loom: &Loom| -> Vec<String> {
+        loom.sessions()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&loom), ["chat", "other"]);
+    let out = loom
+        .run(["sessions", "--delete", "chat", "--json"])
+        .ok()
+        .json();
+    assert_eq!(out["id"], "chat");
+    assert_eq!(out["events"], 4);
+    assert_eq!(ids(&loom), ["other"]);
+    let again = loom.run(["sessions", "--delete", "chat"]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("session `chat` not found"),
+        "{}",
+        again.stderr
+    );
+    loom.run(["log", "other"]).ok();
+}

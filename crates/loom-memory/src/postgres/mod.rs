@@ -253,6 +253,10 @@ impl Memory for PgMemory {
         self.tx(|tx| write::forget(tx, id))
     }
 
+    fn forget_session(&self, agent: &AgentId, session: &SessionId) -> Result<Vec<ItemId>> {
+        self.tx(|tx| write::forget_session(tx, agent, session))
+    }
+
     fn count_tokens(&self, text: &str) -> u64 {
         self.tokenizer.count(text)
     }

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use loom_core::{AgentId, SessionId};
 use postgres::{Statement, Transaction};
 
 use crate::dedup::{self, sketch, NEAR_DUPLICATE, NEAR_MIN_WORDS};
@@ -285,6 +286,46 @@ fn supersede(
 
 /// Removes item `id` with its provenance and index entries; the items it superseded become
 /// current again.
+/// [`crate::Memory::forget_session`] in one transaction.
+pub(super) fn forget_session(
+    tx: &mut Transaction<'_>,
+    agent: &AgentId,
+    session: &SessionId,
+) -> Result<Vec<ItemId>> {
+    let items: Vec<(ItemId, i64)> = tx
+        .query(
+            "SELECT s.item, (SELECT COUNT(*) FROM memory_sources o
+                             WHERE o.item = s.item AND o.session <> $2)
+             FROM memory_sources s JOIN memory_items i ON i.id = s.item
+             WHERE s.session = $2 AND i.agent = $1
+             GROUP BY s.item ORDER BY s.item",
+            &[&agent.as_str(), &session.as_str()],
+        )
+        .map_err(backend("finding a session's memory items"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut gone = Vec::new();
+    for (id, elsewhere) in items {
+        if elsewhere == 0 {
+            forget(tx, id)?;
+            gone.push(id);
+        } else {
+            tx.execute(
+                "DELETE FROM memory_sources WHERE item = $1 AND session = $2",
+                &[&id, &session.as_str()],
+            )
+            .map_err(backend("removing a session's provenance"))?;
+        }
+    }
+    tx.execute(
+        "DELETE FROM memory_extracted WHERE agent = $1 AND session = $2",
+        &[&agent.as_str(), &session.as_str()],
+    )
+    .map_err(backend("removing a session's extraction marks"))?;
+    Ok(gone)
+}
+
 pub(super) fn forget(tx: &mut Transaction<'_>, id: ItemId) -> Result<Forgotten> {
     let item = load_item(tx, id)?;
     tx.execute(

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use loom_core::{AgentId, SessionId};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::dedup::{self, sketch, NEAR_DUPLICATE, NEAR_MIN_WORDS};
@@ -217,6 +218,45 @@ fn supersede(
 
 /// Removes item `id` with its provenance and index entries; items it superseded become current
 /// again (nothing may point at a removed item).
+/// [`crate::Memory::forget_session`] in one transaction.
+pub(crate) fn forget_session(
+    tx: &Connection,
+    agent: &AgentId,
+    session: &SessionId,
+) -> Result<Vec<ItemId>> {
+    const FIND: &str = "finding a session's memory items";
+    let items: Vec<(ItemId, i64)> = tx
+        .prepare_cached(
+            "SELECT s.item, (SELECT COUNT(*) FROM memory_sources o
+                             WHERE o.item = s.item AND o.session <> ?2)
+             FROM memory_sources s JOIN memory_items i ON i.id = s.item
+             WHERE s.session = ?2 AND i.agent = ?1
+             GROUP BY s.item ORDER BY s.item",
+        )
+        .and_then(|mut st| {
+            st.query_map([agent.as_str(), session.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect()
+        })
+        .map_err(backend(FIND))?;
+    let mut gone = Vec::new();
+    for (id, elsewhere) in items {
+        if elsewhere == 0 {
+            forget(tx, id)?;
+            gone.push(id);
+        } else {
+            tx.prepare_cached("DELETE FROM memory_sources WHERE item = ?1 AND session = ?2")
+                .and_then(|mut st| st.execute(params![id, session.as_str()]))
+                .map_err(backend("removing a session's provenance"))?;
+        }
+    }
+    tx.prepare_cached("DELETE FROM memory_extracted WHERE agent = ?1 AND session = ?2")
+        .and_then(|mut st| st.execute([agent.as_str(), session.as_str()]))
+        .map_err(backend("removing a session's extraction marks"))?;
+    Ok(gone)
+}
+
 pub(crate) fn forget(tx: &Connection, id: ItemId) -> Result<Forgotten> {
     let item = load_item(tx, id)?;
     let restored: Vec<ItemId> = tx

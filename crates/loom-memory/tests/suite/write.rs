@@ -2,7 +2,7 @@
 
 use loom_memory::{Memory, MemoryError, Search, Written};
 
-use super::support::{conformance, session, turn};
+use super::support::{agent, conformance, session, turn};
 
 fn search_all(m: &dyn Memory, q: &str, history: bool) -> Vec<(i64, String)> {
     let mut s = Search::new(q, 10_000);
@@ -196,6 +196,51 @@ fn forget_removes_the_item_says_what_and_restores_what_it_superseded(m: &dyn Mem
     assert!(err.is_bad_input(), "{err}");
 }
 
+fn forgetting_a_session_removes_what_only_it_gave(m: &dyn Memory) {
+    let w = m
+        .write(&[
+            turn(
+                "a",
+                "gone",
+                1,
+                "the deploy key lives in the vault under ops",
+            ),
+            turn("a", "gone", 2, "the staging database is called kestrel"),
+            turn("a", "kept", 1, "the staging database is called kestrel"),
+            turn("b", "gone", 1, "agent b keeps its own notes about falcon"),
+        ])
+        .unwrap();
+    let (only_gone, shared, other_agent) = (w[0].item(), w[1].item(), w[3].item());
+    assert_eq!(
+        shared,
+        w[2].item(),
+        "an exact duplicate: one item, two sources"
+    );
+    let forgotten = m.forget_session(&agent("a"), &session("gone")).unwrap();
+    assert_eq!(forgotten, [only_gone]);
+    assert!(matches!(
+        m.item(only_gone),
+        Err(MemoryError::ItemNotFound(_))
+    ));
+    let kept = m.item(shared).unwrap();
+    let sessions: Vec<&str> = kept.sources.iter().map(|s| s.session.as_str()).collect();
+    assert_eq!(
+        sessions,
+        ["kept"],
+        "the shared item keeps its other source only"
+    );
+    assert!(
+        m.item(other_agent).is_ok(),
+        "another agent's item from a session of the same id stays"
+    );
+    assert!(search_all(m, "deploy key vault", true).is_empty());
+    assert_eq!(search_all(m, "staging database kestrel", true).len(), 1);
+    assert!(m
+        .forget_session(&agent("a"), &session("gone"))
+        .unwrap()
+        .is_empty());
+}
+
 #[test]
 fn memory_tables_live_beside_the_log_and_survive_reopening() {
     let dir = tempfile::tempdir().unwrap();
@@ -225,4 +270,5 @@ conformance!(
     speakers_and_agents_do_not_supersede_each_other,
     a_superseded_fact_stated_again_is_current_again,
     forget_removes_the_item_says_what_and_restores_what_it_superseded,
+    forgetting_a_session_removes_what_only_it_gave,
 );

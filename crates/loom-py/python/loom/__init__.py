@@ -306,6 +306,13 @@ class Database:
         self._native.create_session(id, agent)
         return Session(self, id)
 
+    def delete_session(self, id: str) -> Dict[str, Any]:
+        """Deletes session ``id``: its log, receipts, summaries, steps and aliases, and the
+        memory items only it gave (``loom serve`` also removes its saved outputs). Returns what
+        was removed (``events``, ``memory_items_forgotten``, ``files_removed``);
+        :class:`SessionNotFound` when there is no such session."""
+        return json.loads(self._native.delete_session(id))
+
     def sessions(self) -> List[Dict[str, Any]]:
         """Every session's record, ordered by id."""
         return [_session_record(s) for s in json.loads(self._native.sessions())]

@@ -114,6 +114,9 @@ class Remote:
     def sessions(self) -> str:
         return json.dumps(self._json("GET", "/loom/v1/sessions")["sessions"])
 
+    def delete_session(self, session: str) -> str:
+        return json.dumps(self._json("DELETE", self._session(session)))
+
     def session_info(self, session: str) -> Optional[str]:
         try:
             return json.dumps(self._json("GET", self._session(session)))

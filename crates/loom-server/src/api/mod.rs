@@ -41,7 +41,10 @@ pub use loom_session::history::{append_history, DEFAULT_AGENT};
 pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
     Router::new()
         .route("/loom/v1/sessions", get(list_sessions).post(create_session))
-        .route("/loom/v1/sessions/{id}", get(get_session))
+        .route(
+            "/loom/v1/sessions/{id}",
+            get(get_session).delete(delete_session),
+        )
         .route(
             "/loom/v1/sessions/{id}/events",
             get(read_events).post(append_events),
@@ -225,6 +228,75 @@ pub(crate) async fn create_session(
     responses((status = 200, body = Session), schema::Errors))]
 pub(crate) async fn get_session(Owned { p, info, .. }: Owned) -> Result<Response> {
     Ok(Json(Session::of(&p, &info)).into_response())
+}
+
+/// What deleting a session removed.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    /// The session, as the caller names it.
+    #[schema(schema_with = schema::id)]
+    id: String,
+    /// The events its log held.
+    events: u64,
+    /// The memory items only it gave, now forgotten (items other sessions gave too keep
+    /// those sources).
+    memory_items_forgotten: usize,
+    /// Whether its folder of saved outputs (`recall = "files"`) was removed.
+    files_removed: bool,
+}
+
+/// Delete a session: its log, receipts, summaries, steps and aliases, the memory only it gave,
+/// and its folder of saved outputs. Blobs stay (content-addressed, possibly another session's).
+/// The id may be used again, for a new log.
+#[utoipa::path(delete, path = "/loom/v1/sessions/{id}", params(SessionPath),
+    responses((status = 200, body = Deleted), schema::Errors))]
+pub(crate) async fn delete_session(
+    State(state): State<Arc<AppState>>,
+    Owned { p, id, sid, info }: Owned,
+) -> Result<Response> {
+    // No call of the session's runs while it goes.
+    let lock = state.session_locks.get(&sid);
+    let _guard = lock.lock().await;
+    let agent = crate::memory::memory_agent(p.tenant.as_ref(), &info.agent);
+    let events = info.event_count;
+    let shown = id.clone();
+    let out = state
+        .blocking("deleting a session", move |s| {
+            if !loom_session::history::delete_session(s.backend(), &sid)? {
+                return Err(ApiError::not_found(format!("session `{shown}` not found")));
+            }
+            // The log is gone, so the indexer reads nothing more of it; what it was writing
+            // lands before the session's memory is forgotten.
+            if let Some(indexer) = &s.indexer {
+                indexer.flush();
+            }
+            let memory_items_forgotten = match (&s.memory, &agent) {
+                (Some(m), Some(agent)) => m
+                    .forget_session(agent, &sid)
+                    .map_err(|e| {
+                        tracing::error!("forgetting the memory of deleted session {sid}: {e}");
+                        ApiError::internal("forgetting a deleted session's memory")
+                    })?
+                    .len(),
+                _ => 0,
+            };
+            let files_removed = match &s.config.recall.folder {
+                Some(folder) => crate::recall_files::remove_session(folder, &sid).map_err(|e| {
+                    tracing::error!("removing the files of deleted session {sid}: {e}");
+                    ApiError::internal("removing a deleted session's files")
+                })?,
+                None => false,
+            };
+            Ok((memory_items_forgotten, files_removed))
+        })
+        .await?;
+    Ok(Json(Deleted {
+        id,
+        events,
+        memory_items_forgotten: out.0,
+        files_removed: out.1,
+    })
+    .into_response())
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

@@ -232,3 +232,40 @@ async fn appends_imports_and_histories_are_indexed_and_bad_input_is_a_4xx_naming
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn deleting_a_session_removes_its_log_and_the_memory_only_it_gave() {
+    let s = start(AuthMode::Keys, ProxyMode::Observe).await;
+    let a = s.key("tenant-a");
+    let b = s.key("tenant-b");
+    session(&s, &a, "s", "my locker code is 4471").await;
+    session(&s, &a, "t", "the printer on floor two is jammed").await;
+    session(&s, &b, "s", "the locker code of B is 9090").await;
+    s.indexed().await;
+    // Another tenant's key cannot delete it: the session is not theirs (404, as for any id).
+    let r = s.delete("/loom/v1/sessions/s", Some(&b)).await;
+    assert_eq!(r.status(), 200, "b deletes its own `s`");
+    let r = s.delete("/loom/v1/sessions/t", Some(&b)).await;
+    assert_eq!(r.status(), 404);
+    let r = s.delete("/loom/v1/sessions/s", Some(&a)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], "s");
+    assert_eq!(v["events"], 2);
+    assert!(v["memory_items_forgotten"].as_u64().unwrap() >= 1, "{v}");
+    assert_eq!(s.get("/loom/v1/sessions/s", Some(&a)).await.status(), 404);
+    assert_eq!(
+        s.delete("/loom/v1/sessions/s", Some(&a)).await.status(),
+        404
+    );
+    let q = json!({"query": "locker code printer", "agent": "support"});
+    let left = texts(&search(&s, &a, q).await);
+    assert!(left.iter().all(|t| !t.contains("4471")), "{left:?}");
+    assert!(left.iter().any(|t| t.contains("printer")), "{left:?}");
+    // The id starts a new log, indexed from its start.
+    session(&s, &a, "s", "the new locker code is 1234").await;
+    s.indexed().await;
+    let q = json!({"query": "locker code", "agent": "support"});
+    let now = texts(&search(&s, &a, q).await);
+    assert!(now.iter().any(|t| t.contains("1234")), "{now:?}");
+}

@@ -346,6 +346,27 @@ async fn memory(s: &Server, c: &mut Checker) {
     assert_eq!(r.status(), 404);
     c.check("delete", "/loom/v1/memory/items/{id}", r).await;
 
+    let r = s
+        .post(
+            "/loom/v1/sessions",
+            None,
+            &[],
+            &json!({"id": "doomed", "events": [
+                {"ts_ms": 1, "kind": "user", "content": "short-lived"},
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    c.check(
+        "delete",
+        "/loom/v1/sessions/{id}",
+        s.delete("/loom/v1/sessions/doomed", None).await,
+    )
+    .await;
+    let r = s.delete("/loom/v1/sessions/doomed", None).await;
+    assert_eq!(r.status(), 404);
+    c.check("delete", "/loom/v1/sessions/{id}", r).await;
+
     let file = json!({"path": "guide.md", "content": "# Listing\n\nUse ls -la to list.\n"});
     c.check(
         "post",

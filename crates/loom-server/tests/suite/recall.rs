@@ -176,6 +176,13 @@ async fn in_files_mode_a_stub_names_a_file_holding_the_original() {
     let named: String = last[at + 5..].chars().take_while(|c| *c != ')').collect();
     let bytes = std::fs::read_to_string(&named).unwrap();
     assert!((0..4).any(|n| bytes == output(n)), "{named}");
+    // Removed with the session.
+    let r = s.delete("/loom/v1/sessions/files", None).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["files_removed"], true);
+    assert!(!std::path::Path::new(&named).exists());
+    assert!(folder.path().exists(), "only the session's own folder goes");
 }
 
 #[tokio::test]

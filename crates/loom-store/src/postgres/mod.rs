@@ -257,6 +257,36 @@ impl Store for PgStore {
         })
     }
 
+    fn delete_session(&self, id: &SessionId) -> Result<bool> {
+        tx::write(&self.pool, "deleting a session", |db| {
+            const ACTION: &str = "deleting a session";
+            // The session's row locked first, as every writer does: an append in flight finishes
+            // before, or finds no session after.
+            let Some(row) = db.query_opt(
+                "SELECT pk FROM sessions WHERE id = $1 FOR UPDATE",
+                &[&id.as_str()],
+                ACTION,
+            )?
+            else {
+                return Ok(false);
+            };
+            let pk: i64 = row.try_get(0).map_err(backend(ACTION))?;
+            // One statement, one round trip: every derived table, then the session.
+            db.execute(
+                "WITH e AS (DELETE FROM events WHERE session = $1),
+                      c AS (DELETE FROM tool_calls WHERE session = $1),
+                      s AS (DELETE FROM summaries WHERE session = $1),
+                      m AS (DELETE FROM model_calls WHERE session = $1),
+                      t AS (DELETE FROM steps WHERE session = $1),
+                      a AS (DELETE FROM aliases WHERE session = $1)
+                 DELETE FROM sessions WHERE pk = $1",
+                &[&pk],
+                ACTION,
+            )?;
+            Ok(true)
+        })
+    }
+
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
         tx::read(&self.pool, "reading a session", |db| {
             Ok(db

@@ -309,6 +309,28 @@ impl Store for SqliteStore {
         })
     }
 
+    fn delete_session(&self, id: &SessionId) -> Result<bool> {
+        self.write(|tx| {
+            let Some(SessionRow { pk, .. }) = find_session(tx, id)? else {
+                return Ok(false);
+            };
+            for sql in [
+                "DELETE FROM events WHERE session = ?1",
+                "DELETE FROM tool_calls WHERE session = ?1",
+                "DELETE FROM summaries WHERE session = ?1",
+                "DELETE FROM model_calls WHERE session = ?1",
+                "DELETE FROM steps WHERE session = ?1",
+                "DELETE FROM aliases WHERE session = ?1",
+                "DELETE FROM sessions WHERE pk = ?1",
+            ] {
+                tx.prepare_cached(sql)
+                    .and_then(|mut stmt| stmt.execute([pk]))
+                    .map_err(backend("deleting a session"))?;
+            }
+            Ok(true)
+        })
+    }
+
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
         let found = query_all(
             &self.lock(),

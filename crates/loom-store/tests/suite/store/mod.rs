@@ -38,6 +38,7 @@ macro_rules! with_store_scenarios {
             records::steps_are_keyed_and_checked,
             records::aliases_point_at_one_blob,
             records::sessions_are_listed_with_counts,
+            records::a_deleted_session_leaves_nothing_and_others_untouched,
             records::everything_survives_reopen,
             turns::a_turn_writes_its_events_steps_aliases_and_receipt,
             turns::a_turn_against_a_moved_log_writes_nothing,

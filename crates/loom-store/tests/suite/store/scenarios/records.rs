@@ -534,3 +534,60 @@ pub(crate) fn a_reply_and_its_usage_are_written_together<H: StoreHarness>(h: &mu
     // Without usage it is an append.
     assert_eq!(store.append_reply(&id, &[user("y")], None).unwrap(), 2..=2);
 }
+
+pub(crate) fn a_deleted_session_leaves_nothing_and_others_untouched<H: StoreHarness>(h: &mut H) {
+    let store = h.store();
+    let id = with_session(store, "gone");
+    let kept = with_session(store, "kept");
+    for s in [&id, &kept] {
+        store
+            .append(s, &[call("c1", "bash"), result("c1", "bash", false)])
+            .unwrap();
+        store.put_summary(&summary(s, 1, 2, "earlier")).unwrap();
+        store.record_model_call(&receipt(s, 2, 1)).unwrap();
+        let alias = BlobAlias::new("outputs/bash_001.txt").unwrap();
+        store.put_alias(s, &alias, &blob(1)).unwrap();
+    }
+    let before = (
+        store.session(&kept).unwrap(),
+        store.read(&kept, 1..=Seq::MAX).unwrap(),
+        store.tool_calls(&kept).unwrap(),
+        store.summaries(&kept).unwrap(),
+        store.model_calls(&kept).unwrap(),
+    );
+    assert!(store.delete_session(&id).unwrap());
+    assert_eq!(store.session(&id).unwrap(), None);
+    assert!(!store.delete_session(&id).unwrap(), "deleted once");
+    assert!(matches!(
+        store.read(&id, 1..=Seq::MAX),
+        Err(StoreError::SessionNotFound(_))
+    ));
+    let ids: Vec<SessionId> = store
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(ids, [kept.clone()]);
+    assert_eq!(
+        before,
+        (
+            store.session(&kept).unwrap(),
+            store.read(&kept, 1..=Seq::MAX).unwrap(),
+            store.tool_calls(&kept).unwrap(),
+            store.summaries(&kept).unwrap(),
+            store.model_calls(&kept).unwrap(),
+        ),
+        "another session is untouched"
+    );
+    // The id can be used again, from nothing.
+    store
+        .create_session(&new_session("gone"), &[user("again")])
+        .unwrap();
+    assert_eq!(store.latest_seq(&id).unwrap(), 1);
+    assert!(store.model_calls(&id).unwrap().is_empty());
+    assert!(store.summaries(&id).unwrap().is_empty());
+    let alias = BlobAlias::new("outputs/bash_001.txt").unwrap();
+    assert_eq!(store.resolve_alias(&id, &alias).unwrap(), None);
+    assert!(!store.delete_session(&sid("ghost")).unwrap());
+}
