@@ -290,3 +290,104 @@ def test_wrap_openai_responses_answers_loom_recall(embedded, mock):
     assert response.output_text.startswith("Let me read that again. ")
     assert not [i for i in response.output if i.type == "function_call"]
     assert "hidden" in [e["kind"] for e in embedded.session("rrc").events()]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_wrap_streams_answer_loom_recall_as_one_stream(embedded, mock, api):
+    """Streamed, the caller gets one stream spliced from both rounds: numbered on, no second
+    start, no loom_recall call; the log has the hidden round; the next call extends the session."""
+    if api == "messages":
+        sdk = pytest.importorskip("anthropic")
+        client = loom.wrap(sdk.Anthropic(base_url=mock.url, api_key="sk-test"),
+                           session=f"s-{api}", db=embedded, budget=3_000)
+        tools = [{"name": "search", "description": "search the code",
+                  "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}]
+    else:
+        sdk = pytest.importorskip("openai")
+        client = loom.wrap(sdk.OpenAI(base_url=mock.url + "/v1", api_key="sk-test"),
+                           session=f"s-{api}", db=embedded, budget=3_000)
+        params = {"type": "object", "properties": {"query": {"type": "string"}}}
+        tools = ([{"type": "function", "function": {"name": "search", "description": "search the code",
+                                                      "parameters": params}}] if api == "chat" else
+                 [{"type": "function", "name": "search", "description": "search the code", "parameters": params}])
+    history = [{"role": "user", "content": "find the handler"}]
+
+    def call():
+        """One streamed call; returns its text, its calls (id, name) and the events' checks."""
+        text, calls = "", []
+        if api == "chat":
+            ids, index = set(), {}
+            for chunk in client.chat.completions.create(model="gpt-4o", messages=history, tools=tools, stream=True):
+                ids.add(chunk.id)
+                for ch in chunk.choices:
+                    text += ch.delta.content or ""
+                    for tc in ch.delta.tool_calls or []:
+                        slot = index.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = tc.id or slot["id"]
+                        if tc.function is not None:
+                            slot["name"] += tc.function.name or ""
+                            slot["arguments"] += tc.function.arguments or ""
+            assert len(ids) == 1, ids
+            calls = [index[i] for i in sorted(index)]
+            history.append({"role": "assistant", "content": text or None, **({"tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in calls]} if calls else {})})
+        elif api == "responses":
+            seqs, final = [], None
+            for event in client.responses.create(model="gpt-4o", input=history, tools=tools, stream=True):
+                seqs.append(event.sequence_number)
+                if event.type == "response.completed":
+                    final = event.response
+            assert seqs == list(range(len(seqs))), seqs
+            text = final.output_text
+            calls = [{"id": i.call_id, "name": i.name} for i in final.output if i.type == "function_call"]
+            history.extend(i.model_dump(exclude_none=True) for i in final.output)
+        else:
+            starts, blocks, partial = 0, {}, {}
+            for event in client.messages.create(model="claude-sonnet-4-5", max_tokens=256, messages=history,
+                                                tools=tools, stream=True):
+                if event.type == "message_start":
+                    starts += 1
+                elif event.type == "content_block_start":
+                    assert event.index == len(blocks), (event.index, blocks)
+                    blocks[event.index] = event.content_block.model_dump(exclude_none=True)
+                elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    blocks[event.index]["text"] += event.delta.text
+                elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                    partial[event.index] = partial.get(event.index, "") + event.delta.partial_json
+            assert starts == 1
+            for i, raw in partial.items():
+                blocks[i]["input"] = json.loads(raw) if raw else {}
+            text = "".join(b.get("text", "") for b in blocks.values() if b["type"] == "text")
+            calls = [{"id": b["id"], "name": b["name"]} for b in blocks.values() if b["type"] == "tool_use"]
+            content = list(blocks.values())
+            history.append({"role": "assistant", "content": content})
+        return text, calls
+
+    def results(calls):
+        if api == "chat":
+            history.extend({"role": "tool", "tool_call_id": c["id"], "content": BIG} for c in calls)
+        elif api == "responses":
+            history.extend({"type": "function_call_output", "call_id": c["id"], "output": BIG} for c in calls)
+        else:
+            history.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": c["id"], "content": BIG} for c in calls]})
+
+    for turn in range(4):
+        _, calls = call()
+        if calls:
+            results(calls)
+        else:
+            history.append({"role": "user", "content": f"now step {turn}"})
+    path = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}[api]
+    assert "loom_recall ref=" in json.dumps(mock.bodies(path)[-1])
+    before = len(mock.bodies(path))
+    history.append({"role": "user", "content": "recall that output, please"})
+    text, calls = call()
+    assert text.startswith("Let me read that again. ") and text != "Let me read that again. ", text
+    assert not calls, calls
+    assert len(mock.bodies(path)) == before + 2
+    assert "hidden" in [e["kind"] for e in embedded.session(f"s-{api}").events()]
+    history.append({"role": "user", "content": "go on"})
+    call()
+    assert client.session == f"s-{api}", "the next call extends the session"

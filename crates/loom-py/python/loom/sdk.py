@@ -9,8 +9,9 @@ last call; a history that departs from the log continues in a fork ``run-1~2``, 
 does) and Loom's render replaces it: fitted to ``budget`` (the model's window without one),
 cache-stable between compaction points. After it the reply is logged and the provider's usage is
 recorded against the call's receipt. Every other argument and attribute is the SDK's own.
-Streaming calls (``stream=True``) are passed the render too; their reply is logged once the
-stream has been read to its end.
+Streaming calls (``stream=True``) are passed the render too, and offered ``loom_recall`` as the
+others are (the caller gets one stream, spliced from every round's; ``_stream``); their reply is
+logged once the stream has been read to its end.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from . import Conflict, Database, Session
 from . import open as _open
+from ._stream import spliced
 
 
 class _Loom:
@@ -98,17 +100,16 @@ class _ChatCompletions:
     def create(self, *, model: str, messages: List[Dict[str, Any]], **kwargs: Any) -> Any:
         session = self._loom.log([_dump(m) for m in messages], "openai")
         tools = kwargs.get("tools")
-        if kwargs.get("stream"):
-            rendered = self._loom.render(session, model, "openai-chat", tools)
-            return self._stream(session, rendered.model_call, model, rendered.body["messages"], kwargs)
-        # Not streamed: the call offers `loom_recall`, answered here as `loom serve` answers it
-        # (a hidden round in the log, the upstream asked again), and the caller gets the final
-        # reply with the text written before the call in front.
+        # The call offers `loom_recall`, answered here as `loom serve` answers it (a hidden round
+        # in the log, the upstream asked again), and the caller gets the final reply with the
+        # text written before the call in front (streamed: as one stream).
         recall = (_offers(tools) and kwargs.get("tool_choice") != "none"
                   and getattr(self._loom.db._native, "answers_recall", True))
         if recall:
             kwargs = {**kwargs, "tools": list(tools or []) + [_chat_recall_tool()]}
         rendered = self._loom.render(session, model, "openai-chat", tools, recall=recall)
+        if kwargs.get("stream"):
+            return self._stream(session, rendered, model, tools, recall, kwargs)
         before: List[str] = []
         rounds = 0
         while True:
@@ -140,35 +141,47 @@ class _ChatCompletions:
                     getattr(details, "cached_tokens", None), usage.completion_tokens)
         return response
 
-    def _stream(self, session: Session, call: Optional[int], model: str, sent: Any, kwargs: Dict[str, Any]) -> Iterator[Any]:
+    def _stream(self, session: Session, rendered: Any, model: str, tools: Any, recall: bool,
+                kwargs: Dict[str, Any]) -> Iterator[Any]:
         options = dict(kwargs.get("stream_options") or {})
         options.setdefault("include_usage", True)
         kwargs = {**kwargs, "stream_options": options}
-        text: List[str] = []
-        calls: Dict[int, Dict[str, Any]] = {}
-        usage = None
-        for chunk in self._inner.create(model=model, messages=sent, **kwargs):
-            if getattr(chunk, "usage", None) is not None:
-                usage = chunk.usage
-            for choice in getattr(chunk, "choices", None) or []:
-                delta = choice.delta
-                if getattr(delta, "content", None):
-                    text.append(delta.content)
-                for tc in getattr(delta, "tool_calls", None) or []:
-                    slot = calls.setdefault(tc.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function is not None:
-                        slot["function"]["name"] += tc.function.name or ""
-                        slot["function"]["arguments"] += tc.function.arguments or ""
-            yield chunk
-        message: Dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
-        if calls:
-            message["tool_calls"] = [calls[i] for i in sorted(calls)]
-        session.append_history([message], "openai")
-        if usage is not None:
-            details = getattr(usage, "prompt_tokens_details", None)
-            _report(session, call, usage.prompt_tokens, getattr(details, "cached_tokens", None), usage.completion_tokens)
+        state = {"rendered": rendered}
+
+        def again(body: Dict[str, Any]) -> Iterator[Any]:
+            _report_chat(session, state["rendered"].model_call, body.get("usage"))
+            session.recall_round(body, "openai-chat", model, self._loom.budget)
+            state["rendered"] = self._loom.render(session, model, "openai-chat", tools, recall=True)
+            return iter(self._inner.create(model=model, messages=state["rendered"].body["messages"], **kwargs))
+
+        def finished(seen: Dict[str, Any], last: Dict[str, Any]) -> None:
+            session.append_history([_chat_message(seen["choices"][0]["message"])], "openai")
+            _report_chat(session, state["rendered"].model_call, last.get("usage"))
+
+        first = self._inner.create(model=model, messages=rendered.body["messages"], **kwargs)
+        return spliced("chat", iter(first), again, _MAX_RECALL_ROUNDS if recall else 0, finished)
+
+
+def _report_chat(session: Session, call: Optional[int], usage: Optional[Dict[str, Any]]) -> None:
+    if usage:
+        details = usage.get("prompt_tokens_details") or {}
+        _report(session, call, usage.get("prompt_tokens", 0), details.get("cached_tokens"),
+                usage.get("completion_tokens"))
+
+
+def _report_responses(session: Session, call: Optional[int], usage: Optional[Dict[str, Any]]) -> None:
+    if usage:
+        details = usage.get("input_tokens_details") or {}
+        _report(session, call, usage.get("input_tokens", 0), details.get("cached_tokens"),
+                usage.get("output_tokens"))
+
+
+def _report_anthropic(session: Session, call: Optional[int], usage: Optional[Dict[str, Any]]) -> None:
+    if usage:
+        read = usage.get("cache_read_input_tokens") or 0
+        written = usage.get("cache_creation_input_tokens") or 0
+        _report(session, call, (usage.get("input_tokens") or 0) + read + written, read,
+                usage.get("output_tokens"))
 
 
 def _chat_message(message: Dict[str, Any]) -> Dict[str, Any]:
@@ -206,15 +219,33 @@ class _Responses:
         items = [{"role": "user", "content": input}] if isinstance(input, str) else [_dump(i) for i in input]
         session = self._loom.log(items, "responses", system=instructions)
         tools = kwargs.get("tools")
-        # Not streamed: `loom_recall` is offered and answered here, as with Chat Completions.
-        recall = (not kwargs.get("stream") and _offers_anthropic(tools)
-                  and kwargs.get("tool_choice") != "none"
+        # `loom_recall` is offered and answered here, as with Chat Completions.
+        recall = (_offers_anthropic(tools) and kwargs.get("tool_choice") != "none"
                   and getattr(self._loom.db._native, "answers_recall", True))
         if recall:
             from . import recall_tool
 
             kwargs["tools"] = list(tools or []) + [{"type": "function", **recall_tool(), "strict": False}]
         rendered = self._loom.render(session, model, "openai-responses", tools, recall=recall)
+        if kwargs.get("stream"):
+            state = {"rendered": rendered}
+
+            def send() -> Iterator[Any]:
+                body = state["rendered"].body
+                return iter(self._inner.create(model=model, input=body["input"],
+                                               instructions=body.get("instructions", instructions), **kwargs))
+
+            def again(body: Dict[str, Any]) -> Iterator[Any]:
+                _report_responses(session, state["rendered"].model_call, body.get("usage"))
+                session.recall_round(body, "openai-responses", model, self._loom.budget)
+                state["rendered"] = self._loom.render(session, model, "openai-responses", tools, recall=True)
+                return send()
+
+            def finished(seen: Dict[str, Any], last: Dict[str, Any]) -> None:
+                session.append_history([_input_item(i) for i in seen.get("output", [])], "responses")
+                _report_responses(session, state["rendered"].model_call, last.get("usage"))
+
+            return spliced("responses", send(), again, _MAX_RECALL_ROUNDS if recall else 0, finished)
         before: List[str] = []
         rounds = 0
         while True:
@@ -283,8 +314,8 @@ class _Messages:
         session = self._loom.log([_dump(m) for m in messages], "anthropic", system=system)
         tools = kwargs.get("tools")
         choice = kwargs.get("tool_choice") or {}
-        # Not streamed: `loom_recall` is offered and answered here, as with Chat Completions.
-        recall = (not kwargs.get("stream") and _offers_anthropic(tools)
+        # `loom_recall` is offered and answered here, as with Chat Completions.
+        recall = (_offers_anthropic(tools)
                   and not (isinstance(choice, dict) and choice.get("type") == "none")
                   and getattr(self._loom.db._native, "answers_recall", True))
         if recall:
@@ -294,6 +325,26 @@ class _Messages:
             kwargs["tools"] = list(tools or []) + [
                 {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}]
         rendered = self._loom.render(session, model, "anthropic", tools, recall=recall)
+        if kwargs.get("stream"):
+            state = {"rendered": rendered}
+
+            def send() -> Iterator[Any]:
+                body = state["rendered"].body
+                if "system" in body:
+                    kwargs["system"] = body["system"]
+                return iter(self._inner.create(model=model, messages=body["messages"], **kwargs))
+
+            def again(body: Dict[str, Any]) -> Iterator[Any]:
+                _report_anthropic(session, state["rendered"].model_call, body.get("usage"))
+                session.recall_round(body, "anthropic", model, self._loom.budget)
+                state["rendered"] = self._loom.render(session, model, "anthropic", tools, recall=True)
+                return send()
+
+            def finished(seen: Dict[str, Any], last: Dict[str, Any]) -> None:
+                session.append_history([{"role": "assistant", "content": seen["content"]}], "anthropic")
+                _report_anthropic(session, state["rendered"].model_call, last.get("usage"))
+
+            return spliced("messages", send(), again, _MAX_RECALL_ROUNDS if recall else 0, finished)
         before: List[str] = []
         rounds = 0
         while True:

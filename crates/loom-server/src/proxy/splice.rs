@@ -21,7 +21,6 @@ use std::time::Instant;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use futures_util::StreamExt;
 use loom_core::render::RECALL_TOOL;
 use loom_core::Api;
 use loom_wire::{AssistantReply, SseEvent, SseParser, StreamAssembler};
@@ -29,7 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
 
 use super::recall::{self, Rounds};
-use super::upstream::{log_reply, provider, LogTarget};
+use super::upstream::{log_reply, next_chunk, LogTarget};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -193,7 +192,11 @@ impl Splice {
                             self.first_id.get_or_insert_with(|| id.to_owned());
                         }
                     }
-                    "response.completed" | "response.incomplete" | "response.failed" => {
+                    // A reply of one round, all of it relayed, closes as the upstream closed it
+                    // (whatever items its events did or did not announce one by one).
+                    "response.completed" | "response.incomplete" | "response.failed"
+                        if self.round > 1 || !drops.is_empty() =>
+                    {
                         self.items.sort_by_key(|(n, _)| *n);
                         let items: Vec<Value> =
                             self.items.iter().map(|(_, item)| item.clone()).collect();
@@ -461,21 +464,11 @@ async fn relay_rounds(
         let mut assembler = StreamAssembler::new(api);
         let mut chunks = upstream.bytes_stream();
         loop {
-            let chunk = match tokio::time::timeout_at(deadline.into(), chunks.next()).await {
-                Ok(Some(Ok(chunk))) => chunk,
+            let chunk = match next_chunk(state, api, &mut chunks, deadline).await {
+                Ok(Some(chunk)) => chunk,
                 Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    state
-                        .metrics
-                        .upstream_error(provider(api), "dropped_stream");
-                    client.fail(std::io::Error::other(e.to_string())).await;
-                    return;
-                }
-                Err(_) => {
-                    state.metrics.upstream_error(provider(api), "timeout");
-                    client
-                        .fail(std::io::Error::other("the upstream stream timed out"))
-                        .await;
+                Err(e) => {
+                    client.fail(e).await;
                     return;
                 }
             };

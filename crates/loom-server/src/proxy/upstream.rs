@@ -278,22 +278,11 @@ fn stream(
         let mut chunks = upstream.bytes_stream();
         let mut parse_failed = false;
         loop {
-            let next = tokio::time::timeout_at(deadline.into(), chunks.next()).await;
-            let chunk = match next {
-                Ok(Some(Ok(chunk))) => chunk,
+            let chunk = match next_chunk(&state, api, &mut chunks, deadline).await {
+                Ok(Some(chunk)) => chunk,
                 Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    state
-                        .metrics
-                        .upstream_error(provider(api), "dropped_stream");
-                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-                    break;
-                }
-                Err(_) => {
-                    state.metrics.upstream_error(provider(api), "timeout");
-                    let _ = tx
-                        .send(Err(std::io::Error::other("the upstream stream timed out")))
-                        .await;
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
                     break;
                 }
             };
@@ -331,6 +320,30 @@ fn stream(
     });
     let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
     respond(status, headers, Body::from_stream(body))
+}
+
+/// The upstream stream's next chunk before the deadline (`None` at its end); a stream that broke
+/// off or ran out of time is counted and is the error the client's stream ends with.
+pub(crate) async fn next_chunk(
+    state: &AppState,
+    api: Api,
+    chunks: &mut (impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin),
+    deadline: Instant,
+) -> Result<Option<Bytes>, std::io::Error> {
+    match tokio::time::timeout_at(deadline.into(), chunks.next()).await {
+        Ok(Some(Ok(chunk))) => Ok(Some(chunk)),
+        Ok(None) => Ok(None),
+        Ok(Some(Err(e))) => {
+            state
+                .metrics
+                .upstream_error(provider(api), "dropped_stream");
+            Err(std::io::Error::other(e.to_string()))
+        }
+        Err(_) => {
+            state.metrics.upstream_error(provider(api), "timeout");
+            Err(std::io::Error::other("the upstream stream timed out"))
+        }
+    }
 }
 
 /// Appends the assistant turn and records its usage against the call; a failure is counted and

@@ -568,7 +568,7 @@ pub(crate) fn a_deleted_session_leaves_nothing_and_others_untouched<H: StoreHarn
         .into_iter()
         .map(|s| s.id)
         .collect();
-    assert_eq!(ids, [kept.clone()]);
+    assert_eq!(ids, std::slice::from_ref(&kept));
     assert_eq!(
         before,
         (
