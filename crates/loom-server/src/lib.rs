@@ -17,6 +17,7 @@ mod caller;
 pub mod config;
 mod conn;
 pub mod error;
+pub mod locks;
 pub mod memory;
 pub mod metrics;
 mod openapi;
@@ -38,10 +39,8 @@ use loom_store::{BlobStore, Store};
 use tokio::sync::Semaphore;
 
 pub use config::{AuthMode, ServeArgs, ServeConfig};
-// The session engine, by the paths the server's modules name it.
 pub use error::ApiError;
 pub use loom_session::Engine;
-use loom_session::{engine, live};
 pub use state::AppState;
 
 /// Why the server could not start or stopped with an error.
@@ -96,7 +95,7 @@ pub fn state_with_memory(
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| ServeError::Client(e.to_string()))?;
-    let live = live::LiveSessions::new(config.limits.live_sessions)
+    let live = loom_session::LiveSessions::new(config.limits.live_sessions)
         .with_byte_limit(config.limits.live_bytes);
     Ok(Arc::new(AppState {
         store,
@@ -106,7 +105,7 @@ pub fn state_with_memory(
         config,
         http,
         metrics: metrics::Metrics::default(),
-        session_locks: proxy::SessionLocks::default(),
+        session_locks: locks::SessionLocks::default(),
         live,
         memory,
         indexer,

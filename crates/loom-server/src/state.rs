@@ -11,10 +11,10 @@ use tokio::sync::Semaphore;
 
 use crate::auth::{self, Principal};
 use crate::config::{AuthMode, ServeConfig};
-use crate::engine::Engine;
 use crate::error::{ApiError, Result};
-use crate::live::{Backend, LiveSessions};
 use crate::metrics::Metrics;
+use loom_session::engine::Engine;
+use loom_session::live::{Backend, LiveSessions};
 
 /// The server's shared state.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ pub struct AppState {
     pub upstream_slots: Semaphore,
     /// Serialises the sync of one session's history, so two requests of one conversation never
     /// append the same new messages twice.
-    pub session_locks: crate::proxy::SessionLocks,
+    pub session_locks: crate::locks::SessionLocks,
     /// Sessions whose render state is kept in memory.
     pub live: LiveSessions,
     /// Agents' memory and the knowledge base, beside the log (in its SQLite file or its
@@ -46,6 +46,14 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// Queues `session` (of `p`'s tenant) for indexing into memory, when the server keeps it;
+    /// returns at once.
+    pub(crate) fn index_later(&self, p: &Principal, session: &loom_core::SessionId) {
+        if let Some(indexer) = &self.indexer {
+            indexer.enqueue(session.clone(), p.tenant.clone());
+        }
+    }
+
     /// What live sessions read and write through.
     pub fn backend(&self) -> Backend<'_> {
         Backend {

@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use loom_core::{AgentId, SessionId};
+use loom_core::AgentId;
 use loom_memory::{Hit, Memory, MemoryError, NewNote, Recall, Tier};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -675,11 +675,4 @@ pub(crate) async fn kb_search(
         })
         .collect();
     Ok(Json(KbHits { hits }).into_response())
-}
-
-/// Queues `session` for indexing, when the server keeps memory.
-pub(crate) fn index_later(state: &AppState, p: &Principal, session: &SessionId) {
-    if let Some(indexer) = &state.indexer {
-        indexer.enqueue(session.clone(), p.tenant.clone());
-    }
 }

@@ -29,11 +29,11 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Principal;
-use crate::engine::RenderSpec;
 use crate::error::{ApiError, ErrorBody, Result};
 use crate::state::{now_ms, AppState};
 pub(crate) use body::parse_json;
 use extract::{Caller, Owned};
+use loom_session::engine::RenderSpec;
 
 pub use loom_session::history::{append_history, DEFAULT_AGENT};
 
@@ -218,7 +218,7 @@ pub(crate) async fn create_session(
         .await
         .map_err(|e| e.context(format!("session `{}`", req.id)))?;
     if info.event_count > 0 {
-        memory::index_later(&state, &p, &info.id);
+        state.index_later(&p, &info.id);
     }
     Ok((StatusCode::CREATED, Json(Session::of(&p, &info))).into_response())
 }
@@ -383,7 +383,7 @@ pub(crate) async fn append_events(
         })
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;
-    memory::index_later(&state, &p, &index_id);
+    state.index_later(&p, &index_id);
     Ok(Json(Appended::of(&seqs)).into_response())
 }
 
@@ -459,7 +459,7 @@ pub(crate) async fn import(
         .await?;
     for r in &report.sessions {
         if r.outcome != loom_import::Outcome::Unchanged {
-            memory::index_later(&state, &p, &r.id);
+            state.index_later(&p, &r.id);
         }
     }
     let sessions = report
@@ -534,7 +534,7 @@ pub(crate) async fn history(
         })
         .await
         .map_err(|e| e.context(format!("session `{id}`")))?;
-    memory::index_later(&state, &p, &index_id);
+    state.index_later(&p, &index_id);
     Ok(Json(Appended::of(&seqs)).into_response())
 }
 

@@ -31,8 +31,8 @@ use serde_json::{Map, Value};
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{ApiError, Result};
-use crate::live::Backend;
 use crate::state::now_ms;
+use loom_session::live::Backend;
 
 /// A request body split into its fields and its conversation's raw items.
 #[derive(Debug)]

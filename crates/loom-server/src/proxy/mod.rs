@@ -43,10 +43,10 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Principal;
 use crate::config::AuthMode;
-use crate::engine::{ModelLimits, RenderSpec};
 use crate::error::ApiError;
 use crate::metrics::Phase;
 use crate::state::{now_ms, AppState};
+use loom_session::engine::{ModelLimits, RenderSpec};
 use upstream::LogTarget;
 
 /// The proxy's routes.
@@ -58,31 +58,6 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
-}
-
-/// One lock per conversation (keyed by its base session), so one conversation's calls are
-/// synced, rendered and logged in order while other conversations run in parallel.
-#[derive(Debug, Default)]
-pub struct SessionLocks {
-    map: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-/// Locks kept before unused ones are pruned.
-const LOCKS_BEFORE_PRUNE: usize = 4096;
-
-impl SessionLocks {
-    /// The lock of `session`.
-    pub fn get(&self, session: &SessionId) -> Arc<tokio::sync::Mutex<()>> {
-        let mut map = self
-            .map
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() > LOCKS_BEFORE_PRUNE {
-            // A lock only the map holds guards nothing.
-            map.retain(|_, lock| Arc::strong_count(lock) > 1);
-        }
-        Arc::clone(map.entry(session.clone()).or_default())
-    }
 }
 
 /// The provider API whose error shape a proxy path answers in (`None` off the proxy).
@@ -323,9 +298,8 @@ async fn prepare(
     let base = principal.scope(&client_session, "X-Loom-Session")?;
     let agent = match &principal.agent {
         Some(a) => a.clone(),
-        None => {
-            AgentId::new(crate::api::DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
-        }
+        None => AgentId::new(loom_session::history::DEFAULT_AGENT)
+            .map_err(|e| ApiError::invalid(e.to_string()))?,
     };
     let offers_recall = mode == ProxyMode::Fit && recall::may_offer(state, client);
     let mut spec = RenderSpec {
@@ -366,7 +340,7 @@ async fn prepare(
                 s.metrics.phase(Phase::Sync, started.elapsed());
                 s.metrics.history_read(synced.continued);
                 tracing::debug!("{base}: {} new events", synced.appended);
-                let mut live = crate::live::lock_live(&synced.live);
+                let mut live = loom_session::live::lock_live(&synced.live);
                 let (outcome, receipt) = if mode == ProxyMode::Fit {
                     let started = Instant::now();
                     let counted;
@@ -424,7 +398,9 @@ async fn prepare(
                         }
                         return Ok(((session, synced.diverged_from), outcome, call, synced.live));
                     }
-                    Err(StoreError::Moved { .. }) if attempt < crate::live::TURN_ATTEMPTS => {
+                    Err(StoreError::Moved { .. })
+                        if attempt < loom_session::live::TURN_ATTEMPTS =>
+                    {
                         tracing::debug!("{base}: the session moved on; preparing the call again");
                         attempt += 1;
                     }
@@ -471,7 +447,7 @@ async fn prepare(
     };
     let (session, diverged_from) = synced;
     // The history's new events become memory off the request path.
-    crate::api::memory::index_later(state, principal, &session);
+    state.index_later(principal, &session);
     // How much more the provider counts than Loom's estimate: the budget was divided by it.
     let anchor = outcome.as_ref().and_then(|o| o.anchor);
     let anchored = |mut prepared: Prepared| {
@@ -564,13 +540,13 @@ async fn prepare(
 fn assemble(
     api: Api,
     body: &ingest::RequestBody,
-    live: &Arc<Mutex<crate::live::Live>>,
+    live: &Arc<Mutex<loom_session::live::Live>>,
     rendered: &Value,
     offer: Option<&RenderSpec>,
 ) -> Result<Bytes, String> {
     let mut merged = fit::merge(api, &body.fields, rendered);
     {
-        let mut held = crate::live::lock_live(live);
+        let mut held = loom_session::live::lock_live(live);
         let mut items = ClientItems {
             body,
             memo: &mut held.meanings,
@@ -648,7 +624,7 @@ fn finish(
     session: SessionId,
     diverged_from: Option<SessionId>,
     call: Option<u64>,
-    live: Arc<std::sync::Mutex<crate::live::Live>>,
+    live: Arc<std::sync::Mutex<loom_session::live::Live>>,
     lock: tokio::sync::OwnedMutexGuard<()>,
     warnings: Vec<String>,
 ) -> Result<Prepared, ApiError> {
@@ -1038,7 +1014,7 @@ async fn anchor(
         })
         .await
         .ok()??;
-    crate::engine::reported_ratio(&last)
+    loom_session::engine::reported_ratio(&last)
 }
 
 /// `GET /v1/models`, forwarded to the OpenAI upstream (to Anthropic's with its version header).

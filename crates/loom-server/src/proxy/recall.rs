@@ -32,9 +32,9 @@ use super::ingest::RequestBody;
 use super::upstream::{assistant_event, LogTarget};
 use crate::auth::Principal;
 use crate::config::RecallMode;
-use crate::engine::RenderSpec;
 use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
+use loom_session::engine::RenderSpec;
 
 /// What another round of a call needs: the render's spec, the client's request, and how to
 /// call the upstream again.
@@ -105,7 +105,7 @@ pub(crate) fn counted(mut spec: RenderSpec) -> RenderSpec {
 /// Whether the session's last render was past a compaction point: from then on every request
 /// offers the tool, so the render counts it. (The request at the first point offers it
 /// uncounted: the point lands at the low watermark, far below the budget.)
-pub(crate) fn past_a_point(live: &crate::live::Live) -> bool {
+pub(crate) fn past_a_point(live: &loom_session::live::Live) -> bool {
     live.last_call()
         .is_some_and(|c| c.call.receipt["receipt"]["points"].as_u64().unwrap_or(0) > 0)
 }
@@ -291,7 +291,7 @@ async fn hidden_round(
         .blocking("answering loom_recall", move |s| {
             let (meter, policy) = s.engine.prepare(&spec)?;
             let cap = loom_store::recall::answer_cap(max_tokens, policy.budget().oversized);
-            let mut held = crate::live::lock_live(&live);
+            let mut held = loom_session::live::lock_live(&live);
             let mut recalls = Vec::new();
             let events = loom_store::recall::hidden_round(
                 s.store.as_ref(),

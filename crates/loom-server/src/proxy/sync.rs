@@ -19,9 +19,9 @@ use loom_core::{AgentId, Event, EventBody, NewEvent, Said, Seq, SessionId};
 use loom_store::{NewSession, Store};
 
 use crate::error::{ApiError, Result};
-use crate::live::{lock_live, Backend, Live};
 use crate::proxy::ingest::{Read, RequestBody};
 use crate::state::now_ms;
+use loom_session::live::{lock_live, Backend, Live};
 
 /// Forks of one conversation are named `ID~2`, `ID~3`, ...
 const FORK_MARK: char = '~';

@@ -21,8 +21,8 @@ use loom_wire::{parse_reply, AssistantReply, SseParser, StreamAssembler};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::ApiError;
-use crate::live::Live;
 use crate::state::{now_ms, AppState};
+use loom_session::live::Live;
 
 /// Largest non-streaming reply read into memory.
 const MAX_REPLY_BYTES: usize = 64 << 20;
@@ -394,7 +394,7 @@ pub(crate) async fn log_reply(
             // fit the state held, the store's own append decides (the state is read again on
             // its next use).
             if let Some(live) = live {
-                let mut live = crate::live::lock_live(&live);
+                let mut live = loom_session::live::lock_live(&live);
                 let staged = live.stage(s.backend(), &events);
                 if staged.is_ok() && live.commit(s.backend(), None, report).is_ok() {
                     return Ok(());
@@ -425,7 +425,7 @@ pub(crate) async fn log_reply(
 /// client's request holding those items is read (so the next request extends the log); `None`
 /// when there are none or they cannot be read.
 fn reply_events(
-    b: crate::live::Backend<'_>,
+    b: loom_session::live::Backend<'_>,
     session: &SessionId,
     items: &[serde_json::Value],
 ) -> Option<Vec<NewEvent>> {
