@@ -9,8 +9,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use loom_core::{Event, EventBody, NewEvent};
+use loom_core::{Event, EventBody, NewEvent, SessionId};
+use loom_store::Store;
 use serde_json::Value;
+
+use crate::error::{AgentError, Result};
 
 /// The metadata key that marks approval messages.
 pub const KEY: &str = "loom.approval";
@@ -135,4 +138,63 @@ impl Ledger {
         }
         ledger
     }
+}
+
+/// Answers a call that waits for approval (`loom approve`): appends the answer to the log.
+/// Refused when the call is unknown, already has a result, or was not asked about.
+pub fn approve(
+    store: &dyn Store,
+    session: &SessionId,
+    call_id: &str,
+    answer: Answer,
+) -> Result<()> {
+    let Some(info) = store.session(session)? else {
+        return Err(AgentError::session(session, "no such session"));
+    };
+    let events = store.read(session, 1..=info.event_count)?;
+    let ledger = Ledger::read(&events);
+    let Some(grant) = ledger.requested.get(call_id) else {
+        return Err(AgentError::session(
+            session,
+            format!(
+                "call `{call_id}` is not waiting for approval (waiting: {})",
+                {
+                    let waiting: Vec<&String> = ledger
+                        .requested
+                        .keys()
+                        .filter(|c| !ledger.answered.contains_key(*c))
+                        .collect();
+                    if waiting.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        waiting
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                }
+            ),
+        ));
+    };
+    if ledger.answered.contains_key(call_id) {
+        return Err(AgentError::session(
+            session,
+            format!("call `{call_id}` was already answered"),
+        ));
+    }
+    let answered = events
+        .iter()
+        .any(|e| matches!(&e.body, EventBody::ToolResult { call_id: c, .. } if c == call_id));
+    if answered {
+        return Err(AgentError::session(
+            session,
+            format!("call `{call_id}` already has a result"),
+        ));
+    }
+    store.append(
+        session,
+        &[self::answer(crate::now_ms(), call_id, grant, answer)],
+    )?;
+    Ok(())
 }

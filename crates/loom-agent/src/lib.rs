@@ -22,11 +22,18 @@ pub mod names;
 pub mod tools;
 
 pub use agent::{
-    approve, Agent, ChildActions, Env, Limits, Observer, Prices, Progress, Quiet, Report, RunSpec,
-    Runner, Stop, Totals, DEFAULT_SYSTEM,
+    Agent, ChildActions, Env, Limits, Observer, Prices, Progress, Quiet, Report, RunSpec, Runner,
+    Stop, Totals, DEFAULT_SYSTEM,
 };
-pub use approval::Answer;
+pub use approval::{approve, Answer};
 pub use config::{Config, KnowledgeConfig, MemoryConfig};
 pub use error::{AgentError, Result};
 pub use model::{Model, Scripted};
 pub use tools::{Actions, Approval, Gate, Outcome, ToolDef, UserTool};
+
+/// Now, in UTC milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
