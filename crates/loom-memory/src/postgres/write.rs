@@ -284,8 +284,6 @@ fn supersede(
     Ok(())
 }
 
-/// Removes item `id` with its provenance and index entries; the items it superseded become
-/// current again.
 /// [`crate::Memory::forget_session`] in one transaction.
 pub(super) fn forget_session(
     tx: &mut Transaction<'_>,
@@ -326,6 +324,8 @@ pub(super) fn forget_session(
     Ok(gone)
 }
 
+/// Removes item `id` with its provenance and index entries; the items it superseded become
+/// current again.
 pub(super) fn forget(tx: &mut Transaction<'_>, id: ItemId) -> Result<Forgotten> {
     let item = load_item(tx, id)?;
     tx.execute(

@@ -216,8 +216,6 @@ fn supersede(
     Ok(())
 }
 
-/// Removes item `id` with its provenance and index entries; items it superseded become current
-/// again (nothing may point at a removed item).
 /// [`crate::Memory::forget_session`] in one transaction.
 pub(crate) fn forget_session(
     tx: &Connection,
@@ -257,6 +255,8 @@ pub(crate) fn forget_session(
     Ok(gone)
 }
 
+/// Removes item `id` with its provenance and index entries; items it superseded become current
+/// again (nothing may point at a removed item).
 pub(crate) fn forget(tx: &Connection, id: ItemId) -> Result<Forgotten> {
     let item = load_item(tx, id)?;
     let restored: Vec<ItemId> = tx
