@@ -220,8 +220,9 @@ impl PgMemory {
     }
 }
 
-/// Items written per transaction (see [`PgMemory::write_then`]).
-const WRITE_CHUNK: usize = 16;
+/// Items written per transaction (see [`PgMemory::write_then`]): a few statements each, so the
+/// agent's lock is held for milliseconds.
+const WRITE_CHUNK: usize = 256;
 
 impl Memory for PgMemory {
     fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {

@@ -3,8 +3,8 @@
 //! written in the same transaction as the facts of their window.
 //!
 //! Each statement is a round trip, and on loopback the round trips were most of an item's cost:
-//! so the statements of a batch are prepared once, an item's three dedup lookups are one
-//! statement, its row, sketch keys and provenance are written by another, and the agents'
+//! so a batch is written in segments of two statements each (what its items may already be,
+//! then its rows), decided in between by the same rules as one item at a time, and the agents'
 //! counts are added up once per batch.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,22 +21,24 @@ use crate::text;
 
 use super::search::load_item;
 
-/// What an item may already be, as [`Statements::lookup`] tags its rows.
+/// What an item may already be, as [`Statements::lookup`] tags its rows; [`IDS`] rows carry
+/// ids drawn for the segment's new items.
 const KNOWN: i32 = 0;
 const EXACT: i32 = 1;
 const NEAR: i32 = 2;
+const IDS: i32 = 3;
 
-/// A batch's statements, prepared once for all its items.
+/// A batch's statements, prepared once for all its segments.
 struct Statements {
-    /// An item's dedup candidates, tagged: the item already written from the same source
-    /// ([`KNOWN`]), the oldest current item with the same text ([`EXACT`]), and the current
-    /// items sharing a sketch key whose size the near-duplicate threshold allows ([`NEAR`],
-    /// with their text).
+    /// For every item of a segment (`$1`, its position), the item already written from the
+    /// same source ([`KNOWN`]), the oldest current item with the same text ([`EXACT`]) and the
+    /// current items sharing a sketch key whose size the near-duplicate threshold allows
+    /// ([`NEAR`], with their text); and as many fresh item ids as the segment has items
+    /// ([`IDS`]). One round trip.
     lookup: Statement,
-    /// A new item's row, its sketch keys and its first provenance; returns its id.
+    /// The segment's new items, their sketch keys and every provenance it adds (new items' and
+    /// duplicates'), in one statement.
     insert: Statement,
-    /// One more provenance for an existing item.
-    source: Statement,
     /// The current items stating the same subject.
     same_subject: Statement,
     /// Marks an item superseded.
@@ -51,38 +53,64 @@ impl Statements {
         };
         Ok(Self {
             lookup: prepare(
-                "(SELECT 0, s.item, NULL::text FROM memory_sources s
-                  JOIN memory_items i ON i.id = s.item
-                  WHERE s.session = $1 AND s.from_seq = $2 AND s.to_seq = $3
-                    AND i.agent = $4 AND i.kind = $5 AND ($6::text IS NULL OR i.hash = $6)
-                  LIMIT 1)
+                "WITH q AS (
+                   SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bigint[],
+                                        $5::text[], $6::text[], $7::text[], $8::text[],
+                                        $9::int[], $10::int[])
+                     AS q(n, session, from_seq, to_seq, agent, kind, same_text, hash, lo, hi)),
+                 k AS (SELECT * FROM unnest($11::int[], $12::text[], $13::text[], $14::int[],
+                                            $15::int[]) AS k(n, agent, word, lo, hi))
+                 SELECT 0, q.n, known.item, NULL::text FROM q CROSS JOIN LATERAL (
+                   SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
+                   WHERE s.session = q.session AND s.from_seq = q.from_seq
+                     AND s.to_seq = q.to_seq AND i.agent = q.agent AND i.kind = q.kind
+                     AND (q.same_text IS NULL OR i.hash = q.same_text)
+                   LIMIT 1) known
                  UNION ALL
-                 (SELECT 1, id, NULL::text FROM memory_items
-                  WHERE agent = $4 AND hash = $7 AND superseded_by IS NULL AND tier <> 'L2'
-                  ORDER BY id LIMIT 1)
+                 SELECT 1, q.n, exact.id, NULL::text FROM q CROSS JOIN LATERAL (
+                   -- The same text's items first (`OFFSET 0` keeps them a query of their own,
+                   -- by the (agent, hash) index), then the oldest: ordered by id alone, the plan
+                   -- would walk every id looking for the text, and a new text has none.
+                   SELECT id FROM (
+                     SELECT id FROM memory_items
+                     WHERE agent = q.agent AND hash = q.hash AND superseded_by IS NULL
+                       AND tier <> 'L2' OFFSET 0) same
+                   ORDER BY id LIMIT 1) exact
                  UNION ALL
-                 (SELECT DISTINCT 2, i.id, i.text FROM memory_prefix p
-                  JOIN memory_items i ON i.id = p.item
-                  WHERE p.agent = $4 AND p.word = ANY($8) AND i.superseded_by IS NULL
-                    AND i.words BETWEEN $9 AND $10)",
+                 SELECT DISTINCT 2, k.n, i.id, i.text FROM k
+                 -- Per key, by the (agent, word) index, then the item by its id: each step a
+                 -- subquery of its own (`OFFSET 0`), so that the order holds. Left to the
+                 -- planner, stale row counts (the tables grow faster than their statistics)
+                 -- make it scan whole tables instead, at a cost that grows with the memory.
+                 CROSS JOIN LATERAL (
+                   SELECT item FROM memory_prefix WHERE agent = k.agent AND word = k.word
+                   OFFSET 0) p
+                 CROSS JOIN LATERAL (
+                   SELECT id, text FROM memory_items
+                   WHERE id = p.item AND superseded_by IS NULL AND words BETWEEN k.lo AND k.hi
+                   OFFSET 0) i
+                 UNION ALL
+                 SELECT 3, g, nextval(pg_get_serial_sequence('memory_items', 'id')), NULL::text
+                   FROM generate_series(1, cardinality($1::int[])) AS g",
             )?,
             insert: prepare(
-                "WITH ins AS (
+                "WITH items AS (
                    INSERT INTO memory_items
-                     (agent, tier, kind, text, tokens, hash, words, subject, value, valid_from)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id),
+                     (id, agent, tier, kind, text, tokens, hash, words, subject, value, valid_from)
+                   SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],
+                                        $5::text[], $6::bigint[], $7::text[], $8::int[],
+                                        $9::text[], $10::text[], $11::bigint[])
+                   RETURNING id),
                  keys AS (
                    INSERT INTO memory_prefix (agent, word, item)
-                   SELECT $1, k, ins.id FROM ins, unnest($11::text[]) AS k
+                   SELECT * FROM unnest($12::text[], $13::text[], $14::bigint[])
                    ON CONFLICT DO NOTHING),
-                 src AS (
+                 sources AS (
                    INSERT INTO memory_sources (item, session, from_seq, to_seq, ts_ms)
-                   SELECT ins.id, $12, $13, $14, $10 FROM ins ON CONFLICT DO NOTHING)
-                 SELECT id FROM ins",
-            )?,
-            source: prepare(
-                "INSERT INTO memory_sources (item, session, from_seq, to_seq, ts_ms)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                   SELECT * FROM unnest($15::bigint[], $16::text[], $17::bigint[], $18::bigint[],
+                                        $19::bigint[])
+                   ON CONFLICT DO NOTHING)
+                 SELECT count(*) FROM items",
             )?,
             same_subject: prepare(
                 "SELECT id, coalesce(value, ''), valid_from FROM memory_items
@@ -96,7 +124,14 @@ impl Statements {
     }
 }
 
-/// Writes `items` (with their token counts) in order.
+/// Writes `items` (with their token counts) in order, with the rules and results of writing
+/// them one by one.
+///
+/// The batch goes in segments: one statement finds what each item of a segment may already be
+/// and draws ids for its new items, the segment is decided here (against what the statement
+/// found and what the segment created before each item), and one statement writes it. A new
+/// item that states a subject ends its segment: its supersession, which may change which items
+/// are current, is written before the next segment looks anything up.
 pub(super) fn write_items(
     tx: &mut Transaction<'_>,
     items: &[NewItem],
@@ -117,18 +152,36 @@ pub(super) fn write_items(
         return Ok(Vec::new());
     }
     let st = Statements::prepare(tx)?;
+    let prepared: Vec<Prepared<'_>> = items.iter().zip(tokens).map(Prepared::of).collect();
     // Items and content words created per agent, added to `memory_stats` at the end (only
     // searches read them, and they see the batch whole or not at all).
     let mut counts: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
     let mut written = Vec::with_capacity(items.len());
-    for (item, &n) in items.iter().zip(tokens) {
-        let (w, words) = write_item(tx, &st, item, n)?;
-        if let Written::Created(_) = w {
-            let c = counts.entry(item.agent.as_str()).or_default();
-            c.0 += 1;
-            c.1 += words;
+    let mut at = 0;
+    while at < prepared.len() {
+        let (done, stated) = write_segment(tx, &st, &prepared[at..])?;
+        for (p, w) in prepared[at..].iter().zip(&done) {
+            if let Written::Created(_) = w {
+                let c = counts.entry(p.item.agent.as_str()).or_default();
+                c.0 += 1;
+                c.1 += i64::from(p.n_words);
+            }
         }
-        written.push(w);
+        at += done.len();
+        written.extend(done);
+        if let Some((p, id)) = stated {
+            if let Some((subject, value)) = &p.key {
+                supersede(
+                    tx,
+                    &st,
+                    p.item.agent.as_str(),
+                    id,
+                    subject,
+                    value,
+                    p.item.source.ts_ms,
+                )?;
+            }
+        }
     }
     for (agent, (n, words)) in counts {
         tx.execute(
@@ -143,119 +196,328 @@ pub(super) fn write_items(
     Ok(written)
 }
 
-/// Writes one item; returns what became of it and, when it was created, its content words.
-fn write_item(
+/// What deciding an item needs, computed once.
+struct Prepared<'a> {
+    item: &'a NewItem,
+    tokens: i64,
+    hash: String,
+    /// The hash a source is known by, for kinds known only with the same text.
+    same_text: Option<String>,
+    words: BTreeSet<String>,
+    n_words: i32,
+    keys: Vec<String>,
+    lo: i32,
+    hi: i32,
+    key: Option<(String, String)>,
+}
+
+impl<'a> Prepared<'a> {
+    fn of((item, &tokens): (&'a NewItem, &u64)) -> Self {
+        let hash = text::hash(&text::normalize(&item.text));
+        // The same source seen again (re-indexing) changes nothing, whatever became of its
+        // item. Many facts come from the same lines, so a fact is known only with the same text.
+        let same_text = dedup::known_by_text(item.kind).then(|| hash.clone());
+        let words = text::word_set(&item.text);
+        // Near duplicates are only looked for among items of a size the threshold allows, and
+        // never for short texts (no sketch keys, so no candidates).
+        let keys = if words.len() >= NEAR_MIN_WORDS {
+            sketch(&words)
+        } else {
+            Vec::new()
+        };
+        let size = words.len() as f64;
+        Self {
+            item,
+            tokens: i64::try_from(tokens).unwrap_or(i64::MAX),
+            same_text,
+            n_words: i32::try_from(words.len()).unwrap_or(i32::MAX),
+            lo: (size * NEAR_DUPLICATE).ceil() as i32,
+            hi: (size / NEAR_DUPLICATE).floor() as i32,
+            key: text::subject_key(&item.text),
+            hash,
+            words,
+            keys,
+        }
+    }
+}
+
+/// What a segment found in the database for its items, by position.
+#[derive(Default)]
+struct Found {
+    known: BTreeMap<usize, ItemId>,
+    exact: BTreeMap<usize, ItemId>,
+    near: BTreeMap<usize, Vec<(ItemId, String)>>,
+    ids: Vec<ItemId>,
+}
+
+/// A source as a segment keys it: session, from, to, agent, kind.
+type SourceKey<'a> = (&'a str, u64, u64, &'a str, &'a str);
+
+/// A new item as a near-duplicate candidate: its id, size and words.
+type Candidate<'a> = (ItemId, i32, &'a BTreeSet<String>);
+
+/// What a segment created or added so far, for the items after it in the segment.
+#[derive(Default)]
+struct Segment<'a> {
+    /// Sources recorded: the item and its hash.
+    sources: BTreeMap<SourceKey<'a>, Vec<(ItemId, &'a str)>>,
+    /// New items by (agent, hash), the first (lowest id) kept, unless of tier L2.
+    by_hash: BTreeMap<(&'a str, &'a str), ItemId>,
+    /// New items by (agent, sketch key).
+    by_key: BTreeMap<(&'a str, &'a str), Vec<Candidate<'a>>>,
+}
+
+/// What became of a segment's items, and its last item when that states a subject (with its
+/// id): its supersession is written before the next segment.
+type Decided<'a> = (Vec<Written>, Option<(&'a Prepared<'a>, ItemId)>);
+
+/// Decides and writes the first items of `items` up to and including the first new item that
+/// states a subject (the whole slice when none does); returns what became of each, and that
+/// item with its id.
+fn write_segment<'a>(
     tx: &mut Transaction<'_>,
     st: &Statements,
-    item: &NewItem,
-    tokens: u64,
-) -> Result<(Written, i64)> {
-    let agent = item.agent.as_str();
-    let src = &item.source;
-    let (from, to) = (seq(src.from_seq), seq(src.to_seq));
-    let hash = text::hash(&text::normalize(&item.text));
-    // The same source seen again (re-indexing) changes nothing, whatever became of its item.
-    // Many facts come from the same lines, so a fact is known only with the same text.
-    let same_text = dedup::known_by_text(item.kind).then_some(hash.as_str());
-    let words = text::word_set(&item.text);
-    // Near duplicates are only looked for among items of a size the threshold allows, and
-    // never for short texts (no sketch keys, so no candidates).
-    let keys = if words.len() >= NEAR_MIN_WORDS {
-        sketch(&words)
-    } else {
-        Vec::new()
-    };
-    let size = words.len() as f64;
-    let lo = (size * NEAR_DUPLICATE).ceil() as i32;
-    let hi = (size / NEAR_DUPLICATE).floor() as i32;
+    items: &'a [Prepared<'a>],
+) -> Result<Decided<'a>> {
+    let found = look_up(tx, st, items)?;
+    let mut ids = found.ids.iter().copied();
+    let mut seg = Segment::default();
+    let mut rows = Rows::default();
+    let mut written = Vec::new();
+    let mut stated = None;
+    for (n, p) in items.iter().enumerate() {
+        let src = &p.item.source;
+        let agent = p.item.agent.as_str();
+        let source_key = (
+            src.session.as_str(),
+            src.from_seq,
+            src.to_seq,
+            agent,
+            p.item.kind.as_str(),
+        );
+        let same = |hash: &str| p.same_text.as_deref().is_none_or(|t| t == hash);
+        let known_here = seg
+            .sources
+            .get(&source_key)
+            .and_then(|v| v.iter().find(|(_, h)| same(h)).map(|(id, _)| *id));
+        let w = if let Some(id) = found.known.get(&n).copied().or(known_here) {
+            Written::Known(id)
+        } else if let Some(id) = found
+            .exact
+            .get(&n)
+            .copied()
+            .or_else(|| seg.by_hash.get(&(agent, p.hash.as_str())).copied())
+        {
+            Written::Duplicate(id)
+        } else if let Some(id) = near(&found, &seg, n, p) {
+            Written::NearDuplicate(id)
+        } else {
+            let id = ids
+                .next()
+                .ok_or_else(|| crate::error::MemoryError::Corrupt {
+                    record: "memory ids".into(),
+                    reason: "the lookup drew fewer ids than the segment has items".into(),
+                })?;
+            rows.item(p, id);
+            if p.item.tier != Tier::L2 {
+                seg.by_hash.entry((agent, p.hash.as_str())).or_insert(id);
+            }
+            for k in &p.keys {
+                seg.by_key
+                    .entry((agent, k.as_str()))
+                    .or_default()
+                    .push((id, p.n_words, &p.words));
+            }
+            Written::Created(id)
+        };
+        if !matches!(w, Written::Known(_)) {
+            rows.source(p, w.item());
+            seg.sources
+                .entry(source_key)
+                .or_default()
+                .push((w.item(), p.hash.as_str()));
+        }
+        written.push(w);
+        if let (Written::Created(id), Some(_)) = (w, &p.key) {
+            stated = Some((p, id));
+            break;
+        }
+    }
+    rows.write(tx, st)?;
+    Ok((written, stated))
+}
+
+/// The lowest id among the near duplicates of item `n`: found in the database, or created
+/// earlier in the segment.
+fn near(found: &Found, seg: &Segment<'_>, n: usize, p: &Prepared<'_>) -> Option<ItemId> {
+    let agent = p.item.agent.as_str();
+    let mut candidates: Vec<ItemId> = found
+        .near
+        .get(&n)
+        .into_iter()
+        .flatten()
+        .filter(|(_, other)| text::jaccard(&p.words, &text::word_set(other)) >= NEAR_DUPLICATE)
+        .map(|(id, _)| *id)
+        .collect();
+    for k in &p.keys {
+        for (id, size, words) in seg.by_key.get(&(agent, k.as_str())).into_iter().flatten() {
+            if (p.lo..=p.hi).contains(size) && text::jaccard(&p.words, words) >= NEAR_DUPLICATE {
+                candidates.push(*id);
+            }
+        }
+    }
+    // As the SQLite backend: the exact Jaccard decides; the lowest id wins.
+    candidates.into_iter().min()
+}
+
+/// Runs the segment's lookup: its items' candidates and fresh ids.
+fn look_up(tx: &mut Transaction<'_>, st: &Statements, items: &[Prepared<'_>]) -> Result<Found> {
+    let n: Vec<i32> = (0..items.len()).map(|i| i as i32).collect();
+    let session: Vec<&str> = items
+        .iter()
+        .map(|p| p.item.source.session.as_str())
+        .collect();
+    let from: Vec<i64> = items.iter().map(|p| seq(p.item.source.from_seq)).collect();
+    let to: Vec<i64> = items.iter().map(|p| seq(p.item.source.to_seq)).collect();
+    let agent: Vec<&str> = items.iter().map(|p| p.item.agent.as_str()).collect();
+    let kind: Vec<&str> = items.iter().map(|p| p.item.kind.as_str()).collect();
+    let same_text: Vec<Option<&str>> = items.iter().map(|p| p.same_text.as_deref()).collect();
+    let hash: Vec<&str> = items.iter().map(|p| p.hash.as_str()).collect();
+    let lo: Vec<i32> = items.iter().map(|p| p.lo).collect();
+    let hi: Vec<i32> = items.iter().map(|p| p.hi).collect();
+    let (mut key_n, mut key_agent, mut key_word, mut key_lo, mut key_hi) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, p) in items.iter().enumerate() {
+        for k in &p.keys {
+            key_n.push(i as i32);
+            key_agent.push(p.item.agent.as_str());
+            key_word.push(k.as_str());
+            key_lo.push(p.lo);
+            key_hi.push(p.hi);
+        }
+    }
     let rows = tx
         .query(
             &st.lookup,
             &[
-                &src.session.as_str(),
-                &from,
-                &to,
-                &agent,
-                &item.kind.as_str(),
-                &same_text,
-                &hash,
-                &keys,
-                &lo,
-                &hi,
+                &n, &session, &from, &to, &agent, &kind, &same_text, &hash, &lo, &hi, &key_n,
+                &key_agent, &key_word, &key_lo, &key_hi,
             ],
         )
-        .map_err(backend("looking up a memory item's duplicates"))?;
-    let tagged = |tag: i32| rows.iter().filter(move |r| r.get::<_, i32>(0) == tag);
-    if let Some(row) = tagged(KNOWN).next() {
-        return Ok((Written::Known(row.get(1)), 0));
+        .map_err(backend("looking up memory items' duplicates"))?;
+    let mut found = Found::default();
+    for r in &rows {
+        let tag: i32 = r.get(0);
+        let at: i32 = r.get(1);
+        let id: ItemId = r.get(2);
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        match tag {
+            KNOWN => {
+                found.known.entry(at).or_insert(id);
+            }
+            EXACT => {
+                found.exact.entry(at).or_insert(id);
+            }
+            NEAR => found.near.entry(at).or_default().push((id, r.get(3))),
+            IDS => found.ids.push(id),
+            _ => {}
+        }
     }
-    if let Some(row) = tagged(EXACT).next() {
-        let id: ItemId = row.get(1);
-        add_source(tx, st, id, item)?;
-        return Ok((Written::Duplicate(id), 0));
-    }
-    // As the SQLite backend: the exact Jaccard decides; the lowest id wins.
-    let mut near: Vec<(ItemId, String)> = tagged(NEAR).map(|r| (r.get(1), r.get(2))).collect();
-    near.sort();
-    if let Some((id, _)) = near
-        .iter()
-        .find(|(_, other)| text::jaccard(&words, &text::word_set(other)) >= NEAR_DUPLICATE)
-    {
-        add_source(tx, st, *id, item)?;
-        return Ok((Written::NearDuplicate(*id), 0));
+    found.ids.sort_unstable();
+    Ok(found)
+}
+
+/// The rows a segment writes, as the columns of its insert.
+#[derive(Default)]
+struct Rows<'a> {
+    id: Vec<ItemId>,
+    agent: Vec<&'a str>,
+    tier: Vec<&'a str>,
+    kind: Vec<&'a str>,
+    text: Vec<&'a str>,
+    tokens: Vec<i64>,
+    hash: Vec<&'a str>,
+    words: Vec<i32>,
+    subject: Vec<Option<&'a str>>,
+    value: Vec<Option<&'a str>>,
+    valid_from: Vec<i64>,
+    key_agent: Vec<&'a str>,
+    key_word: Vec<&'a str>,
+    key_item: Vec<ItemId>,
+    src_item: Vec<ItemId>,
+    src_session: Vec<&'a str>,
+    src_from: Vec<i64>,
+    src_to: Vec<i64>,
+    src_ts: Vec<i64>,
+}
+
+impl<'a> Rows<'a> {
+    fn item(&mut self, p: &'a Prepared<'a>, id: ItemId) {
+        let item = p.item;
+        self.id.push(id);
+        self.agent.push(item.agent.as_str());
+        self.tier.push(item.tier.as_str());
+        self.kind.push(item.kind.as_str());
+        self.text.push(&item.text);
+        self.tokens.push(p.tokens);
+        self.hash.push(&p.hash);
+        self.words.push(p.n_words);
+        self.subject.push(p.key.as_ref().map(|(k, _)| k.as_str()));
+        self.value.push(p.key.as_ref().map(|(_, v)| v.as_str()));
+        self.valid_from.push(item.source.ts_ms);
+        for k in &p.keys {
+            self.key_agent.push(item.agent.as_str());
+            self.key_word.push(k);
+            self.key_item.push(id);
+        }
     }
 
-    let key = text::subject_key(&item.text);
-    let n_words = i32::try_from(words.len()).unwrap_or(i32::MAX);
-    let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
-    let id: ItemId = tx
-        .query_one(
+    fn source(&mut self, p: &'a Prepared<'a>, id: ItemId) {
+        let s = &p.item.source;
+        self.src_item.push(id);
+        self.src_session.push(s.session.as_str());
+        self.src_from.push(seq(s.from_seq));
+        self.src_to.push(seq(s.to_seq));
+        self.src_ts.push(s.ts_ms);
+    }
+
+    fn write(&self, tx: &mut Transaction<'_>, st: &Statements) -> Result<()> {
+        if self.id.is_empty() && self.src_item.is_empty() {
+            return Ok(());
+        }
+        tx.query_one(
             &st.insert,
             &[
-                &agent,
-                &item.tier.as_str(),
-                &item.kind.as_str(),
-                &item.text,
-                &tokens,
-                &hash,
-                &n_words,
-                &key.as_ref().map(|(k, _)| k.as_str()),
-                &key.as_ref().map(|(_, v)| v.as_str()),
-                &src.ts_ms,
-                &keys,
-                &src.session.as_str(),
-                &from,
-                &to,
+                &self.id,
+                &self.agent,
+                &self.tier,
+                &self.kind,
+                &self.text,
+                &self.tokens,
+                &self.hash,
+                &self.words,
+                &self.subject,
+                &self.value,
+                &self.valid_from,
+                &self.key_agent,
+                &self.key_word,
+                &self.key_item,
+                &self.src_item,
+                &self.src_session,
+                &self.src_from,
+                &self.src_to,
+                &self.src_ts,
             ],
         )
-        .map_err(backend("writing a memory item"))?
-        .get(0);
-    if let Some((subject, value)) = key {
-        supersede(tx, st, agent, id, &subject, &value, src.ts_ms)?;
+        .map_err(backend("writing memory items"))?;
+        Ok(())
     }
-    Ok((Written::Created(id), i64::from(n_words)))
 }
 
 /// A seq as PostgreSQL's BIGINT (seqs are far below its limit; a larger one saturates and then
 /// fails the schema's checks rather than wrapping).
 fn seq(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn add_source(tx: &mut Transaction<'_>, st: &Statements, id: ItemId, item: &NewItem) -> Result<()> {
-    let s = &item.source;
-    tx.execute(
-        &st.source,
-        &[
-            &id,
-            &s.session.as_str(),
-            &seq(s.from_seq),
-            &seq(s.to_seq),
-            &s.ts_ms,
-        ],
-    )
-    .map_err(backend("writing a memory item's provenance"))?;
-    Ok(())
 }
 
 fn supersede(
