@@ -5,16 +5,15 @@
 //! messages with content blocks) and OpenAI Responses input items; without a requested format
 //! ([`ParseOptions::format`] `None`) they are told apart from the content. The mapping of every field is documented in `docs/formats.md`.
 //!
-//! Every event is checked by a [`loom_core::Ledger`] while it is built, and every input is read
-//! and checked before anything is stored ([`Importer::run`]), so bad input changes nothing. Long
-//! tool outputs are streamed into the blob store straight from the parser's buffer, never held
-//! twice in memory.
+//! Every event is checked by a [`loom_core::Ledger`] while it is built. Reading stores nothing but
+//! long tool outputs, streamed into the blob store straight from the parser's buffer (never held
+//! twice in memory): sessions come out as events, and storing them is the session engine's
+//! (`loom_session::import`, which reads and checks every input before the first write).
 
 mod anthropic;
 mod build;
 mod detect;
 mod error;
-mod import;
 mod input;
 mod opaque;
 mod openai;
@@ -25,10 +24,6 @@ mod responses;
 use loom_core::Api;
 
 pub use error::{ImportError, Location, Result};
-pub use import::{
-    plan, plan_extending, ImportReport, Importer, NoProgress, Outcome, Plan, Progress,
-    SessionReport,
-};
 pub use parse::{
     parse_file, parse_reader, parse_slice, ParseOptions, ParsedSession, DEFAULT_AGENT,
     DEFAULT_INLINE_LIMIT,

@@ -460,10 +460,14 @@ impl Database {
             .map_err(import_error)?;
             // A session that exists takes the rest of a history that extends its log, as the
             // proxy does with a client's next call.
-            let plan = loom_import::plan_extending(inner.store.as_ref(), sessions)
+            let plan = loom_session::import::plan_extending(inner.store.as_ref(), sessions)
                 .map_err(import_error)?;
             let report = plan
-                .commit(inner.store.as_ref(), now_ms(), &mut loom_import::NoProgress)
+                .commit(
+                    inner.store.as_ref(),
+                    now_ms(),
+                    &mut loom_session::import::NoProgress,
+                )
                 .map_err(import_error)?;
             let sessions: Vec<serde_json::Value> = report
                 .sessions

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod explain;
 pub mod history;
+pub mod import;
 pub mod live;
 mod memo;
 

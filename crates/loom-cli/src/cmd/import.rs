@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use loom_core::{AgentId, Api, SessionId};
-use loom_import::{ImportReport, Importer, ParseOptions, Progress, DEFAULT_INLINE_LIMIT};
+use loom_import::{ParseOptions, DEFAULT_INLINE_LIMIT};
+use loom_session::import::{ImportReport, Importer, Progress};
 
 use super::Context;
 use crate::exit;
@@ -86,7 +87,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         let written: Vec<SessionId> = report
             .sessions
             .iter()
-            .filter(|s| s.outcome != loom_import::Outcome::Unchanged)
+            .filter(|s| s.outcome != loom_session::import::Outcome::Unchanged)
             .map(|s| s.id.clone())
             .collect();
         super::memory::index_new(ctx, ws.store.as_ref(), &written)?;

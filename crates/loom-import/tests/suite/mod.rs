@@ -5,7 +5,6 @@ mod errors;
 mod formats;
 mod large;
 mod native;
-mod reimport;
 mod traces;
 
 use loom_core::{Api, EventBody, NewEvent};

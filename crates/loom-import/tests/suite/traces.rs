@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use loom_core::Api;
 use loom_core::EventBody;
-use loom_import::{parse_file, Importer, NoProgress};
-use loom_store::{CallStatus, MemoryBlobStore, MemoryStore, Store};
+use loom_import::parse_file;
+use loom_store::MemoryBlobStore;
 
 use super::{opts, TRACES};
 
@@ -87,44 +87,6 @@ fn reused_call_ids_are_renamed_and_results_follow_them() {
         }
     }
     assert!(renamed > 0, "tau-bench is known to reuse call ids");
-}
-
-#[test]
-fn all_traces_import_and_unfinished_calls_stay_pending() {
-    let store = MemoryStore::new();
-    let blobs = MemoryBlobStore::new();
-    let importer = Importer::new(&store, &blobs, opts(None));
-    let files = trace_files();
-    let report = importer.run(&files, &mut NoProgress).unwrap();
-    let (mut want_sessions, mut want_events) = (0, 0);
-    for f in &files {
-        let (s, e) = direct_count(f);
-        want_sessions += s;
-        want_events += e;
-    }
-    assert_eq!(report.imported, want_sessions);
-    assert_eq!(report.events, want_events as u64);
-    assert_eq!(store.sessions().unwrap().len(), want_sessions);
-
-    // SWE-agent runs that stopped after a call keep it pending.
-    let pending: usize = store
-        .sessions()
-        .unwrap()
-        .iter()
-        .filter(|s| s.id.as_str().starts_with("sweagent_traj"))
-        .map(|s| {
-            let calls = store.tool_calls(&s.id).unwrap();
-            calls
-                .iter()
-                .filter(|c| c.status == CallStatus::Pending)
-                .count()
-        })
-        .sum();
-    assert!(pending > 0);
-
-    let again = importer.run(&files, &mut NoProgress).unwrap();
-    assert_eq!((again.imported, again.unchanged), (0, want_sessions));
-    assert_eq!(again.events, 0);
 }
 
 #[test]

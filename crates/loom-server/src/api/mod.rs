@@ -413,7 +413,7 @@ pub(crate) struct ImportReport {
 pub(crate) struct ImportedSession {
     id: String,
     #[schema(value_type = String, pattern = "^(imported|unchanged|extended)$")]
-    outcome: loom_import::Outcome,
+    outcome: loom_session::import::Outcome,
     events: u64,
     blobs: u64,
 }
@@ -450,15 +450,19 @@ pub(crate) async fn import(
             let sessions =
                 loom_import::parse_slice("body", "body", &body[..], &opts, s.blobs.as_ref())?;
             let plan = if extend {
-                loom_import::plan_extending(s.store.as_ref(), sessions)?
+                loom_session::import::plan_extending(s.store.as_ref(), sessions)?
             } else {
-                loom_import::plan(s.store.as_ref(), sessions)?
+                loom_session::import::plan(s.store.as_ref(), sessions)?
             };
-            Ok(plan.commit(s.store.as_ref(), now_ms(), &mut loom_import::NoProgress)?)
+            Ok(plan.commit(
+                s.store.as_ref(),
+                now_ms(),
+                &mut loom_session::import::NoProgress,
+            )?)
         })
         .await?;
     for r in &report.sessions {
-        if r.outcome != loom_import::Outcome::Unchanged {
+        if r.outcome != loom_session::import::Outcome::Unchanged {
             state.index_later(&p, &r.id);
         }
     }

@@ -1,5 +1,6 @@
-//! Storing parsed sessions: all inputs are read and checked first, then each new session is
-//! written with one atomic `create_session`.
+//! Storing what `loom-import` reads: all inputs are read and checked first, then each new
+//! session is written with one atomic `create_session` (the reading itself stores nothing but
+//! the long outputs it offloads to the blob store).
 //!
 //! Bad input therefore changes nothing: every file is parsed and every session compared with the
 //! store before the first write. A session that is already stored with identical events (ts_ms
@@ -15,8 +16,7 @@ use loom_core::{Event, EventBody, NewEvent, Seq, SessionId};
 use loom_store::{BlobStore, NewSession, Store};
 use serde::Serialize;
 
-use crate::error::{ImportError, Result};
-use crate::parse::{parse_reader, ParseOptions, ParsedSession};
+use loom_import::{parse_reader, ImportError, ParseOptions, ParsedSession, Result};
 
 /// Receives progress reports; every method defaults to doing nothing.
 pub trait Progress {

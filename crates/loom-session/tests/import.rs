@@ -1,11 +1,48 @@
-//! Importing into a store: all or nothing, and re-import is a no-op or a named conflict.
+//! Importing into a store: all or nothing, and re-import is a no-op or a named conflict; the
+//! shared traces import whole.
+
+// Helpers outside `#[test]` functions unwrap too: in a test, a panic is the failure report.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use std::path::{Path, PathBuf};
 
-use loom_import::{ImportError, Importer, NoProgress};
-use loom_store::{MemoryBlobStore, MemoryStore, Store};
+use loom_core::Api;
+use loom_import::{ImportError, ParseOptions};
+use loom_session::import::{plan, plan_extending, Importer, NoProgress};
+use loom_store::{CallStatus, MemoryBlobStore, MemoryStore, Store};
 
-use super::opts;
+/// Where the shared traces live, relative to this crate.
+const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
+
+/// Options with a fixed timestamp.
+fn opts(format: impl Into<Option<Api>>) -> ParseOptions {
+    let mut o = ParseOptions::new(1_700_000_000_000);
+    o.format = format.into();
+    o
+}
+
+fn trace_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(TRACES)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// (trajectories, messages) counted straight from the JSONL.
+fn direct_count(path: &PathBuf) -> (usize, usize) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut sessions = 0;
+    let mut messages = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        sessions += 1;
+        messages += v["messages"].as_array().unwrap().len();
+    }
+    (sessions, messages)
+}
 
 const GOOD: &str = concat!(
     r#"{"id": "s1", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#,
@@ -147,30 +184,33 @@ fn an_extending_import_appends_the_rest_and_still_refuses_a_departure() {
     let long = r#"{"id": "s", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}"#;
     let edited = r#"{"id": "s", "messages": [{"role": "user", "content": "A"}, {"role": "assistant", "content": "b"}]}"#;
     let s = loom_core::SessionId::new("s").unwrap();
-    loom_import::plan(&store, read(short))
+    plan(&store, read(short))
         .unwrap()
         .commit(&store, 1, &mut NoProgress)
         .unwrap();
     // Without the opt-in a longer history is a conflict, as before.
     assert!(matches!(
-        loom_import::plan(&store, read(long)),
+        plan(&store, read(long)),
         Err(ImportError::Conflict { seq: 2, .. })
     ));
-    let report = loom_import::plan_extending(&store, read(long))
+    let report = plan_extending(&store, read(long))
         .unwrap()
         .commit(&store, 2, &mut NoProgress)
         .unwrap();
     assert_eq!((report.extended, report.imported, report.events), (1, 0, 2));
-    assert_eq!(report.sessions[0].outcome, loom_import::Outcome::Extended);
+    assert_eq!(
+        report.sessions[0].outcome,
+        loom_session::import::Outcome::Extended
+    );
     assert_eq!(store.latest_seq(&s).unwrap(), 3);
     // The same history again is unchanged; one that departs from the log is still refused.
-    let again = loom_import::plan_extending(&store, read(long))
+    let again = plan_extending(&store, read(long))
         .unwrap()
         .commit(&store, 3, &mut NoProgress)
         .unwrap();
     assert_eq!((again.unchanged, again.events), (1, 0));
     assert!(matches!(
-        loom_import::plan_extending(&store, read(edited)),
+        plan_extending(&store, read(edited)),
         Err(ImportError::Conflict { seq: 1, .. })
     ));
     assert_eq!(store.latest_seq(&s).unwrap(), 3);
@@ -187,7 +227,7 @@ fn an_extending_import_reads_the_log_without_looms_hidden_rounds() {
         loom_import::parse_slice("t", "t", text.as_bytes(), &opts(None), &blobs).unwrap()
     };
     let s = loom_core::SessionId::new("s").unwrap();
-    loom_import::plan(
+    plan(
         &store,
         read(r#"{"id": "s", "messages": [{"role": "user", "content": "a"}]}"#),
     )
@@ -228,10 +268,48 @@ fn an_extending_import_reads_the_log_without_looms_hidden_rounds() {
         )
         .unwrap();
     let long = r#"{"id": "s", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#;
-    let report = loom_import::plan_extending(&store, read(long))
+    let report = plan_extending(&store, read(long))
         .unwrap()
         .commit(&store, 2, &mut NoProgress)
         .unwrap();
     assert_eq!((report.extended, report.events), (1, 1));
     assert_eq!(store.latest_seq(&s).unwrap(), 5);
+}
+
+#[test]
+fn all_traces_import_and_unfinished_calls_stay_pending() {
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let importer = Importer::new(&store, &blobs, opts(None));
+    let files = trace_files();
+    let report = importer.run(&files, &mut NoProgress).unwrap();
+    let (mut want_sessions, mut want_events) = (0, 0);
+    for f in &files {
+        let (s, e) = direct_count(f);
+        want_sessions += s;
+        want_events += e;
+    }
+    assert_eq!(report.imported, want_sessions);
+    assert_eq!(report.events, want_events as u64);
+    assert_eq!(store.sessions().unwrap().len(), want_sessions);
+
+    // SWE-agent runs that stopped after a call keep it pending.
+    let pending: usize = store
+        .sessions()
+        .unwrap()
+        .iter()
+        .filter(|s| s.id.as_str().starts_with("sweagent_traj"))
+        .map(|s| {
+            let calls = store.tool_calls(&s.id).unwrap();
+            calls
+                .iter()
+                .filter(|c| c.status == CallStatus::Pending)
+                .count()
+        })
+        .sum();
+    assert!(pending > 0);
+
+    let again = importer.run(&files, &mut NoProgress).unwrap();
+    assert_eq!((again.imported, again.unchanged), (0, want_sessions));
+    assert_eq!(again.events, 0);
 }
