@@ -78,6 +78,8 @@ esac
 work=${LOOM_CLIENTS_WORK:-$dir/runs/last}
 rm -rf "$work"
 mkdir -p "$work"
+# Absolute: each client runs from its own scratch repo.
+work=$(cd "$work" && pwd)
 pids=()
 status=0
 
