@@ -42,13 +42,41 @@ use std::ops::RangeInclusive;
 
 use loom_core::{BlobRef, Event, NewEvent, Seq, SessionId, SessionInfo};
 
+/// API keys: the concern of `loom serve`'s authentication, apart from the log. Every [`Store`]
+/// is one too (its keys live in the same database), and a caller that only checks keys needs
+/// no more than this.
+pub trait KeyStore: Send + Sync {
+    /// Stores a new API key; returns it as stored (not revoked).
+    ///
+    /// A key whose id or hash is already stored is refused with [`StoreError::KeyExists`], a
+    /// malformed id or hash (see [`NewApiKey`]) with [`StoreError::InvalidKey`]; either way
+    /// nothing is written.
+    fn create_key(&self, key: &NewApiKey) -> Result<ApiKey>;
+
+    /// The key whose secret hashes to `hash` ([`hash_api_key`]), if any.
+    ///
+    /// Revoked keys are returned too, with `revoked_ms` set: refusing them is the caller's job,
+    /// and it can then say why. This is on the path of every authenticated request, so backends
+    /// answer it with one indexed lookup.
+    fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>>;
+
+    /// Every key, revoked ones included, ordered by creation time, then id.
+    fn keys(&self) -> Result<Vec<ApiKey>>;
+
+    /// Revokes the key with this id; returns it as stored.
+    ///
+    /// Revoking a revoked key changes nothing (its first `revoked_ms` stays), so a retry is
+    /// harmless. An unknown id is [`StoreError::KeyNotFound`].
+    fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey>;
+}
+
 /// The log and its derived records.
 ///
 /// Every method is atomic: it either takes full effect or none, so bad input never leaves a
 /// partial change behind. Appends are validated against the session's tool-call ledger (no orphan
 /// results, no duplicate call ids, no stale results) before anything is written. An `Ok` from a
 /// write means the write is durable.
-pub trait Store: Send + Sync + std::fmt::Debug {
+pub trait Store: KeyStore + Send + Sync + std::fmt::Debug {
     /// Creates a session and appends its first events in one transaction.
     ///
     /// Fails with [`StoreError::SessionExists`] if the id is taken.
@@ -225,27 +253,4 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The blob an alias points at, if it is set.
     fn resolve_alias(&self, session: &SessionId, alias: &BlobAlias) -> Result<Option<BlobRef>>;
-
-    /// Stores a new API key; returns it as stored (not revoked).
-    ///
-    /// A key whose id or hash is already stored is refused with [`StoreError::KeyExists`], a
-    /// malformed id or hash (see [`NewApiKey`]) with [`StoreError::InvalidKey`]; either way
-    /// nothing is written.
-    fn create_key(&self, key: &NewApiKey) -> Result<ApiKey>;
-
-    /// The key whose secret hashes to `hash` ([`hash_api_key`]), if any.
-    ///
-    /// Revoked keys are returned too, with `revoked_ms` set: refusing them is the caller's job,
-    /// and it can then say why. This is on the path of every authenticated request, so backends
-    /// answer it with one indexed lookup.
-    fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>>;
-
-    /// Every key, revoked ones included, ordered by creation time, then id.
-    fn keys(&self) -> Result<Vec<ApiKey>>;
-
-    /// Revokes the key with this id; returns it as stored.
-    ///
-    /// Revoking a revoked key changes nothing (its first `revoked_ms` stays), so a retry is
-    /// harmless. An unknown id is [`StoreError::KeyNotFound`].
-    fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey>;
 }

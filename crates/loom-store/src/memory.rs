@@ -9,7 +9,7 @@ use loom_core::{Event, Ledger, NewEvent, Seq, SessionId, SessionInfo};
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
-use crate::{keys, validate, ApiKey, NewApiKey, Result, Store, StoreError};
+use crate::{keys, validate, ApiKey, KeyStore, NewApiKey, Result, Store, StoreError};
 
 #[derive(Debug, Default)]
 struct SessionData {
@@ -371,7 +371,9 @@ impl Store for MemoryStore {
             .get(alias.as_str())
             .cloned())
     }
+}
 
+impl KeyStore for MemoryStore {
     fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
         keys::check(key)?;
         let mut table = self.lock_keys();

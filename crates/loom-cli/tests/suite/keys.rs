@@ -1,7 +1,7 @@
 //! `loom keys`: a secret shown once and never again, listings without secrets or hashes,
 //! revocation, and bad input (tenant names, modes, unknown ids, a missing database).
 
-use loom_store::{hash_api_key, SqliteStore, Store};
+use loom_store::{hash_api_key, KeyStore, SqliteStore};
 
 use super::Loom;
 

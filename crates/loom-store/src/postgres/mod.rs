@@ -34,7 +34,7 @@ use postgres::GenericClient;
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
-use crate::{validate, ApiKey, BlobAlias, NewApiKey, Result, Store, StoreError};
+use crate::{validate, ApiKey, BlobAlias, KeyStore, NewApiKey, Result, Store, StoreError};
 pub use blob::PgBlobStore;
 use db::{backend, corrupt, seq_bound, storable, to_json, Cols, Db};
 use log::{
@@ -660,7 +660,9 @@ impl Store for PgStore {
             Ok(found.into_iter().next())
         })
     }
+}
 
+impl KeyStore for PgStore {
     fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
         tx::write(&self.pool, "storing an api key", |db| keys::create(db, key))
     }

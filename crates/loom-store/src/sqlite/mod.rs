@@ -23,7 +23,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBeha
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
-use crate::{validate, ApiKey, BlobAlias, NewApiKey, Result, Store, StoreError};
+use crate::{validate, ApiKey, BlobAlias, KeyStore, NewApiKey, Result, Store, StoreError};
 use rows::{
     corrupt, find_session, load_ledger, parse_status, query_all, require_session, seq_bound,
     store_calls, to_json, touched_calls, Cols, SessionRow,
@@ -646,7 +646,9 @@ impl Store for SqliteStore {
             stored_alias(tx, pk, alias)
         })
     }
+}
 
+impl KeyStore for SqliteStore {
     fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
         self.write(|tx| keys::create(tx, key))
     }

@@ -3,7 +3,7 @@
 
 use loom_core::AgentId;
 use loom_store::{
-    hash_api_key, new_api_key, ApiKey, NewApiKey, ProxyMode, Store, StoreError, TenantId,
+    hash_api_key, new_api_key, ApiKey, KeyStore, NewApiKey, ProxyMode, Store, StoreError, TenantId,
 };
 
 use crate::suite::support::{with_session, StoreHarness};
