@@ -41,10 +41,21 @@ fn delete(ctx: &Context, ws: &Opened, id: &str, json: bool) -> anyhow::Result<()
     }
     let database = ctx.database()?;
     let memory = loom_memory::open(&database).map_err(super::memory::mapped)?;
-    let forgotten = memory
-        .forget_session(&info.agent, &session)
-        .map_err(super::memory::mapped)?
-        .len();
+    // Memory keeps a session's items under its agent; a session `loom serve` stored for a
+    // tenant (`tenant/id`) under the tenant's name for the agent (`tenant/agent`).
+    let mut agents = vec![info.agent.clone()];
+    if let Some((tenant, _)) = id.split_once('/') {
+        if let Ok(scoped) = loom_core::AgentId::new(format!("{tenant}/{}", info.agent)) {
+            agents.push(scoped);
+        }
+    }
+    let mut forgotten = 0;
+    for agent in &agents {
+        forgotten += memory
+            .forget_session(agent, &session)
+            .map_err(super::memory::mapped)?
+            .len();
+    }
     let files = match &database {
         loom_store::Database::Sqlite(path) => loom_server::recall_files::remove_session(
             &loom_store::Workspace::folder_of(path).join("recall"),
