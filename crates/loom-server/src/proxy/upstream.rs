@@ -1,5 +1,6 @@
-//! Calling the upstream provider and relaying its answer: bytes reach the client unchanged and
-//! as they arrive, while Loom parses them into the assistant turn it logs.
+//! Calling the upstream provider (its URL, credentials and the client's provider headers) and
+//! relaying its answer: bytes reach the client unchanged and as they arrive, while Loom parses
+//! them into the assistant turn it logs.
 //!
 //! A stream is relayed chunk by chunk, except for the chunk that completes it (`[DONE]`,
 //! `message_stop`, `response.completed`): that one is held until the turn and its usage are
@@ -16,13 +17,16 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
 use loom_core::{Api, NewEvent, SessionId};
+use loom_provider::client::{credential_headers, endpoint};
+use loom_session::live::Live;
 use loom_store::Usage;
 use loom_wire::{parse_reply, AssistantReply, SseParser, StreamAssembler};
 use tokio::sync::OwnedMutexGuard;
 
+use crate::auth::Principal;
+use crate::config::AuthMode;
 use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
-use loom_session::live::Live;
 
 /// Largest non-streaming reply read into memory.
 const MAX_REPLY_BYTES: usize = 64 << 20;
@@ -442,3 +446,79 @@ fn reply_events(
 }
 
 pub use loom_session::history::assistant_event;
+
+/// The upstream request: URL, credentials and the client's provider headers. The URL and the
+/// credential headers follow the provider client's rules (`loom_provider::client`), so the proxy
+/// and the agent runtime call a provider the same way.
+pub(super) fn upstream_request(
+    state: &AppState,
+    api: Api,
+    principal: &Principal,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Bytes,
+) -> Result<reqwest::RequestBuilder, ApiError> {
+    let base = match api {
+        Api::OpenaiChat | Api::OpenaiResponses => &state.config.openai,
+        Api::Anthropic => &state.config.anthropic,
+    };
+    // The config checked the URL at start-up; this only fails if that check and the client's
+    // rules ever disagree.
+    let mut url = endpoint(api, &base.base_url)
+        .map_err(|e| ApiError::internal(format!("building the upstream URL: {e}")))?;
+    // The client's query (Anthropic's `?beta=true`) goes on as it came.
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        url.set_query(Some(q));
+    }
+    let mut req = state
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    for (name, value) in headers {
+        if forwarded(name.as_str()) {
+            req = req.header(name.as_str(), value.as_bytes());
+        }
+    }
+    credentials(state, api, principal, headers, req)
+}
+
+/// Puts the right credentials on an upstream request: the client's own under `--auth none`, the
+/// tenant's or the server's under `--auth keys` (with the API's version header when the client
+/// sent none of its own).
+pub(super) fn credentials(
+    state: &AppState,
+    api: Api,
+    principal: &Principal,
+    client_headers: &HeaderMap,
+    mut req: reqwest::RequestBuilder,
+) -> Result<reqwest::RequestBuilder, ApiError> {
+    if state.config.auth == AuthMode::None {
+        for (name, value) in &principal.forwarded {
+            req = req.header(name.as_str(), value.as_bytes());
+        }
+        return Ok(req);
+    }
+    let tenant = principal
+        .tenant
+        .as_ref()
+        .and_then(|t| state.config.tenant_keys.get(t));
+    let key = match api {
+        Api::OpenaiChat | Api::OpenaiResponses => tenant
+            .and_then(|t| t.openai.clone())
+            .or_else(|| state.config.openai.key.clone()),
+        Api::Anthropic => tenant
+            .and_then(|t| t.anthropic.clone())
+            .or_else(|| state.config.anthropic.key.clone()),
+    };
+    let Some(key) = key else {
+        return Ok(req);
+    };
+    // The error names the field, never the key.
+    let mut creds = credential_headers(api, Some(&key))
+        .map_err(|e| ApiError::internal(format!("sending the configured key: {e}")))?;
+    if client_headers.contains_key("anthropic-version") {
+        creds.remove("anthropic-version");
+    }
+    Ok(req.headers(creds))
+}
