@@ -83,6 +83,20 @@ impl Principal {
         SessionId::new(full).map_err(|e| ApiError::invalid_field(field, e.to_string()))
     }
 
+    /// An agent named by a client (`field`), held to the same rules as its session ids.
+    pub fn agent(name: &str, field: &str) -> Result<loom_core::AgentId> {
+        if name.len() > CLIENT_ID_LEN {
+            return Err(ApiError::invalid_field(
+                field,
+                format!(
+                    "is {} bytes long; at most {CLIENT_ID_LEN} are allowed",
+                    name.len()
+                ),
+            ));
+        }
+        loom_core::AgentId::new(name).map_err(|e| ApiError::invalid_field(field, e.to_string()))
+    }
+
     /// The client's id of a stored session, or `None` when it is not this tenant's.
     pub fn unscope<'a>(&self, stored: &'a SessionId) -> Option<&'a str> {
         match &self.tenant {

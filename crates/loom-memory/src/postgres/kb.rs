@@ -203,7 +203,10 @@ pub(super) fn search(
     if kept.is_empty() {
         return Ok(Vec::new());
     }
-    let candidates = limit.saturating_mul(CANDIDATES_PER_HIT).max(MIN_CANDIDATES);
+    let candidates = limit
+        .saturating_mul(CANDIDATES_PER_HIT)
+        .max(MIN_CANDIDATES)
+        .min(i64::MAX as usize);
     let sql = format!(
         "WITH {TERMS}
          SELECT c.path, c.from_line, c.to_line, c.heading, c.text, c.tokens, {score} AS score

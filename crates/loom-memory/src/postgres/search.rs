@@ -26,6 +26,9 @@ use super::vectors;
 const CANDIDATES_PER_HIT: usize = 4;
 /// The fewest candidates read, for small limits.
 const MIN_CANDIDATES: usize = 64;
+/// The most candidates read, whatever the limit (a limit of 2^64 - 1 is a client's "no limit",
+/// not a number of rows SQL can be asked for).
+const MAX_CANDIDATES: usize = 100_000;
 /// The share of a neighbour's own score an item gains for standing next to it.
 const NEIGHBOUR_WEIGHT: f64 = 0.5;
 /// The most matches the ranking terms may have together (see [`weights`]).
@@ -232,7 +235,7 @@ pub(super) fn search(
     let candidates = search
         .limit
         .saturating_mul(CANDIDATES_PER_HIT)
-        .max(MIN_CANDIDATES);
+        .clamp(MIN_CANDIDATES, MAX_CANDIDATES);
     let matched = if terms.is_empty() {
         Vec::new()
     } else {

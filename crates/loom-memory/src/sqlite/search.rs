@@ -32,6 +32,9 @@ const CANDIDATES_PER_HIT: usize = 4;
 
 /// The fewest candidates read, for small limits.
 const MIN_CANDIDATES: usize = 64;
+/// The most candidates read, whatever the limit (a limit of 2^64 - 1 is a client's "no limit",
+/// not a number of rows SQL can be asked for).
+const MAX_CANDIDATES: usize = 100_000;
 
 /// The share of a neighbour's own score an item gains for standing next to it.
 const NEIGHBOUR_WEIGHT: f64 = 0.5;
@@ -182,7 +185,7 @@ pub(crate) fn search(
     let candidates = search
         .limit
         .saturating_mul(CANDIDATES_PER_HIT)
-        .max(MIN_CANDIDATES);
+        .clamp(MIN_CANDIDATES, MAX_CANDIDATES);
     let bm25 = if terms.is_empty() {
         Vec::new()
     } else {

@@ -66,9 +66,7 @@ fn agent_key(p: &Principal, named: Option<&str>) -> Result<(AgentId, AgentId)> {
                 format!("this key is for agent `{own}`, not `{a}`"),
             ))
         }
-        (Some(a), _) => {
-            AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?
-        }
+        (Some(a), _) => Principal::agent(a, "agent")?,
         (None, Some(own)) => own.clone(),
         // The agent a session gets when none is named.
         (None, None) => AgentId::new(crate::api::DEFAULT_AGENT)

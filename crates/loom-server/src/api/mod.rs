@@ -182,9 +182,7 @@ pub(crate) async fn create_session(
     let req: CreateSession = parse_json(&body)?;
     let id = p.scope(&req.id, "id")?;
     let agent = match (&req.agent, &p.agent) {
-        (Some(a), _) => {
-            AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?
-        }
+        (Some(a), _) => Principal::agent(a, "agent")?,
         (None, Some(a)) => a.clone(),
         (None, None) => {
             AgentId::new(DEFAULT_AGENT).map_err(|e| ApiError::invalid(e.to_string()))?
@@ -439,9 +437,7 @@ pub(crate) async fn import(
     })?;
     opts.session = Some(p.scope(&client_id, "session")?);
     opts.agent = match (&q.agent, &p.agent) {
-        (Some(a), _) => {
-            Some(AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?)
-        }
+        (Some(a), _) => Some(Principal::agent(a, "agent")?),
         (None, agent) => agent.clone(),
     };
     let extend = q.extend.unwrap_or(false);
@@ -515,9 +511,7 @@ pub(crate) async fn history(
     };
     let sid = p.scope(&id, "session")?;
     let agent = match (&q.agent, &p.agent) {
-        (Some(a), _) => {
-            Some(AgentId::new(a).map_err(|e| ApiError::invalid_field("agent", e.to_string()))?)
-        }
+        (Some(a), _) => Some(Principal::agent(a, "agent")?),
         (None, agent) => agent.clone(),
     };
     let lock = state.session_locks.get(&sid);

@@ -269,3 +269,32 @@ async fn deleting_a_session_removes_its_log_and_the_memory_only_it_gave() {
     let now = texts(&search(&s, &a, q).await);
     assert!(now.iter().any(|t| t.contains("1234")), "{now:?}");
 }
+
+#[tokio::test]
+async fn a_limit_of_u64_max_or_an_overlong_agent_is_answered_not_a_500() {
+    let s = start(AuthMode::Keys, ProxyMode::Observe).await;
+    let a = s.key("tenant-a");
+    session(&s, &a, "s", "the deploy key lives in the vault").await;
+    s.indexed().await;
+    let r = s
+        .post(
+            "/loom/v1/memory/search",
+            Some(&a),
+            &[],
+            &json!({"query": "deploy key", "agent": "support", "limit": u64::MAX}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let long = "a".repeat(1025);
+    let r = s
+        .post(
+            "/loom/v1/sessions",
+            Some(&a),
+            &[],
+            &json!({"id": "t", "agent": long}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["field"], "agent");
+}
