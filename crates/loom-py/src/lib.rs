@@ -351,14 +351,9 @@ impl Database {
         let inner = Arc::clone(&self.inner);
         py.detach(move || {
             let id = session_id(&session)?;
-            let info = inner
-                .store
-                .session(&id)
-                .map_err(store_error)?
-                .ok_or_else(|| store_error(StoreError::SessionNotFound(id.clone())))?;
-            if !inner.store.delete_session(&id).map_err(store_error)? {
-                return Err(store_error(StoreError::SessionNotFound(id)));
-            }
+            // Through the session engine: the live state this handle keeps goes too.
+            let info =
+                loom_session::history::delete_session(inner.backend(), &id).map_err(api_error)?;
             let forgotten = match &inner.memory {
                 Some(m) => m
                     .forget_session(&info.agent, &id)

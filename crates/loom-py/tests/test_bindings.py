@@ -187,6 +187,7 @@ def test_a_deleted_session_is_gone_and_its_id_free(db):
     messages = history(2)
     db.import_history(messages, format="openai", session="doomed")
     db.import_history(messages, format="openai", session="kept")
+    db.session("doomed").render(model="gpt-4o")  # the session is live in this handle
     out = db.delete_session("doomed")
     assert out["events"] == len(messages)
     assert [s["id"] for s in db.sessions()] == ["kept"]
@@ -195,6 +196,9 @@ def test_a_deleted_session_is_gone_and_its_id_free(db):
     # The id starts a new log.
     s = db.import_history(messages[:2], format="openai", session="doomed")
     assert s.info["event_count"] == 2
+    # Rendered from the new log, not from the deleted one's live state.
+    sent = s.render(model="gpt-4o").body["messages"]
+    assert [m["role"] for m in sent] == [m["role"] for m in messages[:2]]
 
 
 def test_anthropic_and_responses_histories(db):

@@ -24,19 +24,6 @@ pub enum ErrorKind {
     Internal,
 }
 
-impl ErrorKind {
-    /// The machine-readable name the HTTP API and Python use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Invalid => "invalid_request",
-            Self::SessionNotFound | Self::NotFound => "not_found",
-            Self::Conflict => "conflict",
-            Self::Unavailable => "unavailable",
-            Self::Internal => "internal",
-        }
-    }
-}
-
 /// A failure of the session engine.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

@@ -4,7 +4,7 @@ use loom_core::{AgentId, Api, EventBody, MessageContent, NativeReasoning, NewEve
 use loom_store::NewSession;
 use loom_wire::AssistantReply;
 
-use crate::error::{Result, SessionError};
+use crate::error::{ErrorKind, Result, SessionError};
 
 /// The agent a session belongs to when its caller names none.
 pub const DEFAULT_AGENT: &str = "agent";
@@ -65,13 +65,24 @@ pub fn append_history(
 }
 
 /// Deletes session `id` (its log and everything derived from it, as
-/// [`loom_store::Store::delete_session`] does) and drops its live state; `false` when there was
-/// no such session. What the front end keeps beside the store (memory, files) is its own to
-/// remove.
-pub fn delete_session(b: crate::Backend<'_>, id: &SessionId) -> Result<bool> {
+/// [`loom_store::Store::delete_session`] does) and drops its live state; returns the session as
+/// it was (its agent names the memory to forget), or a not-found error. What a front end keeps
+/// beside the store (memory, saved files) is its own to remove.
+pub fn delete_session(b: crate::Backend<'_>, id: &SessionId) -> Result<loom_core::SessionInfo> {
+    let gone = || {
+        SessionError::new(
+            ErrorKind::SessionNotFound,
+            format!("session `{id}` not found"),
+        )
+    };
+    let info = b.store.session(id)?.ok_or_else(gone)?;
     let deleted = b.store.delete_session(id)?;
     b.live.forget(id);
-    Ok(deleted)
+    if deleted {
+        Ok(info)
+    } else {
+        Err(gone())
+    }
 }
 
 /// The log's form of a reply (the proxy's, and the agent runtime's for its own model calls).

@@ -29,16 +29,19 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
 
 fn delete(ctx: &Context, ws: &Opened, id: &str, json: bool) -> anyhow::Result<()> {
     let session = loom_core::SessionId::new(id).map_err(crate::exit::bad_input)?;
-    let Some(info) = ws.store.session(&session)? else {
-        return Err(crate::exit::bad_input(anyhow::anyhow!(
-            "session `{id}` not found"
-        )));
+    let live = loom_session::LiveSessions::new(1);
+    let reduce = loom_core::ReduceConfig::default();
+    let backend = loom_session::Backend {
+        store: ws.store.as_ref(),
+        blobs: ws.blobs.as_ref(),
+        reduce: &reduce,
+        live: &live,
     };
-    if !ws.store.delete_session(&session)? {
-        return Err(crate::exit::bad_input(anyhow::anyhow!(
-            "session `{id}` not found"
-        )));
-    }
+    let info =
+        loom_session::history::delete_session(backend, &session).map_err(|e| match e.kind {
+            loom_session::ErrorKind::SessionNotFound => crate::exit::bad_input(e),
+            _ => anyhow::Error::new(e),
+        })?;
     let database = ctx.database()?;
     let memory = loom_memory::open(&database).map_err(super::memory::mapped)?;
     // Memory keeps a session's items under its agent; a session `loom serve` stored for a

@@ -260,9 +260,8 @@ pub(crate) async fn delete_session(
     let shown = id.clone();
     let out = state
         .blocking("deleting a session", move |s| {
-            if !loom_session::history::delete_session(s.backend(), &sid)? {
-                return Err(ApiError::not_found(format!("session `{shown}` not found")));
-            }
+            loom_session::history::delete_session(s.backend(), &sid)
+                .map_err(|_| ApiError::not_found(format!("session `{shown}` not found")))?;
             // The log is gone, so the indexer reads nothing more of it; what it was writing
             // lands before the session's memory is forgotten.
             if let Some(indexer) = &s.indexer {

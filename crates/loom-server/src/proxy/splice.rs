@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
 
 use super::recall::{self, Rounds};
-use super::upstream::{log_reply, next_chunk, LogTarget};
+use super::upstream::{log_reply, next_chunk, respond, LogTarget};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -54,6 +54,8 @@ pub(crate) struct Splice {
     holding: bool,
     /// Every tool call of the held reply is dropped: it stops as a reply without calls.
     stop_instead: bool,
+    /// The event being rewritten was changed: an unchanged one goes out as the upstream's bytes.
+    changed: bool,
 }
 
 impl Splice {
@@ -69,19 +71,24 @@ impl Splice {
             held: Vec::new(),
             holding: false,
             stop_instead: false,
+            changed: false,
         }
     }
 
     /// Takes the upstream's next event; returns those the client gets now.
     pub(crate) fn take(&mut self, event: SseEvent) -> Vec<SseEvent> {
-        if !self.holding && opens_a_call(self.api, &event) {
+        // Parsed once: whether it opens a call, and what it becomes.
+        let v = serde_json::from_str::<Value>(&event.data).ok();
+        if !self.holding && v.as_ref().is_some_and(|v| opens_a_call(self.api, v)) {
             self.holding = true;
         }
         if self.holding {
             self.held.push(event);
             return Vec::new();
         }
-        self.rewrite(event, &BTreeSet::new()).into_iter().collect()
+        self.rewrite_parsed(event, v, &BTreeSet::new())
+            .into_iter()
+            .collect()
     }
 
     /// The round is over and its reply goes to the client: the held events, without the
@@ -122,7 +129,10 @@ impl Splice {
     fn renumber(&mut self, v: &mut Value, index_key: &str, drops: &BTreeSet<u64>) -> Option<()> {
         if let Some(i) = v.get(index_key).and_then(Value::as_u64) {
             let n = self.number(i, drops)?;
-            v[index_key] = json!(n);
+            if n != i {
+                v[index_key] = json!(n);
+                self.changed = true;
+            }
             self.given = self.given.max(n + 1);
         }
         Some(())
@@ -130,10 +140,23 @@ impl Splice {
 
     /// The event as the client gets it; `None` when it is left out.
     fn rewrite(&mut self, event: SseEvent, drops: &BTreeSet<u64>) -> Option<SseEvent> {
-        let Ok(mut v) = serde_json::from_str::<Value>(&event.data) else {
+        let v = serde_json::from_str::<Value>(&event.data).ok();
+        self.rewrite_parsed(event, v, drops)
+    }
+
+    /// [`Splice::rewrite`] of an event already parsed (`v`: its data, when JSON). An event
+    /// nothing changes keeps the upstream's own bytes.
+    fn rewrite_parsed(
+        &mut self,
+        event: SseEvent,
+        v: Option<Value>,
+        drops: &BTreeSet<u64>,
+    ) -> Option<SseEvent> {
+        let Some(mut v) = v else {
             // `[DONE]`, or a payload no round changes.
             return Some(event);
         };
+        self.changed = false;
         let kind = v
             .get("type")
             .and_then(Value::as_str)
@@ -150,24 +173,32 @@ impl Splice {
                         && v.pointer("/delta/stop_reason") == Some(&json!("tool_use")) =>
                 {
                     v["delta"]["stop_reason"] = json!("end_turn");
+                    self.changed = true;
                 }
                 _ => {}
             },
             Api::OpenaiChat => {
                 match (&self.first_id, v.get("id").and_then(Value::as_str)) {
                     (None, Some(id)) => self.first_id = Some(id.to_owned()),
-                    (Some(first), Some(_)) => v["id"] = json!(first),
+                    (Some(first), Some(id)) if first != id => {
+                        v["id"] = json!(first);
+                        self.changed = true;
+                    }
                     _ => {}
                 }
                 let stop_instead = self.stop_instead;
                 if let Some(Value::Array(choices)) = v.get_mut("choices") {
                     for choice in choices.iter_mut() {
                         if let Some(Value::Array(calls)) = choice.pointer_mut("/delta/tool_calls") {
+                            let calls_before = calls.len();
                             let mut kept = Vec::with_capacity(calls.len());
                             for mut call in std::mem::take(calls) {
                                 if self.renumber(&mut call, "index", drops).is_some() {
                                     kept.push(call);
                                 }
+                            }
+                            if kept.len() != calls_before {
+                                self.changed = true;
                             }
                             *calls = kept;
                             if calls.is_empty() {
@@ -178,6 +209,7 @@ impl Splice {
                         }
                         if stop_instead && choice["finish_reason"] == "tool_calls" {
                             choice["finish_reason"] = json!("stop");
+                            self.changed = true;
                         }
                     }
                 }
@@ -201,6 +233,7 @@ impl Splice {
                         let items: Vec<Value> =
                             self.items.iter().map(|(_, item)| item.clone()).collect();
                         if let Some(r) = v.get_mut("response").and_then(Value::as_object_mut) {
+                            self.changed = true;
                             r.insert("output".to_owned(), Value::Array(items));
                             if let Some(first) = &self.first_id {
                                 r.insert("id".to_owned(), json!(first));
@@ -215,11 +248,17 @@ impl Splice {
                         self.items.push((n, item.clone()));
                     }
                 }
-                if v.get("sequence_number").is_some() {
-                    v["sequence_number"] = json!(self.seq);
+                if let Some(seq) = v.get("sequence_number").and_then(Value::as_u64) {
+                    if seq != self.seq {
+                        v["sequence_number"] = json!(self.seq);
+                        self.changed = true;
+                    }
                     self.seq += 1;
                 }
             }
+        }
+        if !self.changed {
+            return Some(event);
         }
         Some(SseEvent {
             event: event.event,
@@ -229,10 +268,7 @@ impl Splice {
 }
 
 /// Whether `event` opens a tool call of the reply.
-fn opens_a_call(api: Api, event: &SseEvent) -> bool {
-    let Ok(v) = serde_json::from_str::<Value>(&event.data) else {
-        return false;
-    };
+fn opens_a_call(api: Api, v: &Value) -> bool {
     match api {
         Api::Anthropic => {
             v["type"] == "content_block_start" && v["content_block"]["type"] == "tool_use"
@@ -438,10 +474,7 @@ pub(crate) fn stream(
         .await;
     });
     let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    let mut response = Response::new(Body::from_stream(body));
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    response
+    respond(status, headers, Body::from_stream(body))
 }
 
 #[expect(clippy::too_many_arguments, reason = "one relay, its parts named")]
@@ -594,6 +627,16 @@ mod tests {
         }
         assert_eq!(now, events[..4], "the text block streams as it comes");
         assert_eq!(s.settle(false), events[4..], "the call follows unchanged");
+    }
+
+    #[test]
+    fn an_event_no_round_changes_keeps_the_upstreams_bytes() {
+        let mut s = Splice::new(Api::OpenaiResponses);
+        let raw = SseEvent {
+            event: Some("response.output_text.delta".into()),
+            data: r#"{"type":"response.output_text.delta", "sequence_number":0,"output_index":0,"delta":"hi"}"#.into(),
+        };
+        assert_eq!(s.take(raw.clone()), [raw]);
     }
 
     #[test]

@@ -194,7 +194,7 @@ pub(crate) async fn relay(
     respond(status, headers, Body::from(body))
 }
 
-fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
+pub(super) fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
