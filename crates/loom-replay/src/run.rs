@@ -7,11 +7,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use loom_core::render::{
-    self, Audience, CompactionState, CostMemo, Format, Msg, Piece, Policy, Projection, RenderError,
+    self, Audience, CompactionState, CostMemo, Format, Msg, Piece, Policy, RenderError,
     RenderInput, Rendered, StepIndex, TokenMeter,
 };
-use loom_core::{BlobRef, Event, EventBody, Ingest, ReduceConfig, Seq, ToolOutput};
+use loom_core::{BlobRef, Event, EventBody, ReduceConfig, Seq, ToolOutput};
 use loom_import::ParsedSession;
+use loom_session::SessionState;
 use loom_store::BlobStore;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -329,36 +330,28 @@ impl<'a> Replayer<'a> {
         emit: &mut dyn FnMut(usize, &Rendered),
     ) -> Result<TraceRun, ReplayError> {
         let id = session.id.as_str().to_owned();
-        let events: Vec<Event> = session
-            .events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| Event {
-                seq: i as Seq + 1,
-                ts_ms: e.ts_ms,
-                body: e.body.clone(),
-            })
-            .collect();
         let audience = Audience {
             agent: Some(session.agent.clone()),
-            now_ms: events.last().map_or(0, |e| e.ts_ms),
+            now_ms: session.events.last().map_or(0, |e| e.ts_ms),
         };
-        let mut steps: StepIndex = HashMap::new();
-        let mut ingest = Ingest::new();
+        // The session as a live engine holds it, grown event by event.
+        let mut state = SessionState::new();
         let mut aliases: HashMap<String, BlobRef> = HashMap::new();
         let mut verified: HashSet<Seq> = HashSet::new();
         let mut seen = Seen::default();
-        let mut state = CompactionState::default();
-        let mut memo = CostMemo::new();
+        let mut compaction = CompactionState::default();
         let mut full_memo = CostMemo::new();
         let meter: &dyn TokenMeter = &self.meter;
         let mut last: Option<Last> = None;
-        // Kept up to date event by event, as a live engine keeps it.
-        let mut proj = Projection::default();
         let mut out = Vec::new();
         let mut error = None;
 
-        for (j, event) in events.iter().enumerate() {
+        for (j, new) in session.events.iter().enumerate() {
+            let event = Event {
+                seq: j as Seq + 1,
+                ts_ms: new.ts_ms,
+                body: new.body.clone(),
+            };
             if let EventBody::Assistant {
                 content,
                 tool_calls,
@@ -380,12 +373,9 @@ impl<'a> Replayer<'a> {
                     evidence.extend(seen.elements(&arguments));
                     match self.call(
                         meter,
-                        &events[..j],
-                        &proj,
-                        &steps,
-                        &audience,
                         &mut state,
-                        &mut memo,
+                        &audience,
+                        &mut compaction,
                         &mut full_memo,
                     ) {
                         Ok((loom, full, nanos)) => {
@@ -406,8 +396,13 @@ impl<'a> Replayer<'a> {
                                 last.as_ref(),
                             );
                             rec.render_ns = nanos;
-                            let (checked, failed) =
-                                self.check_refs(&loom, &events, &steps, &aliases, &mut verified);
+                            let (checked, failed) = self.check_refs(
+                                &loom,
+                                state.events(),
+                                state.steps(),
+                                &aliases,
+                                &mut verified,
+                            );
                             rec.refs_checked = checked;
                             rec.refs_failed = failed;
                             out.push(rec);
@@ -422,20 +417,11 @@ impl<'a> Replayer<'a> {
                 }
             }
             // Ingest: what a live agent's log would hold after this event.
-            proj.push(event, &audience);
-            match (&event.body, ingest.next(event)) {
+            match (&event.body, state.ingest().next(&event)) {
                 (EventBody::System { content } | EventBody::User { content, .. }, _) => {
                     seen.dialogue(&content.text());
                 }
-                (
-                    EventBody::ToolResult {
-                        call_id,
-                        content,
-                        stats,
-                        ..
-                    },
-                    Some(arrived),
-                ) => {
+                (EventBody::ToolResult { content, stats, .. }, Some(arrived)) => {
                     // A text output is read where it is, not copied for every result.
                     let bytes: Cow<'_, [u8]> = match content {
                         ToolOutput::Text(s) => Cow::Borrowed(s.as_bytes()),
@@ -461,10 +447,11 @@ impl<'a> Replayer<'a> {
                         })?;
                         aliases.insert(alias.clone(), info.blob);
                     }
-                    steps.insert(call_id.clone(), reduction.step);
+                    state.insert_step(reduction.step);
                 }
                 _ => {}
             }
+            state.push(event, &audience);
         }
         Ok(TraceRun {
             id,
@@ -474,25 +461,20 @@ impl<'a> Replayer<'a> {
         })
     }
 
-    /// Renders call k for Loom (timed) and the full history.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one call's whole context, used once"
-    )]
+    /// Renders the next call for Loom (timed), continuing from `compaction`, and for the full
+    /// history (which never compacts, with a memo of its own), from the session as held.
     fn call(
         &self,
         meter: &dyn TokenMeter,
-        events: &[Event],
-        proj: &Projection,
-        steps: &StepIndex,
+        state: &mut SessionState,
         audience: &Audience,
-        state: &mut CompactionState,
-        memo: &mut CostMemo,
+        compaction: &mut CompactionState,
         full_memo: &mut CostMemo,
     ) -> Result<(Rendered, Rendered, u64), RenderError> {
+        let view = state.view(audience);
         let mut input = RenderInput {
-            events,
-            steps,
+            events: view.events,
+            steps: view.steps,
             summaries: &[],
             policy: &self.opts.policy,
             format: self.opts.format,
@@ -503,11 +485,16 @@ impl<'a> Replayer<'a> {
             meter,
         };
         let start = Instant::now();
-        let loom = render::render_projection(&input, proj, state, memo)?;
+        let loom = render::render_projection(&input, &view.projection, compaction, view.memo)?;
         let nanos = start.elapsed().as_nanos() as u64;
-        *state = loom.state.clone();
+        *compaction = loom.state.clone();
         input.policy = &self.full_policy;
-        let full = render::render_projection(&input, proj, &CompactionState::default(), full_memo)?;
+        let full = render::render_projection(
+            &input,
+            &view.projection,
+            &CompactionState::default(),
+            full_memo,
+        )?;
         Ok((loom, full, nanos))
     }
 

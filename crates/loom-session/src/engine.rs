@@ -271,11 +271,11 @@ impl Engine {
         };
         let now_ms = live.now_ms();
         let audience = live.audience_at(now_ms);
-        let (events, steps, projection, memo, counts) = live.parts(&audience);
+        let (view, counts) = live.parts(&audience);
         let meter = counts.meter(&meter);
         let input = RenderInput {
-            events,
-            steps,
+            events: view.events,
+            steps: view.steps,
             summaries: &summaries,
             policy: &policy,
             format: spec.format,
@@ -286,10 +286,10 @@ impl Engine {
             meter: &meter,
         };
         let (prev_state, prev_seq) = prev.unwrap_or_default();
-        let rendered = render::render_projection(&input, &projection, &prev_state, memo)
+        let rendered = render::render_projection(&input, &view.projection, &prev_state, view.memo)
             .map_err(|e| SessionError::invalid(format!("session `{session}`: {e}")))?;
-        let body = body(&rendered, memo)?;
-        let at_seq = render::last_seq(events);
+        let body = body(&rendered, view.memo)?;
+        let at_seq = render::last_seq(view.events);
         let record = (spec.always_record || prev_seq != Some(at_seq)).then(|| NewModelCall {
             session: session.clone(),
             at_seq,

@@ -1,7 +1,8 @@
 //! One session engine under every front end.
 //!
-//! A session's live state ([`live::Live`]: the log as read, its projection, steps, ledger,
-//! summaries, newest receipt, cost memo, and the memo of the last client body), the bounded cache
+//! A session's render state ([`SessionState`]: the log as held, its projection, steps and cost
+//! memo, which `loom replay` holds too), its live state over the store ([`live::Live`]: that
+//! state with the ledger, summaries, newest receipt and the memo of the last client body), the bounded cache
 //! of live sessions ([`live::LiveSessions`]), the per-model token counts ([`counts`]) and the
 //! [`Engine`] that renders a session for a model call and records its receipt. `loom serve`,
 //! `loom run`, the Python package and `loom render` all go through it; none of them keeps a copy.
@@ -17,8 +18,10 @@ pub mod history;
 pub mod import;
 pub mod live;
 mod memo;
+pub mod state;
 
 pub use engine::{Engine, ModelLimits, RenderOutcome, RenderSpec};
 pub use error::{ErrorKind, Result, SessionError};
 pub use live::{lock_live, Backend, Live, LiveSessions};
 pub use memo::BodyMemo;
+pub use state::{SessionState, View};

@@ -15,11 +15,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use loom_core::render::{Audience, CompactionState, CostMemo, Projection, StepIndex};
-use loom_core::{
-    AgentId, CallState, Event, EventBody, Ingest, Ledger, NewEvent, ReduceConfig, Seq, SessionId,
-    Step,
-};
+use loom_core::render::{Audience, CompactionState, StepIndex};
+use loom_core::{AgentId, CallState, Event, Ledger, NewEvent, ReduceConfig, Seq, SessionId, Step};
 use loom_store::{
     BlobStore, CallStatus, Known, ModelCall, NewModelCall, Offloader, StagedWrites, Store,
     StoreError, Summary, Turn, Usage,
@@ -28,6 +25,7 @@ use loom_store::{
 use crate::counts::Counts;
 use crate::error::Result;
 use crate::memo::BodyMemo;
+use crate::state::{SessionState, View};
 
 /// What a live session reads and writes through.
 #[derive(Debug, Clone, Copy)]
@@ -50,17 +48,8 @@ pub struct Live {
     pub agent: AgentId,
     /// When the session was created.
     pub created_ms: i64,
-    /// The log, in seq order.
-    pub events: Vec<Event>,
-    projection: Projection,
-    /// A direct message with a time to live was seen: which messages are included depends on
-    /// the render's clock, so the projection is rebuilt for each render.
-    has_ttl: bool,
-    ingest: Ingest,
-    /// Steps by call id.
-    pub steps: StepIndex,
-    /// Token costs kept across renders.
-    pub memo: CostMemo,
+    /// The log, its projection and steps, and the render's cost memo.
+    state: SessionState,
     /// Token counts of texts, kept across renders.
     pub counts: Counts,
     /// The last client body synced into this session, so that the next is read from where it
@@ -153,11 +142,11 @@ impl Live {
             .collect();
         let all = b.store.catch_up(id, Known::default())?;
         let events = all.events;
-        let mut ingest = Ingest::new();
+        let mut state = SessionState::new();
         let mut ledger = Ledger::new();
         for e in &events {
             // Steps are already derived; the ingest only has to count them.
-            ingest.next(e);
+            state.ingest().next(e);
             // The log keeps its rules, so this fails only on a log written by another build,
             // which the store's own checks (on the next write) answer for.
             let _ = ledger.apply(e.seq, &e.body);
@@ -172,12 +161,7 @@ impl Live {
             id: id.clone(),
             agent: info.agent,
             created_ms: info.created_ms,
-            events: Vec::new(),
-            projection: Projection::default(),
-            has_ttl: false,
-            ingest,
-            steps,
-            memo: CostMemo::new(),
+            state,
             counts: Counts::default(),
             body: None,
             meanings: std::collections::HashMap::new(),
@@ -191,19 +175,30 @@ impl Live {
             pending: None,
             broken: false,
         };
-        let audience = live.audience_at(events.last().map_or(info.created_ms, |e| e.ts_ms));
-        for e in &events {
-            live.note(e);
-            live.projection.push(e, &audience);
-            live.bytes += weight(e);
+        for step in steps.into_values() {
+            live.state.insert_step(step);
         }
-        live.events = events;
+        let audience = live.audience_at(events.last().map_or(info.created_ms, |e| e.ts_ms));
+        for e in events {
+            live.bytes += weight(&e);
+            live.state.push(e, &audience);
+        }
         Ok(Some(live))
     }
 
     /// The seq of the last event held (written or not).
     pub fn last_seq(&self) -> Seq {
-        self.events.last().map_or(0, |e| e.seq)
+        self.state.last_seq()
+    }
+
+    /// The log as held (written or not), in seq order.
+    pub fn events(&self) -> &[Event] {
+        self.state.events()
+    }
+
+    /// The steps derived so far, by call id.
+    pub fn steps(&self) -> &StepIndex {
+        self.state.steps()
     }
 
     /// The session's summaries, oldest version first.
@@ -272,43 +267,13 @@ impl Live {
 
     /// The render's clock: the time of the last event (so renders repeat).
     pub fn now_ms(&self) -> i64 {
-        self.events.last().map_or(self.created_ms, |e| e.ts_ms)
+        self.state.last_ms().unwrap_or(self.created_ms)
     }
 
-    /// What a render reads, borrowed apart: the log, the steps, the projection at `audience`
-    /// and the cost memo (the one thing a render updates).
-    pub fn parts(
-        &mut self,
-        audience: &Audience,
-    ) -> (
-        &[Event],
-        &StepIndex,
-        Cow<'_, Projection>,
-        &mut CostMemo,
-        &mut Counts,
-    ) {
-        let projection = if self.has_ttl {
-            Cow::Owned(Projection::build(&self.events, audience))
-        } else {
-            Cow::Borrowed(&self.projection)
-        };
-        (
-            &self.events,
-            &self.steps,
-            projection,
-            &mut self.memo,
-            &mut self.counts,
-        )
-    }
-
-    fn note(&mut self, e: &Event) {
-        if let EventBody::DirectMessage {
-            ttl_seconds: Some(_),
-            ..
-        } = e.body
-        {
-            self.has_ttl = true;
-        }
+    /// What a render reads ([`SessionState::view`]) at `audience`, with the session's token
+    /// counts.
+    pub fn parts(&mut self, audience: &Audience) -> (View<'_>, &mut Counts) {
+        (self.state.view(audience), &mut self.counts)
     }
 
     /// Catches up with the store: the events another process appended since, and the summaries
@@ -332,7 +297,7 @@ impl Live {
                 let _ = self.ledger.apply(e.seq, &e.body);
             }
             let off = Offloader::new(b.store, b.blobs, b.reduce);
-            let steps = off.derive_known(&self.id, &mut self.ingest, &new.events)?;
+            let steps = off.derive_known(&self.id, self.state.ingest(), &new.events)?;
             self.absorb(steps, new.events);
         }
         Ok(())
@@ -403,7 +368,7 @@ impl Live {
             })
             .collect();
         let off = Offloader::new(b.store, b.blobs, b.reduce);
-        let derived = off.derive_staged(&self.id, &mut self.ingest, &events);
+        let derived = off.derive_staged(&self.id, self.state.ingest(), &events);
         let (steps, writes) = match derived {
             Ok(derived) => derived,
             Err(e) => {
@@ -534,15 +499,13 @@ impl Live {
 
     fn absorb(&mut self, steps: Vec<Step>, events: Vec<Event>) {
         for step in steps {
-            self.steps.insert(step.call_id.clone(), step);
+            self.state.insert_step(step);
         }
         let audience = self.audience_at(events.last().map_or(self.now_ms(), |e| e.ts_ms));
-        for e in &events {
-            self.note(e);
-            self.projection.push(e, &audience);
-            self.bytes += weight(e);
+        for e in events {
+            self.bytes += weight(&e);
+            self.state.push(e, &audience);
         }
-        self.events.extend(events);
     }
 }
 
@@ -750,7 +713,7 @@ impl MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loom_core::MessageContent;
+    use loom_core::{EventBody, MessageContent};
     use loom_store::NewSession;
 
     fn user(text: &str) -> NewEvent {
@@ -976,7 +939,7 @@ mod tests {
         // Another process appends behind the cache's back.
         store.append(&a, &[user("theirs")]).unwrap();
         let la = live.get(b, &a).unwrap().unwrap();
-        let texts: Vec<u64> = lock_live(&la).events.iter().map(|e| e.seq).collect();
+        let texts: Vec<u64> = lock_live(&la).events().iter().map(|e| e.seq).collect();
         assert_eq!(texts, [1, 2, 3]);
         for name in ["b", "c"] {
             live.get(b, &SessionId::new(name).unwrap()).unwrap();
@@ -1024,7 +987,7 @@ mod tests {
         // The next use reads the session again: the log as stored, without the refused event.
         let la = live.get(b, &a).unwrap().unwrap();
         let mut state = lock_live(&la);
-        let seqs: Vec<u64> = state.events.iter().map(|e| e.seq).collect();
+        let seqs: Vec<u64> = state.events().iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [1, 2]);
         state.stage(b, &[user("mine")]).unwrap();
         state.commit(b, None, None).unwrap();

@@ -471,7 +471,7 @@ impl<'a> Runner<'a> {
             .map_err(|e| AgentError::session(id, e.message))?
             .ok_or_else(|| AgentError::session(id, "no such session"))?;
         let guard = live.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(f(&guard.events))
+        Ok(f(guard.events()))
     }
 
     fn limit(&self) -> Option<String> {

@@ -116,7 +116,7 @@ pub(crate) fn sync(
             Some(read) => read,
             None => body.read_whole(b, base)?,
         };
-        let view = loom_core::conversation(&state.events);
+        let view = loom_core::conversation(state.events());
         if extends_view(&view, &read.events) {
             let new = &read.events[view.len()..];
             drop(view);
@@ -143,7 +143,7 @@ pub(crate) fn sync(
     for id in forks.iter().rev() {
         let live = loaded(b, id)?;
         let mut state = lock_live(&live);
-        let Some(plan) = rewrite_plan(&state.events, &read.events) else {
+        let Some(plan) = rewrite_plan(state.events(), &read.events) else {
             continue;
         };
         let mut staged = Vec::with_capacity(read.events.len() - plan.kept + 1);
@@ -209,7 +209,7 @@ fn continuation(
     let Some((before, read)) = read else {
         return Ok(None);
     };
-    let view = loom_core::conversation(&state.events);
+    let view = loom_core::conversation(state.events());
     let logged = &view[before.min(view.len())..];
     if !extends_view(logged, &read.events) {
         return Ok(None);
