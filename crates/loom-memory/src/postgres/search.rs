@@ -7,7 +7,8 @@
 //! words against the agent's average (kept in `memory_stats`) — computed in one statement per
 //! search. With an embedder, the ranking by similarity to the query's vector
 //! ([`super::vectors::nearest`]) is fused with it by reciprocal rank, as in SQLite
-//! ([`crate::hybrid::fuse`]).
+//! ([`crate::hybrid::fuse`]). The pipeline around the two rankings is [`crate::search`]'s, as
+//! for SQLite; this is the backend half: the retrievers and the rows read after ranking.
 
 use std::collections::BTreeMap;
 
@@ -16,21 +17,12 @@ use postgres::types::ToSql;
 use postgres::Transaction;
 
 use crate::error::{postgres as backend, MemoryError, Result};
-use crate::hybrid::{fuse, QueryVector};
-use crate::item::{Hit, Item, ItemId, ItemKind, Provenance, Search, Source, Tier};
-use crate::text;
+use crate::hybrid::QueryVector;
+use crate::item::{Hit, Item, ItemId, ItemKind, Provenance, Search, Tier};
+use crate::search::{self as pipeline, FullText, HitRow, Nearest, Ranking, Retriever, SearchRows};
 
 use super::vectors;
 
-/// Candidates read per requested hit (some of the best may not fit the budget).
-const CANDIDATES_PER_HIT: usize = 4;
-/// The fewest candidates read, for small limits.
-const MIN_CANDIDATES: usize = 64;
-/// The most candidates read, whatever the limit (a limit of 2^64 - 1 is a client's "no limit",
-/// not a number of rows SQL can be asked for).
-const MAX_CANDIDATES: usize = 100_000;
-/// The share of a neighbour's own score an item gains for standing next to it.
-const NEIGHBOUR_WEIGHT: f64 = 0.5;
 /// The most matches the ranking terms may have together (see [`weights`]).
 const SCORED_MATCHES: i64 = 2_000;
 /// BM25's term-frequency saturation and length normalization.
@@ -206,50 +198,59 @@ fn weights(
     Ok((weights, floor))
 }
 
-/// Items matching `search`, best first, as many as fit its budget and limit; the same contract
-/// as the SQLite backend's. With the query's vector, the BM25 ranking and the ranking by
-/// similarity to it are fused by reciprocal rank before the neighbours are smoothed in.
+/// A search's reads in PostgreSQL, in one transaction.
+pub(super) struct PgSearch<'t, 'c> {
+    tx: &'t mut Transaction<'c>,
+    pgvector: bool,
+}
+
+impl Retriever<PgSearch<'_, '_>> for FullText {
+    fn rank(
+        &self,
+        b: &mut PgSearch<'_, '_>,
+        search: &Search,
+        candidates: usize,
+    ) -> Result<Ranking> {
+        if self.terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        bm25(b.tx, search, &self.terms, candidates)
+    }
+}
+
+impl Retriever<PgSearch<'_, '_>> for Nearest<'_> {
+    fn rank(
+        &self,
+        b: &mut PgSearch<'_, '_>,
+        search: &Search,
+        candidates: usize,
+    ) -> Result<Ranking> {
+        let q = self.0;
+        vectors::nearest(b.tx, search, q.model, &q.vector, candidates, b.pgvector)
+    }
+}
+
+/// Items matching `search`, best first, as many as fit its budget and limit ([`pipeline::run`]),
+/// ranked by BM25 and, with the query's vector, by similarity to it too.
 pub(super) fn search(
     tx: &mut Transaction<'_>,
     search: &Search,
     query: Option<&QueryVector<'_>>,
     pgvector: bool,
 ) -> Result<Vec<Hit>> {
-    if let (Some(from), Some(to)) = (search.filters.from_ms, search.filters.to_ms) {
-        if from > to {
-            return Err(MemoryError::InvalidInput {
-                field: "from/to",
-                reason: format!("the time range starts ({from}) after it ends ({to})"),
-            });
-        }
-    }
-    let terms = text::query_terms(&search.query);
-    if (terms.is_empty() && query.is_none()) || search.limit == 0 || search.budget == 0 {
-        return Ok(Vec::new());
-    }
     // A search's statements run for milliseconds, but a plan PostgreSQL overestimates (as it
     // does before its statistics catch up with a large write) gets compiled by JIT first, which
     // took over half a second.
     tx.batch_execute("SET LOCAL jit = off")
         .map_err(backend("setting up a search"))?;
-    let candidates = search
-        .limit
-        .saturating_mul(CANDIDATES_PER_HIT)
-        .clamp(MIN_CANDIDATES, MAX_CANDIDATES);
-    let matched = if terms.is_empty() {
-        Vec::new()
-    } else {
-        bm25(tx, search, &terms, candidates)?
-    };
-    let list = match query {
-        None => matched,
-        Some(q) => {
-            let near = vectors::nearest(tx, search, q.model, &q.vector, candidates, pgvector)?;
-            fuse(&[&matched, &near])
-        }
-    };
-    let ranked = smoothed(tx, search, &list)?;
-    pack(tx, search, ranked)
+    let mut rows = PgSearch { tx, pgvector };
+    let text = FullText::of(search);
+    let near = query.map(Nearest);
+    let mut retrievers: Vec<&dyn Retriever<PgSearch<'_, '_>>> = vec![&text];
+    if let Some(near) = &near {
+        retrievers.push(near);
+    }
+    pipeline::run(&mut rows, search, &retrievers)
 }
 
 /// The best `candidates` items for `terms` that pass `search`'s filters, by BM25, best first.
@@ -310,118 +311,75 @@ fn bm25(
     Ok(matched)
 }
 
-/// `list` (best first) with neighbour smoothing: each of its best `search.limit` items lends
-/// a share of its score to the nearest single-event item on either side of each of its sources
-/// (items that pass the same filters). Returned best first.
-fn smoothed(
-    tx: &mut Transaction<'_>,
-    search: &Search,
-    list: &[(ItemId, f64)],
-) -> Result<Vec<(ItemId, f64)>> {
-    let own: BTreeMap<ItemId, f64> = list.iter().copied().collect();
-
-    // Neighbours of the best matches, all in one statement: for each source of each, the
-    // nearest single-event item before and after it in its session that passes the filters.
-    let best: Vec<ItemId> = list.iter().take(search.limit).map(|m| m.0).collect();
-    let mut params: Vec<Param> = vec![Box::new(best)];
-    let filters = filter_sql(search, &mut params);
-    // A single event is `from_seq >= to_seq` (the schema keeps `from_seq <= to_seq`), not
-    // `from_seq = to_seq`: PostgreSQL guesses that an equality of two columns keeps one row in
-    // two hundred, so it expected one neighbour candidate, read and joined the session's
-    // every source to sort them (a hundred milliseconds per search at 20,000 items); an
-    // inequality it guesses keeps a third, and it walks the index from `p` and stops at the
-    // first that passes.
-    let side = |cmp: &str, order: &str, edge: &str| {
-        format!(
-            "(SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
-              WHERE s.session = p.session AND s.from_seq {cmp} p.{edge}
-                AND s.from_seq >= s.to_seq{filters}
-              ORDER BY s.from_seq {order} LIMIT 1)"
-        )
-    };
-    // The nearest neighbour is the first passing row of an index walk from `p`; but when its
-    // statistics are behind (after a large write) PostgreSQL expects a handful of rows per
-    // session and reads them all through a bitmap to sort them. Without bitmap scans it walks
-    // the index; only lookups by id follow in this transaction.
-    tx.batch_execute("SET LOCAL enable_bitmapscan = off")
-        .map_err(backend("reading neighbours"))?;
-    let sql = format!(
-        "SELECT DISTINCT m.id, nb.item FROM unnest($1::bigint[]) AS m(id)
-         JOIN memory_sources p ON p.item = m.id
-         CROSS JOIN LATERAL ({} UNION ALL {}) AS nb(item)
-         WHERE nb.item <> m.id",
-        side("<", "DESC", "from_seq"),
-        side(">", "ASC", "to_seq"),
-    );
-    let pairs: Vec<(ItemId, ItemId)> = tx
-        .query(&sql, &refs(&params))
-        .map_err(backend("reading neighbours"))?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let mut score = own.clone();
-    for (id, near) in pairs {
-        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
-        *score.entry(near).or_insert(0.0) += lent;
-    }
-    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(ranked)
-}
-
-/// Best first, greedy: an item that does not fit in what is left of the budget is skipped.
-fn pack(tx: &mut Transaction<'_>, search: &Search, ranked: Vec<(ItemId, f64)>) -> Result<Vec<Hit>> {
-    let ids: Vec<ItemId> = ranked.iter().map(|r| r.0).collect();
-    let rows: BTreeMap<ItemId, (String, i64, String)> = tx
-        .query(
-            "SELECT id, text, tokens, tier FROM memory_items WHERE id = ANY($1)",
-            &[&ids],
-        )
-        .map_err(backend("reading a hit"))?
-        .iter()
-        .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
-        .collect();
-    let mut left = search.budget;
-    let mut picked = Vec::new();
-    for (id, score) in ranked {
-        if picked.len() >= search.limit || left == 0 {
-            break;
-        }
-        let Some((text, tokens, tier)) = rows.get(&id) else {
-            continue;
+impl SearchRows for PgSearch<'_, '_> {
+    /// All in one statement: for each source of each of `ids`, the nearest single-event item
+    /// before and after it in its session that passes the filters.
+    fn neighbours(&mut self, search: &Search, ids: &[ItemId]) -> Result<Vec<(ItemId, ItemId)>> {
+        let mut params: Vec<Param> = vec![Box::new(ids.to_vec())];
+        let filters = filter_sql(search, &mut params);
+        // A single event is `from_seq >= to_seq` (the schema keeps `from_seq <= to_seq`), not
+        // `from_seq = to_seq`: PostgreSQL guesses that an equality of two columns keeps one row
+        // in two hundred, so it expected one neighbour candidate, read and joined the session's
+        // every source to sort them (a hundred milliseconds per search at 20,000 items); an
+        // inequality it guesses keeps a third, and it walks the index from `p` and stops at the
+        // first that passes.
+        let side = |cmp: &str, order: &str, edge: &str| {
+            format!(
+                "(SELECT s.item FROM memory_sources s JOIN memory_items i ON i.id = s.item
+                  WHERE s.session = p.session AND s.from_seq {cmp} p.{edge}
+                    AND s.from_seq >= s.to_seq{filters}
+                  ORDER BY s.from_seq {order} LIMIT 1)"
+            )
         };
-        let tokens = u64::try_from(*tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
-        if tokens > left {
-            continue;
-        }
-        left -= tokens;
-        let tier: Tier = tier
-            .parse()
-            .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
-        picked.push((id, text.clone(), tokens, score, tier));
+        // The nearest neighbour is the first passing row of an index walk from `p`; but when
+        // its statistics are behind (after a large write) PostgreSQL expects a handful of rows
+        // per session and reads them all through a bitmap to sort them. Without bitmap scans it
+        // walks the index; only lookups by id follow in this transaction.
+        self.tx
+            .batch_execute("SET LOCAL enable_bitmapscan = off")
+            .map_err(backend("reading neighbours"))?;
+        let sql = format!(
+            "SELECT DISTINCT m.id, nb.item FROM unnest($1::bigint[]) AS m(id)
+             JOIN memory_sources p ON p.item = m.id
+             CROSS JOIN LATERAL ({} UNION ALL {}) AS nb(item)
+             WHERE nb.item <> m.id",
+            side("<", "DESC", "from_seq"),
+            side(">", "ASC", "to_seq"),
+        );
+        Ok(self
+            .tx
+            .query(&sql, &refs(&params))
+            .map_err(backend("reading neighbours"))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
     }
-    let ids: Vec<ItemId> = picked.iter().map(|p| p.0).collect();
-    let mut sources = provenance(tx, &ids)?;
-    Ok(picked
-        .into_iter()
-        .map(|(id, text, tokens, score, tier)| Hit {
-            id,
-            text,
-            tokens,
-            score,
-            tier,
-            sources: sources
-                .remove(&id)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| Source {
-                    session: p.session,
-                    seq: p.from_seq,
-                    to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
-                })
-                .collect(),
-        })
-        .collect())
+
+    fn rows(&mut self, ids: &[ItemId]) -> Result<BTreeMap<ItemId, HitRow>> {
+        let rows = self
+            .tx
+            .query(
+                "SELECT id, text, tokens, tier FROM memory_items WHERE id = ANY($1)",
+                &[&ids],
+            )
+            .map_err(backend("reading a hit"))?;
+        let mut out = BTreeMap::new();
+        for r in rows {
+            let (id, text, tokens, tier): (ItemId, String, i64, String) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let tokens =
+                u64::try_from(tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
+            let tier: Tier = tier
+                .parse()
+                .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
+            out.insert(id, HitRow { text, tokens, tier });
+        }
+        Ok(out)
+    }
+
+    fn provenance(&mut self, ids: &[ItemId]) -> Result<BTreeMap<ItemId, Vec<Provenance>>> {
+        provenance(self.tx, ids)
+    }
 }
 
 fn corrupt(id: ItemId, reason: String) -> MemoryError {

@@ -1,43 +1,20 @@
-//! Full-text search under a token budget: BM25 over the items, smoothed by neighbouring turns,
-//! then packed greedily.
-//!
-//! Why neighbours: in a conversation the turn that holds an answer is often not the one that
-//! shares the question's words ("What did you do on Sunday?" — "Went hiking with the kids!").
-//! So an item's score is its own BM25 plus a fraction of the BM25 of the items just before and
-//! after it in the same session; an item that matches nothing can still be returned for the
-//! match beside it.
-//!
-//! With an embedder, the BM25 ranking and the ranking by vector similarity to the query are
-//! fused by reciprocal rank (each item scores `1 / (k + rank)` in each list it is in) before the
-//! smoothing: the two scores are on unrelated scales, and ranks need no calibration. The same
-//! filters apply to both lists.
+//! Search in SQLite: the backend half of [`crate::search`] — BM25 over the FTS5 index
+//! ([`super::rank`]) and the exact vector scan ([`super::vectors`]) as its retrievers, and the
+//! rows a search reads after ranking, all under the same filters.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
-use crate::error::{backend, MemoryError, Result};
-use crate::hybrid::{fuse, QueryVector};
-use crate::item::{Hit, ItemId, Provenance, Search, Source, Tier};
-use crate::text;
+use crate::error::{backend, Result};
+use crate::hybrid::QueryVector;
+use crate::item::{Hit, ItemId, Provenance, Search, Tier};
+use crate::search::{self as pipeline, FullText, HitRow, Nearest, Ranking, Retriever, SearchRows};
 
 use super::rank;
 use super::read::{corrupt, sources};
 use super::vectors;
-
-/// Candidates read per requested hit: some of the best may not fit the budget and are skipped,
-/// so the search reads further than the limit before it packs.
-const CANDIDATES_PER_HIT: usize = 4;
-
-/// The fewest candidates read, for small limits.
-const MIN_CANDIDATES: usize = 64;
-/// The most candidates read, whatever the limit (a limit of 2^64 - 1 is a client's "no limit",
-/// not a number of rows SQL can be asked for).
-const MAX_CANDIDATES: usize = 100_000;
-
-/// The share of a neighbour's own score an item gains for standing next to it.
-const NEIGHBOUR_WEIGHT: f64 = 0.5;
 
 /// The filters as SQL over `i` (memory_items), with named parameters.
 fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
@@ -103,156 +80,121 @@ pub(super) fn query_ids<T: rusqlite::types::FromSql>(
         .map_err(backend(action))
 }
 
-/// `list` (best first) with neighbour smoothing: each of its best `limit` items lends a share
-/// of its score to the nearest item on either side of it in each session it came from (items
-/// that pass the same filters); weaker matches would lend too little to change the hits.
-/// Returned best first. The lenders' provenance is kept in `provenance` for the hits.
-fn smoothed(
-    conn: &Connection,
-    list: &[(ItemId, f64)],
-    limit: usize,
-    filters: &str,
-    args: &[(&'static str, Value)],
-    provenance: &mut HashMap<ItemId, Vec<Provenance>>,
-) -> Result<Vec<(ItemId, f64)>> {
-    // Both sides in one statement: the nearest single-event item before `:from` and after
-    // `:to` in session `:s`.
-    let sides = format!(
-        "SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
-           JOIN memory_items i ON i.id = s.item
-           WHERE s.session = :s AND s.from_seq < :from AND s.from_seq = s.to_seq{filters}
-           ORDER BY s.from_seq DESC LIMIT 1)
-         UNION ALL
-         SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
-           JOIN memory_items i ON i.id = s.item
-           WHERE s.session = :s AND s.from_seq > :to AND s.from_seq = s.to_seq{filters}
-           ORDER BY s.from_seq LIMIT 1)"
-    );
-    let own: BTreeMap<ItemId, f64> = list.iter().copied().collect();
-    let mut score = own.clone();
-    for &(id, _) in list.iter().take(limit) {
-        let lent = own.get(&id).copied().unwrap_or(0.0) * NEIGHBOUR_WEIGHT;
-        let mut near = BTreeSet::new();
-        let mine = match provenance.get(&id) {
-            Some(p) => p.clone(),
-            None => sources(conn, id)?,
-        };
-        for p in &mine {
-            let seq = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
-            let extra = [
-                (":s", Value::Text(p.session.as_str().to_owned())),
-                (":from", seq(p.from_seq)),
-                (":to", seq(p.to_seq)),
-            ];
-            for (n, _) in query_ids::<i64>(conn, &sides, args, &extra, "reading neighbours")? {
-                near.insert(n);
-            }
-        }
-        provenance.insert(id, mine);
-        near.remove(&id);
-        for n in near {
-            *score.entry(n).or_insert(0.0) += lent;
-        }
-    }
-    let mut ranked: Vec<(ItemId, f64)> = score.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(ranked)
+/// A search's reads in SQLite, under its filters (SQL over `i`, memory_items, with named
+/// parameters).
+pub(crate) struct SqliteSearch<'c> {
+    conn: &'c Connection,
+    filters: String,
+    args: Vec<(&'static str, Value)>,
 }
 
-/// Items matching `search`, best first, as many as fit its budget and limit.
-///
-/// Packing is greedy by score: an item that does not fit in what is left of the budget is
-/// skipped, never cut, and a smaller one after it may still fit. The invariant the caller
-/// relies on: the hits' `tokens` sum to at most `search.budget`.
+impl Retriever<SqliteSearch<'_>> for FullText {
+    fn rank(&self, b: &mut SqliteSearch<'_>, _: &Search, candidates: usize) -> Result<Ranking> {
+        if self.terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        rank::bm25(b.conn, &self.terms, &b.filters, &b.args, candidates)
+    }
+}
+
+impl Retriever<SqliteSearch<'_>> for Nearest<'_> {
+    fn rank(&self, b: &mut SqliteSearch<'_>, _: &Search, candidates: usize) -> Result<Ranking> {
+        let q = self.0;
+        vectors::nearest(b.conn, q.model, &q.vector, &b.filters, &b.args, candidates)
+    }
+}
+
+impl SearchRows for SqliteSearch<'_> {
+    fn neighbours(&mut self, _: &Search, ids: &[ItemId]) -> Result<Vec<(ItemId, ItemId)>> {
+        // Both sides in one statement: the nearest single-event item before `:from` and after
+        // `:to` in session `:s`.
+        let filters = &self.filters;
+        let sides = format!(
+            "SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
+               JOIN memory_items i ON i.id = s.item
+               WHERE s.session = :s AND s.from_seq < :from AND s.from_seq = s.to_seq{filters}
+               ORDER BY s.from_seq DESC LIMIT 1)
+             UNION ALL
+             SELECT * FROM (SELECT s.item, s.from_seq FROM memory_sources s
+               JOIN memory_items i ON i.id = s.item
+               WHERE s.session = :s AND s.from_seq > :to AND s.from_seq = s.to_seq{filters}
+               ORDER BY s.from_seq LIMIT 1)"
+        );
+        let mut pairs = Vec::new();
+        for &id in ids {
+            let mut near = BTreeSet::new();
+            for p in sources(self.conn, id)? {
+                let seq = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+                let extra = [
+                    (":s", Value::Text(p.session.as_str().to_owned())),
+                    (":from", seq(p.from_seq)),
+                    (":to", seq(p.to_seq)),
+                ];
+                let found =
+                    query_ids::<i64>(self.conn, &sides, &self.args, &extra, "reading neighbours")?;
+                near.extend(found.into_iter().map(|(n, _)| n));
+            }
+            near.remove(&id);
+            pairs.extend(near.into_iter().map(|n| (id, n)));
+        }
+        Ok(pairs)
+    }
+
+    fn rows(&mut self, ids: &[ItemId]) -> Result<BTreeMap<ItemId, HitRow>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT text, tokens, tier FROM memory_items WHERE id = ?1")
+            .map_err(backend("reading a hit"))?;
+        let mut out = BTreeMap::new();
+        for &id in ids {
+            let Some((text, tokens, tier)) = st
+                .query_row([id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
+                .optional()
+                .map_err(backend("reading a hit"))?
+            else {
+                continue;
+            };
+            let tokens =
+                u64::try_from(tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
+            let tier: Tier = tier
+                .parse()
+                .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
+            out.insert(id, HitRow { text, tokens, tier });
+        }
+        Ok(out)
+    }
+
+    fn provenance(&mut self, ids: &[ItemId]) -> Result<BTreeMap<ItemId, Vec<Provenance>>> {
+        ids.iter()
+            .map(|&id| Ok((id, sources(self.conn, id)?)))
+            .collect()
+    }
+}
+
+/// Items matching `search`, best first, as many as fit its budget and limit ([`pipeline::run`]),
+/// ranked by BM25 and, with the query's vector, by similarity to it too.
 pub(crate) fn search(
     conn: &Connection,
     search: &Search,
     query: Option<&QueryVector<'_>>,
 ) -> Result<Vec<Hit>> {
-    if let (Some(from), Some(to)) = (search.filters.from_ms, search.filters.to_ms) {
-        if from > to {
-            return Err(MemoryError::InvalidInput {
-                field: "from/to",
-                reason: format!("the time range starts ({from}) after it ends ({to})"),
-            });
-        }
-    }
-    let terms = text::query_terms(&search.query);
-    if (terms.is_empty() && query.is_none()) || search.limit == 0 || search.budget == 0 {
-        return Ok(Vec::new());
-    }
     let (filters, args) = filter_sql(search);
-    let candidates = search
-        .limit
-        .saturating_mul(CANDIDATES_PER_HIT)
-        .clamp(MIN_CANDIDATES, MAX_CANDIDATES);
-    let bm25 = if terms.is_empty() {
-        Vec::new()
-    } else {
-        rank::bm25(conn, &terms, &filters, &args, candidates)?
+    let mut rows = SqliteSearch {
+        conn,
+        filters,
+        args,
     };
-    let mut provenance: HashMap<ItemId, Vec<Provenance>> = HashMap::new();
-    let mut smooth = |list: &[(ItemId, f64)]| {
-        smoothed(conn, list, search.limit, &filters, &args, &mut provenance)
-    };
-    let ranked: Vec<(ItemId, f64)> = match query {
-        None => smooth(&bm25)?,
-        Some(q) => {
-            let near = vectors::nearest(conn, q.model, &q.vector, &filters, &args, candidates)?;
-            smooth(&fuse(&[&bm25, &near]))?
-        }
-    };
-
-    let mut left = search.budget;
-    let mut hits = Vec::new();
-    let mut row = conn
-        .prepare_cached("SELECT text, tokens, tier FROM memory_items WHERE id = ?1")
-        .map_err(backend("reading a hit"))?;
-    for (id, score) in ranked {
-        if hits.len() >= search.limit || left == 0 {
-            break;
-        }
-        let Some((text, tokens, tier)) = row
-            .query_row([id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })
-            .optional()
-            .map_err(backend("reading a hit"))?
-        else {
-            continue;
-        };
-        let tokens = u64::try_from(tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
-        if tokens > left {
-            continue;
-        }
-        left -= tokens;
-        let tier: Tier = tier
-            .parse()
-            .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
-        let known = provenance.remove(&id);
-        let sources = match known {
-            Some(p) => p,
-            None => sources(conn, id)?,
-        }
-        .into_iter()
-        .map(|p| Source {
-            session: p.session,
-            seq: p.from_seq,
-            to_seq: (p.to_seq != p.from_seq).then_some(p.to_seq),
-        })
-        .collect();
-        hits.push(Hit {
-            id,
-            text,
-            tokens,
-            score,
-            tier,
-            sources,
-        });
+    let text = FullText::of(search);
+    let near = query.map(Nearest);
+    let mut retrievers: Vec<&dyn Retriever<SqliteSearch<'_>>> = vec![&text];
+    if let Some(near) = &near {
+        retrievers.push(near);
     }
-    Ok(hits)
+    pipeline::run(&mut rows, search, &retrievers)
 }
