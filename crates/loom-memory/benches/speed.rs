@@ -5,11 +5,14 @@
 //! different queries, which criterion's mean-of-iterations does not report.
 //!
 //! `cargo bench -p loom-memory --bench speed -- [--items N] [--queries N] [--file]
-//! [--db postgres://…] [--vectors DIMS]`
+//! [--db postgres://…] [--keep] [--vectors DIMS]`
 //!
 //! - `--file` writes to an SQLite file in a temporary folder instead of RAM;
 //! - `--db postgres://…` writes to a PostgreSQL database instead, in a schema of its own that is
-//!   dropped at the end (the URL's own `schema=` is ignored);
+//!   dropped at the end (the URL's own `schema=` is ignored), or kept for a look at its plans
+//!   with `--keep` (the run prints its URL);
+//!   searches are timed after a `VACUUM ANALYZE` of the written tables (autovacuum's work after
+//!   a bulk write, done before rather than racing the searches);
 //! - `--vectors DIMS` adds an embedder of that many dimensions (made-up unit vectors, derived from
 //!   each text's hash, so that embedding costs nothing and only the vector search is measured).
 
@@ -110,7 +113,7 @@ impl Rng {
 }
 
 fn main() -> anyhow::Result<()> {
-    let (mut n_items, mut n_queries, mut file) = (100_000usize, 2_000usize, false);
+    let (mut n_items, mut n_queries, mut file, mut keep) = (100_000usize, 2_000usize, false, false);
     let (mut db, mut dims): (Option<String>, Option<usize>) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -118,6 +121,7 @@ fn main() -> anyhow::Result<()> {
             "--items" => n_items = args.next().context("--items N")?.parse()?,
             "--queries" => n_queries = args.next().context("--queries N")?.parse()?,
             "--file" => file = true,
+            "--keep" => keep = true,
             "--db" => db = Some(args.next().context("--db postgres://…")?),
             "--vectors" => dims = Some(args.next().context("--vectors DIMS")?.parse()?),
             "--bench" => {}
@@ -209,6 +213,15 @@ fn main() -> anyhow::Result<()> {
     }
     let secs = started.elapsed().as_secs_f64();
     let rate = n_items as f64 / secs;
+    // PostgreSQL's autovacuum analyses the tables and flushes the full-text index's pending
+    // list soon after a bulk write; searches are measured after it, in the steady state a
+    // server runs in, not while it races them.
+    if let Some(s) = &schema {
+        let mut client = postgres::Client::connect(&s.base, postgres::NoTls)?;
+        client.batch_execute(&format!("SET search_path = {}", s.name))?;
+        // One statement: several would run as one transaction, which VACUUM refuses.
+        client.batch_execute("VACUUM ANALYZE memory_items, memory_sources, memory_terms")?;
+    }
 
     let mut lat = Vec::with_capacity(n_queries);
     let mut returned = 0;
@@ -244,6 +257,12 @@ fn main() -> anyhow::Result<()> {
     );
     std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes())?;
     drop(memory);
-    drop(schema);
+    match schema {
+        Some(s) if keep => {
+            println!("kept: {}", s.url());
+            std::mem::forget(s);
+        }
+        s => drop(s),
+    }
     Ok(())
 }

@@ -146,6 +146,24 @@ const MIGRATIONS: &[Migration] = &[
     );
     "#,
     },
+    Migration {
+        version: 3,
+        sql: r#"
+    -- Per agent and lexeme: how many of the agent's items hold the lexeme (BM25's document
+    -- frequency), kept as items are written and removed, so a search reads its terms' weights
+    -- in one lookup instead of counting their matches, and an agent's weights depend on its
+    -- own items only. Filled from the items a database already has.
+    CREATE TABLE memory_terms (
+        agent   TEXT   NOT NULL,
+        lexeme  TEXT   NOT NULL,
+        df      BIGINT NOT NULL CHECK (df >= 0),
+        PRIMARY KEY (agent, lexeme)
+    );
+    INSERT INTO memory_terms (agent, lexeme, df)
+    SELECT i.agent, v.lexeme, count(*) FROM memory_items i, unnest(i.tsv) AS v
+    GROUP BY i.agent, v.lexeme;
+    "#,
+    },
 ];
 
 /// The memory schema version this build writes.

@@ -2,7 +2,8 @@
 //! neighbouring turns and packed under the budget, as the SQLite backend does.
 //!
 //! PostgreSQL ranks without inverse document frequency (`ts_rank`), which lets a common word
-//! outweigh a rare one; so the score here is BM25 — each term's IDF from its match count, its
+//! outweigh a rare one; so the score here is BM25 — each term's IDF from the agent's document
+//! frequencies kept on write (`memory_terms`), its
 //! frequency from the positions the item's vector keeps, the item's length from its content
 //! words against the agent's average (kept in `memory_stats`) — computed in one statement per
 //! search. With an embedder, the ranking by similarity to the query's vector
@@ -127,33 +128,37 @@ pub(super) fn idf(n: i64, df: i64) -> f64 {
     (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
 }
 
-/// The terms worth ranking on, each with its weight (BM25's IDF), in the query's order, and the
-/// id above which matches are ranked (0: all of them).
+/// The terms worth ranking on, each with its weight (BM25's IDF), in the query's order, and
+/// whether only the newest [`SCORED_MATCHES`] matches are ranked.
 ///
 /// As in the SQLite backend's ranking (`sqlite/rank.rs`): a frequent term adds little to any
 /// item's score, and scoring its thousands of matches (each item's vector unnested in SQL) was
 /// most of a search's time; so the query is ranked on its rarest terms, as many as have at most
 /// [`SCORED_MATCHES`] matches together (the rarest always), and when even the rarest has more,
-/// on its newest matches only. Matches are counted up to one past the bound, so the counting is
-/// bounded too; a capped count only ever weighs a term ranked alone, whose weight scales every
-/// score alike and so leaves the order unchanged.
+/// on its newest matches only. The counts are the document frequencies kept on write
+/// (`memory_terms`), of the agent's items when the search names one: an agent's ranking does
+/// not move with what other agents store.
 fn weights(
     tx: &mut Transaction<'_>,
     terms: &[String],
+    agent: Option<&str>,
     total: i64,
-) -> Result<(Vec<(String, f64)>, i64)> {
+) -> Result<(Vec<(String, f64)>, bool)> {
     let lexemes: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
+    // Each term's document frequency among the agent's items (everyone's without an agent),
+    // from the counts kept on write: a term that stems to several lexemes counts as its
+    // rarest; a stop word, to none, as 0.
     let counts = tx
         .query(
-            &format!(
-                "SELECT t.n, (SELECT count(*) FROM (SELECT 1 FROM memory_items
-                                WHERE tsv @@ to_tsquery('english', t.q) LIMIT {}) x)
-                 FROM unnest($1::text[]) WITH ORDINALITY AS t(q, n) ORDER BY t.n",
-                SCORED_MATCHES + 1
-            ),
-            &[&lexemes],
+            "SELECT t.n, coalesce((
+                 SELECT min(d.df) FROM unnest(to_tsvector('english', t.q)) AS l,
+                 LATERAL (SELECT coalesce(sum(m.df), 0)::bigint AS df FROM memory_terms m
+                          WHERE m.lexeme = l.lexeme AND ($2::text IS NULL OR m.agent = $2)) AS d
+             ), 0)::bigint
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(q, n) ORDER BY t.n",
+            &[&terms, &agent],
         )
-        .map_err(backend("counting a term's matches"))?;
+        .map_err(backend("reading a term's document frequency"))?;
     // Rarest first (ties in query order); terms that match nothing are dropped.
     let mut counted: Vec<(i64, usize)> = counts
         .iter()
@@ -175,27 +180,12 @@ fn weights(
         }
     }
     kept.sort_unstable();
-    let floor: i64 = if rarest > SCORED_MATCHES {
-        let term = kept
-            .first()
-            .and_then(|&(i, _)| lexemes.get(i))
-            .cloned()
-            .unwrap_or_default();
-        tx.query_opt(
-            "SELECT id FROM memory_items WHERE tsv @@ to_tsquery('english', $1)
-             ORDER BY id DESC LIMIT 1 OFFSET $2",
-            &[&term, &SCORED_MATCHES],
-        )
-        .map_err(backend("finding a frequent term's newest matches"))?
-        .map_or(0, |r| r.get(0))
-    } else {
-        0
-    };
+    let newest = rarest > SCORED_MATCHES;
     let weights = kept
         .into_iter()
         .filter_map(|(i, df)| Some((lexemes.get(i)?.clone(), idf(total, df))))
         .collect();
-    Ok((weights, floor))
+    Ok((weights, newest))
 }
 
 /// A search's reads in PostgreSQL, in one transaction.
@@ -281,24 +271,34 @@ fn bm25(
             .map_err(backend("reading the memory size"))?,
     };
     let avg_words = avg_words.max(1.0);
-    let (weights, floor) = weights(tx, terms, total)?;
+    let agent = search.filters.agent.as_ref().map(AgentId::as_str);
+    let (weights, newest) = weights(tx, terms, agent, total)?;
     if weights.is_empty() {
         return Ok(Vec::new());
     }
 
     let (lexemes, idf): (Vec<String>, Vec<f64>) = weights.into_iter().unzip();
-    let mut params: Vec<Param> = vec![
-        Box::new(lexemes),
-        Box::new(idf),
-        Box::new(avg_words),
-        Box::new(floor),
-    ];
+    let mut params: Vec<Param> = vec![Box::new(lexemes), Box::new(idf), Box::new(avg_words)];
+    if newest {
+        params.push(Box::new(agent.map(str::to_owned)));
+    }
     let filters = filter_sql(search, &mut params);
+    // A term with more matches than are scored is ranked on its newest matches, picked in the
+    // same statement (a statement of its own to find the oldest of them read every match
+    // twice).
+    let matches = if newest {
+        format!(
+            "(SELECT * FROM memory_items m
+              WHERE m.tsv @@ (SELECT q FROM a) AND ($4::text IS NULL OR m.agent = $4)
+              ORDER BY m.id DESC LIMIT {SCORED_MATCHES}) i, a WHERE TRUE"
+        )
+    } else {
+        "memory_items i, a WHERE i.tsv @@ a.q".to_owned()
+    };
     let sql = format!(
         "WITH {TERMS}
          SELECT i.id, {score} AS score
-         FROM memory_items i, a
-         WHERE i.tsv @@ a.q AND i.id > $4::bigint{filters}
+         FROM {matches}{filters}
          ORDER BY score DESC, i.id LIMIT {candidates}",
         score = bm25_sql("i", "$3::float8"),
     );
@@ -334,7 +334,7 @@ impl SearchRows for PgSearch<'_, '_> {
         // The nearest neighbour is the first passing row of an index walk from `p`; but when
         // its statistics are behind (after a large write) PostgreSQL expects a handful of rows
         // per session and reads them all through a bitmap to sort them. Without bitmap scans it
-        // walks the index; only lookups by id follow in this transaction.
+        // walks the index.
         self.tx
             .batch_execute("SET LOCAL enable_bitmapscan = off")
             .map_err(backend("reading neighbours"))?;
@@ -346,13 +346,19 @@ impl SearchRows for PgSearch<'_, '_> {
             side("<", "DESC", "from_seq"),
             side(">", "ASC", "to_seq"),
         );
-        Ok(self
+        let pairs = self
             .tx
             .query(&sql, &refs(&params))
             .map_err(backend("reading neighbours"))?
             .iter()
             .map(|r| (r.get(0), r.get(1)))
-            .collect())
+            .collect();
+        // The lookups by id that follow take an array of ids, which PostgreSQL reads through a
+        // bitmap: without one it scanned the whole provenance table (7 ms at 100,000 items).
+        self.tx
+            .batch_execute("SET LOCAL enable_bitmapscan = on")
+            .map_err(backend("reading neighbours"))?;
+        Ok(pairs)
     }
 
     fn rows(&mut self, ids: &[ItemId]) -> Result<BTreeMap<ItemId, HitRow>> {

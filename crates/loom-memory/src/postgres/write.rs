@@ -183,6 +183,14 @@ pub(super) fn write_items(
             }
         }
     }
+    let created: Vec<ItemId> = written
+        .iter()
+        .filter_map(|w| match w {
+            Written::Created(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    count_terms(tx, &created, Terms::Add)?;
     for (agent, (n, words)) in counts {
         tx.execute(
             "INSERT INTO memory_stats (agent, items, words) VALUES ($1, $2, $3)
@@ -194,6 +202,38 @@ pub(super) fn write_items(
         .map_err(backend("counting an agent's memory"))?;
     }
     Ok(written)
+}
+
+/// Counts the lexemes of items `ids` in their agents' document frequencies (`memory_terms`),
+/// in one statement: added after the items are written, taken away before they are removed.
+/// The writer holds the agents' locks, and rows are touched in key order.
+fn count_terms(tx: &mut Transaction<'_>, ids: &[ItemId], change: Terms) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    const COUNTED: &str = "SELECT i.agent, v.lexeme, count(*) AS n
+         FROM memory_items i, unnest(i.tsv) AS v WHERE i.id = ANY($1)
+         GROUP BY i.agent, v.lexeme ORDER BY i.agent, v.lexeme";
+    let sql = match change {
+        Terms::Add => format!(
+            "INSERT INTO memory_terms (agent, lexeme, df) {COUNTED}
+             ON CONFLICT (agent, lexeme) DO UPDATE SET df = memory_terms.df + excluded.df"
+        ),
+        Terms::Remove => format!(
+            "UPDATE memory_terms t SET df = greatest(t.df - c.n, 0) FROM ({COUNTED}) c
+             WHERE t.agent = c.agent AND t.lexeme = c.lexeme"
+        ),
+    };
+    tx.execute(&sql, &[&ids])
+        .map_err(backend("counting an item's terms"))?;
+    Ok(())
+}
+
+/// Which way [`count_terms`] counts.
+#[derive(Debug, Clone, Copy)]
+enum Terms {
+    Add,
+    Remove,
 }
 
 /// What deciding an item needs, computed once.
@@ -629,6 +669,7 @@ pub(super) fn forget(tx: &mut Transaction<'_>, id: ItemId) -> Result<Forgotten> 
             "removing a memory item",
         ),
     ];
+    count_terms(tx, &[id], Terms::Remove)?;
     for (sql, action) in steps {
         tx.execute(sql, &[&id]).map_err(backend(action))?;
     }
@@ -691,6 +732,7 @@ pub(super) fn save(tx: &mut Transaction<'_>, note: &NewNote, tokens: u64) -> Res
                 &[&agent, &i64::from(words)],
             )
             .map_err(backend("counting an agent's memory"))?;
+            count_terms(tx, &[id], Terms::Add)?;
             (id, true)
         }
     };

@@ -59,7 +59,7 @@ fn memory_lives_beside_the_log_and_survives_reopening() {
         again.item(id).unwrap().text,
         "the on-call rota lives in the wiki"
     );
-    assert_eq!(PgMemory::schema_version(), 2);
+    assert_eq!(PgMemory::schema_version(), 3);
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn a_version_1_database_migrates_keeping_its_items_and_gains_vectors_kb_and_mark
     let mut client = schema.connect();
     client
         .batch_execute(
-            "DROP TABLE memory_vectors, kb_chunks, kb_files, memory_extracted;
+            "DROP TABLE memory_vectors, kb_chunks, kb_files, memory_extracted, memory_terms;
              DROP FUNCTION memory_dot;
              DELETE FROM memory_schema WHERE version > 1;",
         )
@@ -96,6 +96,15 @@ fn a_version_1_database_migrates_keeping_its_items_and_gains_vectors_kb_and_mark
         m.item(id).unwrap().text,
         "the staging database is restored nightly"
     );
+    // The document frequencies are counted from the items the database already had.
+    let df: i64 = client
+        .query_one(
+            "SELECT df FROM memory_terms WHERE agent = 'a' AND lexeme = 'stage'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(df, 1);
     m.kb_add("", "notes.md", "# Staging\n\nRestored nightly.\n", 1)
         .unwrap();
     assert_eq!(m.kb_search("", "staging", 100, 5).unwrap().len(), 1);
@@ -147,4 +156,55 @@ fn a_url_that_is_not_one_is_refused_with_the_reason() {
     let err = PgMemory::open("postgres://loom@127.0.0.1:1/x?pool_size=zero").unwrap_err();
     let text = err.to_string();
     assert!(text.contains("pool_size"), "{text}");
+}
+
+#[test]
+fn an_agents_ranking_does_not_move_with_what_other_agents_store() {
+    let Some(schema) = loom_testkit::pg::fresh_schema() else {
+        return;
+    };
+    let m = PgMemory::open(&schema.url).unwrap();
+    let mine = [
+        "the deploy key rotates every quarter",
+        "the staging deploy waits for the nightly backup",
+        "a quarter of the backup volume is reserved for logs",
+        "the nightly job mails the on-call engineer",
+    ];
+    let items: Vec<_> = mine
+        .iter()
+        .enumerate()
+        .map(|(i, t)| turn("ops", "s1", i as u64 + 1, t))
+        .collect();
+    m.write(&items).unwrap();
+    let search = Search {
+        filters: loom_memory::Filters {
+            agent: Some(loom_core::AgentId::new("ops").unwrap()),
+            ..Default::default()
+        },
+        ..Search::new("nightly deploy quarter", 1000)
+    };
+    let ranked = |m: &PgMemory| -> Vec<(i64, f64)> {
+        m.search(&search)
+            .unwrap()
+            .iter()
+            .map(|h| (h.id, h.score))
+            .collect()
+    };
+    let before = ranked(&m);
+    assert!(before.len() >= 3, "{before:?}");
+    // Another agent (another tenant's, say) makes "deploy" common and "nightly" rare in its
+    // own memory: under shared statistics the weights of this agent's terms would move.
+    let theirs: Vec<_> = (0..40)
+        .map(|i| {
+            turn(
+                "web",
+                "s9",
+                i + 1,
+                &format!("deploy number {i} of the web tier"),
+            )
+        })
+        .chain([turn("web", "s9", 99, "a quarter deploy")])
+        .collect();
+    m.write(&theirs).unwrap();
+    assert_eq!(ranked(&m), before);
 }
