@@ -259,7 +259,10 @@ fn main() -> anyhow::Result<()> {
     drop(memory);
     match schema {
         Some(s) if keep => {
-            println!("kept: {}", s.url());
+            std::io::Write::write_all(
+                &mut std::io::stdout(),
+                format!("kept: {}\n", s.url()).as_bytes(),
+            )?;
             std::mem::forget(s);
         }
         s => drop(s),
