@@ -17,9 +17,9 @@ pub mod worker;
 
 pub use error::{BoxError, Result, RuntimeError};
 pub use hooks::{
-    render_turn, AppendHook, Decision, Draft, Flow, Halt, HookOutcome, HookStage, HookStatus,
-    Hooks, InjectionBudget, KnowledgeInjector, ParallelGroup, PostHook, PostRun, PostTurn, PreHook,
-    PreRun, SideRecord, TurnRender, TurnView,
+    render_turn, run_turn, AppendHook, Decision, Draft, Flow, Halt, HookOutcome, HookStage,
+    HookStatus, Hooks, InjectionBudget, KnowledgeInjector, ParallelGroup, PostHook, PostRun,
+    PostTurn, PreHook, PreRun, SideRecord, TurnRender, TurnView, Turned,
 };
 pub use summary::{
     check_summary, conversation_prefix, summary_views, DeterministicSummarizer, HttpSummarizer,

@@ -3,46 +3,77 @@
 
 use super::*;
 
+/// What can fail in a turn's render: the pre-hooks, or the render itself.
+enum TurnError {
+    Hooks(loom_runtime::RuntimeError),
+    Render(AgentError),
+}
+
+impl From<loom_runtime::RuntimeError> for TurnError {
+    fn from(e: loom_runtime::RuntimeError) -> Self {
+        Self::Hooks(e)
+    }
+}
+
 impl Runner<'_> {
-    /// The pre-hooks' injections for the next turn, or the halt.
-    pub(super) fn pre_hooks(
+    /// The turn's request: the pre-hooks' injections (or their halt), then one render of the
+    /// session with them, in the runtime's turn sequence ([`run_turn`]) — the same as an
+    /// embedder's [`loom_runtime::render_turn`], rendered by the session engine from the store.
+    /// The body is the bytes sent (its `model` is the spec's): a value tree of the whole
+    /// request every turn cost more than the rest of the turn.
+    pub(super) fn render_turn(
         &self,
         agent: &Agent,
-        spec: &RenderSpec,
-    ) -> Result<Result<Vec<Injection>, Stop>> {
-        let Some(hooks) = self.hooks else {
-            return Ok(Ok(Vec::new()));
+        mut spec: RenderSpec,
+    ) -> Result<Result<RenderOutcome<Vec<u8>>, Stop>> {
+        let session = &agent.session;
+        let failed = |message: String| AgentError::Render {
+            session: session.clone(),
+            message,
         };
         let (meter, policy) = self
             .env
             .engine
-            .prepare(spec)
-            .map_err(|e| AgentError::Render {
-                session: agent.session.clone(),
-                message: e.message,
-            })?;
-        let audience = Audience {
-            agent: Some(agent.name.clone()),
-            now_ms: now_ms(),
+            .prepare(&spec)
+            .map_err(|e| failed(e.message))?;
+        let format = spec.format;
+        let mut render = move |injections: Vec<Injection>| -> std::result::Result<_, TurnError> {
+            spec.injections = injections;
+            self.env
+                .engine
+                .render_session_bytes(self.env.backend(), session, &spec)
+                .map_err(|e| TurnError::Render(failed(e.message)))?
+                .ok_or_else(|| TurnError::Render(AgentError::session(session, "no such session")))
         };
-        let view = self.events(&agent.session, |events| {
-            TurnView::of(events, Some(agent.session.clone()), &audience)
-        })?;
-        let budget = InjectionBudget {
-            format: spec.format,
-            meter: &meter,
-            reserve: policy.budget().injection_reserve,
+        let outcome = match self.hooks {
+            None => render(Vec::new()).map(|rendered| Turned::Ready {
+                rendered,
+                outcomes: Vec::new(),
+            }),
+            Some(hooks) => {
+                let audience = Audience {
+                    agent: Some(agent.name.clone()),
+                    now_ms: now_ms(),
+                };
+                let view = self.events(session, |events| {
+                    TurnView::of(events, Some(session.clone()), &audience)
+                })?;
+                let budget = InjectionBudget {
+                    format,
+                    meter: &meter,
+                    reserve: policy.budget().injection_reserve,
+                };
+                run_turn(hooks, &view, &[], &budget, render)
+            }
         };
-        let pre = hooks
-            .run_pre(&view, &[], &budget)
-            .map_err(|e| AgentError::Render {
-                session: agent.session.clone(),
-                message: format!("the pre-hooks: {e}"),
-            })?;
-        Ok(match pre.decision {
-            Decision::Proceed(injections) => Ok(injections),
-            Decision::Halt(h) => Err(Stop::Halted(format!("{}: {}", h.hook, h.reason))),
-        })
+        match outcome {
+            Ok(Turned::Ready { rendered, .. }) => Ok(Ok(rendered)),
+            Ok(Turned::Halted { halt, .. }) => {
+                Ok(Err(Stop::Halted(format!("{}: {}", halt.hook, halt.reason))))
+            }
+            Err(TurnError::Hooks(e)) => Err(failed(format!("the pre-hooks: {e}"))),
+            Err(TurnError::Render(e)) => Err(e),
+        }
     }
 
     /// The post-hooks after a reply.

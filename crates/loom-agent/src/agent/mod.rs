@@ -16,11 +16,12 @@ use loom_core::{
     ToolOutput,
 };
 use loom_runtime::{
-    catch_up, Decision, Hooks, InjectionBudget, Job, PostTurn, Summarizer, TurnView, WorkerConfig,
+    catch_up, run_turn, Hooks, InjectionBudget, Job, PostTurn, Summarizer, TurnView, Turned,
+    WorkerConfig,
 };
 use loom_session::engine::RenderSpec;
 use loom_session::live::{Backend, LiveSessions};
-use loom_session::Engine;
+use loom_session::{Engine, RenderOutcome};
 use loom_store::{BlobStore, NewSession, Store, Usage};
 use serde_json::Value;
 
@@ -525,7 +526,7 @@ impl<'a> Runner<'a> {
                 return Ok(Stop::Limit(why));
             }
             self.summarize(agent)?;
-            let mut spec = RenderSpec {
+            let spec = RenderSpec {
                 model: self.spec.model.clone(),
                 budget: self.spec.budget,
                 format: Format::from(api),
@@ -536,21 +537,10 @@ impl<'a> Runner<'a> {
                 // Agents have `loom_recall`: every stub says how to call it.
                 recall: Some(loom_core::render::RecallRefs::Tool),
             };
-            spec.injections = match self.pre_hooks(agent, &spec)? {
-                Ok(injections) => injections,
+            let rendered = match self.render_turn(agent, spec)? {
+                Ok(rendered) => rendered,
                 Err(halt) => return Ok(halt),
             };
-            // The body is written as the bytes sent (its `model` is the spec's): a value tree
-            // of the whole request every turn cost more than the rest of the turn.
-            let rendered = self
-                .env
-                .engine
-                .render_session_bytes(self.env.backend(), &agent.session, &spec)
-                .map_err(|e| AgentError::Render {
-                    session: agent.session.clone(),
-                    message: e.message,
-                })?
-                .ok_or_else(|| AgentError::session(&agent.session, "no such session"))?;
             let observer = &mut *self.observer;
             let reply = self
                 .model

@@ -33,7 +33,7 @@ use crate::error::{BoxError, Result, RuntimeError};
 
 pub use knowledge::KnowledgeInjector;
 pub use post::{PostHook, PostRun, PostTurn, SideRecord};
-pub use turn::{render_turn, TurnRender, TurnView};
+pub use turn::{render_turn, run_turn, TurnRender, TurnView, Turned};
 
 /// What an ordered pre-hook decides.
 #[derive(Debug, Clone, PartialEq, Eq)]

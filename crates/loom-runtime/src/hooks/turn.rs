@@ -4,7 +4,9 @@
 //! first and rendering once afterwards is what keeps compaction from being re-entered after
 //! hooks (seed 004: reduction and injection share only the budget).
 
-use loom_core::render::{render, Audience, CompactionState, CostMemo, RenderInput, Rendered};
+use loom_core::render::{
+    render, Audience, CompactionState, CostMemo, Injection, RenderInput, Rendered,
+};
 use loom_core::{AgentId, Event, EventBody, Seq, SessionId};
 
 use super::{Decision, Halt, HookOutcome, Hooks, InjectionBudget};
@@ -42,9 +44,9 @@ impl TurnView {
     }
 }
 
-/// The outcome of a turn's hooks and render.
+/// The outcome of a turn's hooks and its one render, whatever made it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum TurnRender {
+pub enum Turned<R> {
     /// A hook halted the turn; nothing was rendered.
     Halted {
         /// Who and why.
@@ -52,13 +54,41 @@ pub enum TurnRender {
         /// Every hook's outcome.
         outcomes: Vec<HookOutcome>,
     },
-    /// The request to send (injections at its end, listed in `rendered.receipt.injected`).
+    /// The request to send (injections at its end, listed in its receipt's `injected`).
     Ready {
         /// The render.
-        rendered: Box<Rendered>,
+        rendered: R,
         /// Every hook's outcome.
         outcomes: Vec<HookOutcome>,
     },
+}
+
+/// The outcome of [`render_turn`]: a render of a log in memory.
+pub type TurnRender = Turned<Box<Rendered>>;
+
+/// Runs the pre-hooks for the turn, then `render` exactly once with their injections (after
+/// `given`, content injected before the hooks, which runs through the same reserve check); a
+/// halt renders nothing. The one turn sequence, whatever renders: [`render_turn`] renders a log
+/// held in memory, `loom run` a stored session through the session engine. Errors of the hooks
+/// become the renderer's error type.
+pub fn run_turn<R, E: From<crate::RuntimeError>>(
+    hooks: &Hooks,
+    turn: &TurnView,
+    given: &[Injection],
+    budget: &InjectionBudget<'_>,
+    render: impl FnOnce(Vec<Injection>) -> std::result::Result<R, E>,
+) -> std::result::Result<Turned<R>, E> {
+    let pre = hooks.run_pre(turn, given, budget)?;
+    Ok(match pre.decision {
+        Decision::Halt(halt) => Turned::Halted {
+            halt,
+            outcomes: pre.outcomes,
+        },
+        Decision::Proceed(injections) => Turned::Ready {
+            rendered: render(injections)?,
+            outcomes: pre.outcomes,
+        },
+    })
 }
 
 /// Runs the pre-hooks for the turn, then renders once with their injections.
@@ -77,22 +107,11 @@ pub fn render_turn(
         meter: input.meter,
         reserve: input.policy.budget().injection_reserve,
     };
-    let pre = hooks.run_pre(turn, input.injections, &budget)?;
-    match pre.decision {
-        Decision::Halt(halt) => Ok(TurnRender::Halted {
-            halt,
-            outcomes: pre.outcomes,
-        }),
-        Decision::Proceed(injections) => {
-            let with = RenderInput {
-                injections: &injections,
-                ..*input
-            };
-            let rendered = render(&with, prev, memo)?;
-            Ok(TurnRender::Ready {
-                rendered: Box::new(rendered),
-                outcomes: pre.outcomes,
-            })
-        }
-    }
+    run_turn(hooks, turn, input.injections, &budget, |injections| {
+        let with = RenderInput {
+            injections: &injections,
+            ..*input
+        };
+        Ok(Box::new(render(&with, prev, memo)?))
+    })
 }
