@@ -13,7 +13,7 @@ use std::sync::Arc;
 use loom_core::render::{Format, ToolSpec};
 use loom_core::{AgentId, NewEvent, SessionId};
 use loom_session::engine::RenderSpec;
-use loom_session::live::{Backend, LiveSessions};
+use loom_session::{Backend, LiveSessions};
 use loom_session::{Engine, ErrorKind, SessionError};
 use loom_store::{BlobStore, NewSession, Offloader, Resolution, Store, StoreError, Usage};
 use pyo3::create_exception;

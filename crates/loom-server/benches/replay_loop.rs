@@ -16,8 +16,8 @@ use anyhow::Context;
 
 use loom_core::SessionId;
 use loom_session::engine::RenderSpec;
-use loom_session::live::{Backend, LiveSessions};
 use loom_session::Engine;
+use loom_session::{Backend, LiveSessions};
 use loom_store::{MemoryBlobStore, MemoryStore};
 
 fn main() -> anyhow::Result<()> {

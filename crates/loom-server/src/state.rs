@@ -14,7 +14,7 @@ use crate::config::{AuthMode, ServeConfig};
 use crate::error::{ApiError, Result};
 use crate::metrics::Metrics;
 use loom_session::engine::Engine;
-use loom_session::live::{Backend, LiveSessions};
+use loom_session::{Backend, LiveSessions};
 
 /// The server's shared state.
 #[derive(Debug)]

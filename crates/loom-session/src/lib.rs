@@ -22,6 +22,6 @@ pub mod state;
 
 pub use engine::{Engine, ModelLimits, RenderOutcome, RenderSpec};
 pub use error::{ErrorKind, Result, SessionError};
-pub use live::{lock_live, Backend, Live, LiveSessions};
+pub use live::{lock_live, Backend, Live, LiveSessions, MemoryBackend};
 pub use memo::BodyMemo;
 pub use state::{SessionState, View};

@@ -20,7 +20,7 @@ use loom_runtime::{
     WorkerConfig,
 };
 use loom_session::engine::RenderSpec;
-use loom_session::live::{Backend, LiveSessions};
+use loom_session::{Backend, LiveSessions};
 use loom_session::{Engine, RenderOutcome};
 use loom_store::{BlobStore, NewSession, Store, Usage};
 use serde_json::Value;

@@ -16,7 +16,7 @@ use loom_core::render::{
 };
 use loom_core::{Event, SessionId};
 use loom_replay::EncodingMeter;
-use loom_session::live::{Backend, LiveSessions};
+use loom_session::{Backend, LiveSessions};
 use loom_store::Opened;
 
 use super::replay::read_policy;

@@ -16,6 +16,7 @@
 //! The driver is the synchronous `postgres` client: call it from a blocking thread (a server
 //! uses `spawn_blocking`), never from inside an async task.
 
+mod forget;
 mod kb;
 mod schema;
 mod search;
@@ -251,11 +252,11 @@ impl Memory for PgMemory {
     }
 
     fn forget(&self, id: ItemId) -> Result<Forgotten> {
-        self.tx(|tx| write::forget(tx, id))
+        self.tx(|tx| forget::forget(tx, id))
     }
 
     fn forget_session(&self, agent: &AgentId, session: &SessionId) -> Result<Vec<ItemId>> {
-        self.tx(|tx| write::forget_session(tx, agent, session))
+        self.tx(|tx| forget::forget_session(tx, agent, session))
     }
 
     fn count_tokens(&self, text: &str) -> u64 {
@@ -305,7 +306,7 @@ impl Memory for PgMemory {
         let tokens = self.tokenizer.count(&note.text);
         let now = wall_clock_ms();
         self.tx(|tx| {
-            write::purge(tx, now)?;
+            forget::purge(tx, now)?;
             write::save(tx, note, tokens)
         })
     }
@@ -315,6 +316,6 @@ impl Memory for PgMemory {
     }
 
     fn purge_expired(&self, now_ms: i64) -> Result<Vec<ItemId>> {
-        self.tx(|tx| write::purge(tx, now_ms))
+        self.tx(|tx| forget::purge(tx, now_ms))
     }
 }

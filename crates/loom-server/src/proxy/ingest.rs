@@ -465,7 +465,7 @@ impl<'de> Visitor<'de> for Items {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loom_session::live::MemoryBackend as TestBackend;
+    use loom_session::MemoryBackend as TestBackend;
     use serde_json::json;
 
     /// The opening as reading the whole body gives it: up to the first user message, or all.

@@ -507,7 +507,7 @@ mod tests {
     use axum::body::Bytes;
     use loom_core::Api;
     use loom_core::{MessageContent, ToolCall};
-    use loom_session::live::MemoryBackend as TestBackend;
+    use loom_session::MemoryBackend as TestBackend;
     use serde_json::{json, Value};
 
     fn assistant(text: &str, calls: &[(&str, &str)]) -> NewEvent {
