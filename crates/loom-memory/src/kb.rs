@@ -378,6 +378,9 @@ pub struct KbHit {
     pub score: f64,
 }
 
+/// A chunk with its token count, as the knowledge base stores it.
+pub type CountedChunk = (Chunk, u64);
+
 /// The chunks of the file `path` with content `text`, each with its token count by
 /// `tokenizer` (counted before a backend's transaction, so that it holds the database for SQL
 /// only).

@@ -34,6 +34,7 @@ mod item;
 pub mod kb;
 mod notes;
 mod postgres;
+mod rules;
 mod search;
 mod sqlite;
 mod text;

@@ -69,6 +69,23 @@ pub(crate) struct HitRow {
     pub(crate) tier: Tier,
 }
 
+impl HitRow {
+    /// A row as stored, its token count and tier checked.
+    pub(crate) fn read(id: ItemId, text: String, tokens: i64, tier: &str) -> Result<Self> {
+        let corrupt = |reason: String| MemoryError::Corrupt {
+            record: format!("item {id}"),
+            reason,
+        };
+        Ok(Self {
+            text,
+            tokens: u64::try_from(tokens).map_err(|_| corrupt(format!("tokens {tokens}")))?,
+            tier: tier
+                .parse()
+                .map_err(|_| corrupt(format!("tier `{tier}`")))?,
+        })
+    }
+}
+
 /// What a search reads from a backend once the signals have ranked.
 pub(crate) trait SearchRows {
     /// For each of `ids`, the nearest single-event item before and after each of its sources

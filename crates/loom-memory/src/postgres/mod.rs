@@ -25,7 +25,7 @@ mod write;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use loom_tokens::{CountTokens, Encoding, Tokenizer};
+use loom_tokens::{Encoding, Tokenizer};
 use postgres::{Client, NoTls};
 
 use loom_core::{AgentId, Seq, SessionId};
@@ -33,15 +33,11 @@ use loom_core::{AgentId, Seq, SessionId};
 use crate::embed::Embedder;
 use crate::error::{postgres as backend, MemoryError, Result};
 use crate::extract::ExtractMark;
-use crate::hybrid::QueryCache;
+use crate::hybrid::{QueryCache, QueryVector};
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
-use crate::kb::{counted_chunks, KbAdded, KbFile, KbHit};
-use crate::notes::{wall_clock_ms, NewNote, Saved};
-use crate::Memory;
-
-/// Items embedded per call when back-filling: large enough to batch well, small enough that
-/// progress is committed often.
-const BACKFILL_BATCH: usize = 256;
+use crate::kb::{CountedChunk, KbAdded, KbFile, KbHit};
+use crate::notes::{NewNote, Saved};
+use crate::rules::MemoryRows;
 
 /// Long-term memory in a PostgreSQL database.
 pub struct PgMemory {
@@ -177,145 +173,128 @@ impl PgMemory {
         })
     }
 
-    /// Writes `items`, [`WRITE_CHUNK`] per transaction, and runs `then` in the last one; then
-    /// embeds the new items. Short transactions hold an agent's advisory lock (and a pooled
+    /// Writes `items` (their tokens counted), [`WRITE_CHUNK`] per transaction, and moves
+    /// `mark` in the last one. Short transactions hold an agent's advisory lock (and a pooled
     /// connection) briefly, so a request that writes the same agent's memory, or needs the
     /// connection, waits for one of them at most. Each transaction is whole; an error leaves the
     /// chunks before it written, which indexing again would write anyway.
-    fn write_then(
+    fn write_chunked(
         &self,
         items: &[NewItem],
-        then: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<()>,
+        tokens: &[u64],
+        mark: Option<&ExtractMark>,
     ) -> Result<Vec<Written>> {
-        // Counted before the transaction, so that the lock is held for SQL only.
-        let tokens: Vec<u64> = items
-            .iter()
-            .map(|i| self.tokenizer.count(&i.text))
-            .collect();
         let mut written = Vec::with_capacity(items.len());
-        let mut then = Some(then);
         let chunks = items.len().div_ceil(WRITE_CHUNK).max(1);
         for n in 0..chunks {
             let range = n * WRITE_CHUNK..((n + 1) * WRITE_CHUNK).min(items.len());
             let last = n + 1 == chunks;
             written.extend(self.tx(|tx| {
                 let done = write::write_items(tx, &items[range.clone()], &tokens[range.clone()])?;
-                if last {
-                    if let Some(then) = then.take() {
-                        then(tx)?;
-                    }
+                if let (true, Some(mark)) = (last, mark) {
+                    write::set_mark(tx, mark)?;
                 }
                 Ok(done)
             })?);
-        }
-        // New items are embedded after their write, outside the transaction (a remote embedder
-        // may take seconds). Should it fail, the items stay, searchable by full text, and the
-        // error is returned; `embed_missing` embeds them later.
-        if let Some(embedder) = &self.embedder {
-            let pairs = crate::hybrid::embed_created(embedder.as_ref(), &written, items)?;
-            if !pairs.is_empty() {
-                self.tx(|tx| vectors::store(tx, embedder.model_id(), &pairs, self.pgvector))?;
-            }
         }
         Ok(written)
     }
 }
 
-/// Items written per transaction (see [`PgMemory::write_then`]): a few statements each, so the
+/// Items written per transaction (see [`PgMemory::write_chunked`]): a few statements each, so the
 /// agent's lock is held for milliseconds.
 const WRITE_CHUNK: usize = 256;
 
-impl Memory for PgMemory {
-    fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
-        self.write_then(items, |_| Ok(()))
+impl MemoryRows for PgMemory {
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 
-    fn extracted_to(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
-        self.tx(|tx| write::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
+    fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
     }
 
-    fn write_extracted(&self, items: &[NewItem], mark: &ExtractMark) -> Result<Vec<Written>> {
-        self.write_then(items, |tx| write::set_mark(tx, mark))
+    fn query_cache(&self) -> &QueryCache {
+        &self.last_query
     }
 
-    fn search(&self, search: &Search) -> Result<Vec<Hit>> {
-        // The query is embedded before the transaction, so no connection is held while it is.
-        let query = match &self.embedder {
-            Some(e) => self.last_query.vector(e.as_ref(), search)?,
-            None => None,
-        };
-        self.tx(|tx| search::search(tx, search, query.as_ref(), self.pgvector))
+    fn write_items(
+        &self,
+        items: &[NewItem],
+        tokens: &[u64],
+        mark: Option<&ExtractMark>,
+    ) -> Result<Vec<Written>> {
+        self.write_chunked(items, tokens, mark)
     }
 
-    fn item(&self, id: ItemId) -> Result<Item> {
+    fn store_vectors(&self, model: &str, pairs: &[(ItemId, Vec<f32>)]) -> Result<()> {
+        self.tx(|tx| vectors::store(tx, model, pairs, self.pgvector))
+    }
+
+    fn missing_vectors(
+        &self,
+        model: &str,
+        agent: Option<&AgentId>,
+        n: usize,
+    ) -> Result<Vec<(ItemId, String)>> {
+        self.tx(|tx| vectors::missing(tx, model, agent.map(AgentId::as_str), n))
+    }
+
+    fn find(&self, search: &Search, query: Option<&QueryVector<'_>>) -> Result<Vec<Hit>> {
+        self.tx(|tx| search::search(tx, search, query, self.pgvector))
+    }
+
+    fn load(&self, id: ItemId) -> Result<Item> {
         self.tx(|tx| search::load_item(tx, id))
     }
 
-    fn forget(&self, id: ItemId) -> Result<Forgotten> {
+    fn remove(&self, id: ItemId) -> Result<Forgotten> {
         self.tx(|tx| forget::forget(tx, id))
     }
 
-    fn forget_session(&self, agent: &AgentId, session: &SessionId) -> Result<Vec<ItemId>> {
+    fn remove_session(&self, agent: &AgentId, session: &SessionId) -> Result<Vec<ItemId>> {
         self.tx(|tx| forget::forget_session(tx, agent, session))
     }
 
-    fn count_tokens(&self, text: &str) -> u64 {
-        self.tokenizer.count(text)
-    }
-
-    fn embed_missing(&self, agent: Option<&AgentId>) -> Result<usize> {
-        let Some(embedder) = &self.embedder else {
-            return Ok(0);
-        };
-        let model = embedder.model_id();
-        let mut done = 0;
-        loop {
-            let batch = self
-                .tx(|tx| vectors::missing(tx, model, agent.map(AgentId::as_str), BACKFILL_BATCH))?;
-            if batch.is_empty() {
-                return Ok(done);
-            }
-            let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
-            let vs = embedder.embed(&texts)?;
-            let pairs: Vec<(ItemId, Vec<f32>)> = batch.iter().map(|(id, _)| *id).zip(vs).collect();
-            self.tx(|tx| vectors::store(tx, model, &pairs, self.pgvector))?;
-            done += batch.len();
-        }
-    }
-
-    fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
-        let counted = counted_chunks(path, text, &self.tokenizer)?;
-        let hash = crate::text::hash(text);
-        self.tx(|tx| kb::add(tx, scope, path, &hash, &counted, now_ms))
-    }
-
-    fn kb_search(&self, scope: &str, query: &str, budget: u64, limit: usize) -> Result<Vec<KbHit>> {
-        self.tx(|tx| kb::search(tx, scope, query, budget, limit))
-    }
-
-    fn kb_list(&self, scope: &str) -> Result<Vec<KbFile>> {
-        self.tx(|tx| kb::list(tx, scope))
-    }
-
-    fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
-        self.tx(|tx| kb::remove(tx, scope, path))
-    }
-
-    fn save(&self, note: &NewNote) -> Result<Saved> {
-        note.validate()?;
-        let tokens = self.tokenizer.count(&note.text);
-        let now = wall_clock_ms();
+    fn purge_and_save(&self, now_ms: i64, note: &NewNote, tokens: u64) -> Result<Saved> {
         self.tx(|tx| {
-            forget::purge(tx, now)?;
+            forget::purge(tx, now_ms)?;
             write::save(tx, note, tokens)
         })
     }
 
-    fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
+    fn purge(&self, now_ms: i64) -> Result<Vec<ItemId>> {
+        self.tx(|tx| forget::purge(tx, now_ms))
+    }
+
+    fn expiry(&self, id: ItemId) -> Result<Option<i64>> {
         self.tx(|tx| write::expiry(tx, id))
     }
 
-    fn purge_expired(&self, now_ms: i64) -> Result<Vec<ItemId>> {
-        self.tx(|tx| forget::purge(tx, now_ms))
+    fn kb_store(
+        &self,
+        scope: &str,
+        path: &str,
+        hash: &str,
+        chunks: &[CountedChunk],
+        now_ms: i64,
+    ) -> Result<KbAdded> {
+        self.tx(|tx| kb::add(tx, scope, path, hash, chunks, now_ms))
+    }
+
+    fn kb_find(&self, scope: &str, query: &str, budget: u64, limit: usize) -> Result<Vec<KbHit>> {
+        self.tx(|tx| kb::search(tx, scope, query, budget, limit))
+    }
+
+    fn kb_files(&self, scope: &str) -> Result<Vec<KbFile>> {
+        self.tx(|tx| kb::list(tx, scope))
+    }
+
+    fn kb_delete(&self, scope: &str, path: &str) -> Result<usize> {
+        self.tx(|tx| kb::remove(tx, scope, path))
+    }
+
+    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
+        self.tx(|tx| write::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
     }
 }

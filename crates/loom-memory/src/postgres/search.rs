@@ -19,7 +19,7 @@ use postgres::Transaction;
 
 use crate::error::{postgres as backend, MemoryError, Result};
 use crate::hybrid::QueryVector;
-use crate::item::{Hit, Item, ItemId, ItemKind, Provenance, Search, Tier};
+use crate::item::{Hit, Item, ItemId, ItemKind, Provenance, Search};
 use crate::search::{self as pipeline, FullText, HitRow, Nearest, Ranking, Retriever, SearchRows};
 
 use super::vectors;
@@ -373,12 +373,7 @@ impl SearchRows for PgSearch<'_, '_> {
         for r in rows {
             let (id, text, tokens, tier): (ItemId, String, i64, String) =
                 (r.get(0), r.get(1), r.get(2), r.get(3));
-            let tokens =
-                u64::try_from(tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
-            let tier: Tier = tier
-                .parse()
-                .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
-            out.insert(id, HitRow { text, tokens, tier });
+            out.insert(id, HitRow::read(id, text, tokens, &tier)?);
         }
         Ok(out)
     }

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use loom_tokens::{CountTokens, Encoding, Tokenizer};
+use loom_tokens::{Encoding, Tokenizer};
 use rusqlite::{Connection, TransactionBehavior};
 
 use loom_core::{AgentId, Seq, SessionId};
@@ -27,18 +27,15 @@ use loom_core::{AgentId, Seq, SessionId};
 use crate::embed::Embedder;
 use crate::error::{backend, Result};
 use crate::extract::ExtractMark;
-use crate::hybrid::QueryCache;
+use crate::hybrid::{QueryCache, QueryVector};
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
-use crate::kb::{counted_chunks, KbAdded, KbFile, KbHit};
-use crate::notes::{wall_clock_ms, NewNote, Saved};
+use crate::kb::{CountedChunk, KbAdded, KbFile, KbHit};
+use crate::notes::{NewNote, Saved};
+use crate::rules::MemoryRows;
 use crate::Memory;
 
 /// How long a write waits for another process's write to the file to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Items embedded per call when back-filling: large enough to batch well, small enough that
-/// progress is committed often.
-const BACKFILL_BATCH: usize = 256;
 
 /// Long-term memory in an SQLite database.
 pub struct SqliteMemory {
@@ -108,24 +105,7 @@ impl SqliteMemory {
     /// model — items written without an embedder, or under another model — in batches, each
     /// committed as it is done; returns how many were embedded (0 without an embedder).
     pub fn embed_missing(&self, agent: Option<&AgentId>) -> Result<usize> {
-        let Some(embedder) = &self.embedder else {
-            return Ok(0);
-        };
-        let model = embedder.model_id();
-        let mut done = 0;
-        loop {
-            let batch = self.read_tx(|tx| {
-                vectors::missing(tx, model, agent.map(AgentId::as_str), BACKFILL_BATCH)
-            })?;
-            if batch.is_empty() {
-                return Ok(done);
-            }
-            let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
-            let vs = embedder.embed(&texts)?;
-            let pairs: Vec<(ItemId, Vec<f32>)> = batch.iter().map(|(id, _)| *id).zip(vs).collect();
-            self.write_tx(|tx| vectors::store(tx, model, &pairs))?;
-            done += batch.len();
-        }
+        Memory::embed_missing(self, agent)
     }
 
     /// Counts item tokens with `tokenizer` instead (the model's own, so that budgets are in the
@@ -157,8 +137,8 @@ impl SqliteMemory {
         Ok(out)
     }
 
-    /// Writes `items` and then runs `then` (in the transaction of the last items written), then
-    /// embeds the new items.
+    /// Writes `items` (their tokens counted) and moves `mark` in the transaction of the last
+    /// items written.
     ///
     /// The write lock is the store's too (one database file): the log's writes wait while it is
     /// held. So what an earlier indexing already wrote is found first, in a read (WAL readers
@@ -166,12 +146,12 @@ impl SqliteMemory {
     /// the lock given up between them, so a request's write waits for one short transaction at
     /// most. Each transaction is whole; an error leaves the chunks before it written, which is
     /// what indexing again would write anyway (every write is idempotent by source).
-    fn write_then(&self, items: &[NewItem], then: Option<&Then<'_>>) -> Result<Vec<Written>> {
-        // Counted before the transaction, so that the write lock is held for SQL only.
-        let tokens: Vec<u64> = items
-            .iter()
-            .map(|i| self.tokenizer.count(&i.text))
-            .collect();
+    fn write_chunked(
+        &self,
+        items: &[NewItem],
+        tokens: &[u64],
+        mark: Option<&ExtractMark>,
+    ) -> Result<Vec<Written>> {
         let known: Vec<Option<ItemId>> = self.read_tx(|tx| {
             items
                 .iter()
@@ -183,8 +163,8 @@ impl SqliteMemory {
         let todo: Vec<usize> = (0..items.len()).filter(|&i| known[i].is_none()).collect();
         let chunks: Vec<&[usize]> = todo.chunks(WRITE_CHUNK).collect();
         if chunks.is_empty() {
-            if let Some(then) = then {
-                self.write_tx(then)?;
+            if let Some(mark) = mark {
+                self.write_tx(|tx| extra::set_mark(tx, mark))?;
             }
         }
         for (n, chunk) in chunks.iter().enumerate() {
@@ -194,8 +174,8 @@ impl SqliteMemory {
                     .iter()
                     .map(|&i| write::write_item(tx, &items[i], tokens[i]))
                     .collect::<Result<Vec<_>>>()?;
-                if let (true, Some(then)) = (last, then) {
-                    then(tx)?;
+                if let (true, Some(mark)) = (last, mark) {
+                    extra::set_mark(tx, mark)?;
                 }
                 Ok(done)
             })?;
@@ -206,17 +186,7 @@ impl SqliteMemory {
                 std::thread::yield_now();
             }
         }
-        let written: Vec<Written> = written.into_iter().flatten().collect();
-        // New items are embedded after their write, outside the write lock (a remote embedder
-        // may take seconds). Should it fail, the items stay, searchable by full text, and the
-        // error is returned; `embed_missing` embeds them later.
-        if let Some(embedder) = &self.embedder {
-            let pairs = crate::hybrid::embed_created(embedder.as_ref(), &written, items)?;
-            if !pairs.is_empty() {
-                self.write_tx(|tx| vectors::store(tx, embedder.model_id(), &pairs))?;
-            }
-        }
-        Ok(written)
+        Ok(written.into_iter().flatten().collect())
     }
 
     /// Runs `f` in a read transaction, so that it sees one snapshot.
@@ -231,88 +201,100 @@ impl SqliteMemory {
     }
 }
 
-/// What a write runs in its last transaction (the extractor's mark).
-type Then<'a> = dyn Fn(&Connection) -> Result<()> + 'a;
-
 /// Items written per transaction: short enough that the log's writes, which wait for the same
 /// lock, wait for one of them at most a few milliseconds.
 const WRITE_CHUNK: usize = 16;
 
-impl Memory for SqliteMemory {
-    fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
-        self.write_then(items, None)
+impl MemoryRows for SqliteMemory {
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 
-    fn extracted_to(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
-        self.read_tx(|tx| extra::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
+    fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
     }
 
-    fn write_extracted(&self, items: &[NewItem], mark: &ExtractMark) -> Result<Vec<Written>> {
-        self.write_then(items, Some(&|tx| extra::set_mark(tx, mark)))
+    fn query_cache(&self) -> &QueryCache {
+        &self.last_query
     }
 
-    fn search(&self, search: &Search) -> Result<Vec<Hit>> {
-        // The query is embedded before the read, so the database is not held while it is.
-        let query = match &self.embedder {
-            Some(e) => self.last_query.vector(e.as_ref(), search)?,
-            None => None,
-        };
-        self.read_tx(|tx| search::search(tx, search, query.as_ref()))
+    fn write_items(
+        &self,
+        items: &[NewItem],
+        tokens: &[u64],
+        mark: Option<&ExtractMark>,
+    ) -> Result<Vec<Written>> {
+        self.write_chunked(items, tokens, mark)
     }
 
-    fn item(&self, id: ItemId) -> Result<Item> {
+    fn store_vectors(&self, model: &str, pairs: &[(ItemId, Vec<f32>)]) -> Result<()> {
+        self.write_tx(|tx| vectors::store(tx, model, pairs))
+    }
+
+    fn missing_vectors(
+        &self,
+        model: &str,
+        agent: Option<&AgentId>,
+        n: usize,
+    ) -> Result<Vec<(ItemId, String)>> {
+        self.read_tx(|tx| vectors::missing(tx, model, agent.map(AgentId::as_str), n))
+    }
+
+    fn find(&self, search: &Search, query: Option<&QueryVector<'_>>) -> Result<Vec<Hit>> {
+        self.read_tx(|tx| search::search(tx, search, query))
+    }
+
+    fn load(&self, id: ItemId) -> Result<Item> {
         self.read_tx(|tx| read::load_item(tx, id))
     }
 
-    fn forget(&self, id: ItemId) -> Result<Forgotten> {
+    fn remove(&self, id: ItemId) -> Result<Forgotten> {
         self.write_tx(|tx| write::forget(tx, id))
     }
 
-    fn forget_session(&self, agent: &AgentId, session: &SessionId) -> Result<Vec<ItemId>> {
+    fn remove_session(&self, agent: &AgentId, session: &SessionId) -> Result<Vec<ItemId>> {
         self.write_tx(|tx| write::forget_session(tx, agent, session))
     }
 
-    fn count_tokens(&self, text: &str) -> u64 {
-        self.tokenizer.count(text)
-    }
-
-    fn embed_missing(&self, agent: Option<&AgentId>) -> Result<usize> {
-        SqliteMemory::embed_missing(self, agent)
-    }
-
-    fn note_expiry(&self, id: ItemId) -> Result<Option<i64>> {
-        self.read_tx(|tx| notes::expiry(tx, id))
-    }
-
-    fn kb_add(&self, scope: &str, path: &str, text: &str, now_ms: i64) -> Result<KbAdded> {
-        let counted = counted_chunks(path, text, &self.tokenizer)?;
-        let hash = crate::text::hash(text);
-        self.write_tx(|tx| kb::add(tx, scope, path, &hash, &counted, now_ms))
-    }
-
-    fn kb_search(&self, scope: &str, query: &str, budget: u64, limit: usize) -> Result<Vec<KbHit>> {
-        self.read_tx(|tx| kb::search(tx, scope, query, budget, limit))
-    }
-
-    fn kb_list(&self, scope: &str) -> Result<Vec<KbFile>> {
-        self.read_tx(|tx| kb::list(tx, scope))
-    }
-
-    fn kb_remove(&self, scope: &str, path: &str) -> Result<usize> {
-        self.write_tx(|tx| kb::remove(tx, scope, path))
-    }
-
-    fn save(&self, note: &NewNote) -> Result<Saved> {
-        note.validate()?;
-        let tokens = self.tokenizer.count(&note.text);
-        let now = wall_clock_ms();
+    fn purge_and_save(&self, now_ms: i64, note: &NewNote, tokens: u64) -> Result<Saved> {
         self.write_tx(|tx| {
-            notes::purge(tx, now)?;
+            notes::purge(tx, now_ms)?;
             notes::save(tx, note, tokens)
         })
     }
 
-    fn purge_expired(&self, now_ms: i64) -> Result<Vec<ItemId>> {
+    fn purge(&self, now_ms: i64) -> Result<Vec<ItemId>> {
         self.write_tx(|tx| notes::purge(tx, now_ms))
+    }
+
+    fn expiry(&self, id: ItemId) -> Result<Option<i64>> {
+        self.read_tx(|tx| notes::expiry(tx, id))
+    }
+
+    fn kb_store(
+        &self,
+        scope: &str,
+        path: &str,
+        hash: &str,
+        chunks: &[CountedChunk],
+        now_ms: i64,
+    ) -> Result<KbAdded> {
+        self.write_tx(|tx| kb::add(tx, scope, path, hash, chunks, now_ms))
+    }
+
+    fn kb_find(&self, scope: &str, query: &str, budget: u64, limit: usize) -> Result<Vec<KbHit>> {
+        self.read_tx(|tx| kb::search(tx, scope, query, budget, limit))
+    }
+
+    fn kb_files(&self, scope: &str) -> Result<Vec<KbFile>> {
+        self.read_tx(|tx| kb::list(tx, scope))
+    }
+
+    fn kb_delete(&self, scope: &str, path: &str) -> Result<usize> {
+        self.write_tx(|tx| kb::remove(tx, scope, path))
+    }
+
+    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
+        self.read_tx(|tx| extra::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
     }
 }

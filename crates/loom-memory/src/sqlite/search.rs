@@ -9,11 +9,11 @@ use rusqlite::{Connection, OptionalExtension, ToSql};
 
 use crate::error::{backend, Result};
 use crate::hybrid::QueryVector;
-use crate::item::{Hit, ItemId, Provenance, Search, Tier};
+use crate::item::{Hit, ItemId, Provenance, Search};
 use crate::search::{self as pipeline, FullText, HitRow, Nearest, Ranking, Retriever, SearchRows};
 
 use super::rank;
-use super::read::{corrupt, sources};
+use super::read::sources;
 use super::vectors;
 
 /// The filters as SQL over `i` (memory_items), with named parameters.
@@ -160,12 +160,7 @@ impl SearchRows for SqliteSearch<'_> {
             else {
                 continue;
             };
-            let tokens =
-                u64::try_from(tokens).map_err(|_| corrupt(id, format!("tokens {tokens}")))?;
-            let tier: Tier = tier
-                .parse()
-                .map_err(|_| corrupt(id, format!("tier `{tier}`")))?;
-            out.insert(id, HitRow { text, tokens, tier });
+            out.insert(id, HitRow::read(id, text, tokens, &tier)?);
         }
         Ok(out)
     }
