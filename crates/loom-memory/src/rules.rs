@@ -3,7 +3,7 @@
 //! A backend ([`MemoryRows`]: SQLite, PostgreSQL) keeps rows: it writes items whose tokens are
 //! counted, finds what a search asks for, removes, keeps notes, the knowledge base and the
 //! extractors' marks, each in its own transactions. Everything around those rows is here, the
-//! same for every backend (`impl<B: MemoryRows> Memory for B`): a note is validated and expired
+//! same for every backend (`impl<B: MemoryRows + KbRows> Memory for B`): a note is validated and expired
 //! notes purged before it is saved; tokens are counted before a transaction, so that no lock is
 //! held for a tokenizer; new items are embedded after their write, outside any transaction (a
 //! remote embedder may take seconds), and a failed embedding leaves them searchable by full
@@ -30,7 +30,8 @@ use crate::Memory;
 const BACKFILL_BATCH: usize = 256;
 
 /// What a memory backend does in its own storage, each call in its own transaction(s): rows
-/// in, rows out. Implementing it makes a [`Memory`], with the rules of this module.
+/// in, rows out. Implementing it and [`KbRows`] makes a [`Memory`], with the rules of this
+/// module.
 pub(crate) trait MemoryRows: Send + Sync + std::fmt::Debug {
     /// What item tokens are counted with.
     fn tokenizer(&self) -> &Tokenizer;
@@ -84,6 +85,12 @@ pub(crate) trait MemoryRows: Send + Sync + std::fmt::Debug {
     /// See [`Memory::note_expiry`].
     fn expiry(&self, id: ItemId) -> Result<Option<i64>>;
 
+    /// See [`Memory::extracted_to`].
+    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq>;
+}
+
+/// What a backend does for the knowledge base, in its own storage: files' chunks per scope.
+pub(crate) trait KbRows {
     /// Stores `chunks` (counted) as the file `path` of `scope`'s knowledge base, whose content
     /// hashes to `hash`.
     fn kb_store(
@@ -103,9 +110,6 @@ pub(crate) trait MemoryRows: Send + Sync + std::fmt::Debug {
 
     /// See [`Memory::kb_remove`].
     fn kb_delete(&self, scope: &str, path: &str) -> Result<usize>;
-
-    /// See [`Memory::extracted_to`].
-    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq>;
 }
 
 /// Writes `items`, then embeds the new ones (see the module's rules).
@@ -125,7 +129,7 @@ fn write<B: MemoryRows>(
     Ok(written)
 }
 
-impl<B: MemoryRows> Memory for B {
+impl<B: MemoryRows + KbRows> Memory for B {
     fn write(&self, items: &[NewItem]) -> Result<Vec<Written>> {
         write(self, items, None)
     }

@@ -37,7 +37,7 @@ use crate::hybrid::{QueryCache, QueryVector};
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
 use crate::kb::{CountedChunk, KbAdded, KbFile, KbHit};
 use crate::notes::{NewNote, Saved};
-use crate::rules::MemoryRows;
+use crate::rules::{KbRows, MemoryRows};
 
 /// Long-term memory in a PostgreSQL database.
 pub struct PgMemory {
@@ -271,6 +271,12 @@ impl MemoryRows for PgMemory {
         self.tx(|tx| write::expiry(tx, id))
     }
 
+    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
+        self.tx(|tx| write::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
+    }
+}
+
+impl KbRows for PgMemory {
     fn kb_store(
         &self,
         scope: &str,
@@ -292,9 +298,5 @@ impl MemoryRows for PgMemory {
 
     fn kb_delete(&self, scope: &str, path: &str) -> Result<usize> {
         self.tx(|tx| kb::remove(tx, scope, path))
-    }
-
-    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
-        self.tx(|tx| write::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
     }
 }

@@ -31,7 +31,7 @@ use crate::hybrid::{QueryCache, QueryVector};
 use crate::item::{Forgotten, Hit, Item, ItemId, NewItem, Search, Written};
 use crate::kb::{CountedChunk, KbAdded, KbFile, KbHit};
 use crate::notes::{NewNote, Saved};
-use crate::rules::MemoryRows;
+use crate::rules::{KbRows, MemoryRows};
 use crate::Memory;
 
 /// How long a write waits for another process's write to the file to finish.
@@ -271,6 +271,12 @@ impl MemoryRows for SqliteMemory {
         self.read_tx(|tx| notes::expiry(tx, id))
     }
 
+    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
+        self.read_tx(|tx| extra::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
+    }
+}
+
+impl KbRows for SqliteMemory {
     fn kb_store(
         &self,
         scope: &str,
@@ -292,9 +298,5 @@ impl MemoryRows for SqliteMemory {
 
     fn kb_delete(&self, scope: &str, path: &str) -> Result<usize> {
         self.write_tx(|tx| kb::remove(tx, scope, path))
-    }
-
-    fn mark(&self, agent: &AgentId, session: &SessionId, extractor: &str) -> Result<Seq> {
-        self.read_tx(|tx| extra::extracted_to(tx, agent.as_str(), session.as_str(), extractor))
     }
 }
