@@ -10,8 +10,9 @@ use loom_core::AgentId;
 use loom_memory::{Memory, MemoryError, NewNote, Recall, Tier};
 use pyo3::PyResult;
 
-use crate::{invalid, json_text, now_ms, raise, session_id, store_error, Inner};
-use crate::{LoomError, NotFound, SessionNotFound, Unavailable};
+use crate::errors::{invalid, raise, store_error};
+use crate::errors::{LoomError, NotFound, SessionNotFound, Unavailable};
+use crate::{json_text, now_ms, session_id, Inner};
 
 /// A memory error as the package raises it.
 pub(crate) fn memory_error(e: MemoryError) -> pyo3::PyErr {
