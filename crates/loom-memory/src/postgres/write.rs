@@ -126,9 +126,9 @@ impl Statements {
 ///
 /// The batch goes in segments: one statement finds what each item of a segment may already be
 /// and draws ids for its new items, the segment is decided here (against what the statement
-/// found and what the segment created before each item), and one statement writes it. A new
-/// item that states a subject ends its segment: its supersession, which may change which items
-/// are current, is written before the next segment looks anything up.
+/// found and what the segment created before each item), and one statement writes it. An item
+/// that states a subject ends its segment: when it is new, its supersession, which may change
+/// which items are current, is written before the next segment looks anything up.
 pub(super) fn write_items(
     tx: &mut Transaction<'_>,
     items: &[NewItem],
@@ -308,14 +308,23 @@ struct Segment<'a> {
 /// id): its supersession is written before the next segment.
 type Decided<'a> = (Vec<Written>, Option<(&'a Prepared<'a>, ItemId)>);
 
-/// Decides and writes the first items of `items` up to and including the first new item that
+/// Decides and writes the first items of `items` up to and including the first item that
 /// states a subject (the whole slice when none does); returns what became of each, and that
-/// item with its id.
+/// item with its id when it is new (its supersession is then written before the next segment).
 fn write_segment<'a>(
     tx: &mut Transaction<'_>,
     st: &Statements,
     items: &'a [Prepared<'a>],
 ) -> Result<Decided<'a>> {
+    // The segment ends at its first new item that states a subject at the latest, so only the
+    // items up to the first that states one are looked up (and the next segment goes on from
+    // there): a lookup of the whole rest, most of it looked up again by the next segment, read
+    // each item more than twice on average.
+    let end = items
+        .iter()
+        .position(|p| p.key.is_some())
+        .map_or(items.len(), |i| i + 1);
+    let items = &items[..end];
     let found = look_up(tx, st, items)?;
     let mut ids = found.ids.iter().copied();
     let mut seg = Segment::default();
