@@ -17,6 +17,7 @@ mod agent;
 pub mod approval;
 pub mod config;
 mod error;
+mod knowledge;
 pub mod model;
 pub mod names;
 pub mod tools;
@@ -28,6 +29,7 @@ pub use agent::{
 pub use approval::{approve, Answer};
 pub use config::{Config, KnowledgeConfig, MemoryConfig};
 pub use error::{AgentError, Result};
+pub use knowledge::MemoryKnowledge;
 pub use model::{Model, Scripted};
 pub use tools::{Actions, Approval, Gate, Outcome, ToolDef, UserTool};
 

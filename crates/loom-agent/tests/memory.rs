@@ -8,10 +8,10 @@ mod support;
 
 use std::sync::Arc;
 
+use loom_agent::MemoryKnowledge;
 use loom_agent::{Approval, Limits, Quiet, RunSpec, Runner, Stop};
 use loom_core::{AgentId, EventBody, SessionId};
 use loom_memory::{ItemKind, Memory, NewItem, Provenance, SqliteMemory, Tier};
-use loom_runtime::task::MemoryKnowledge;
 use loom_runtime::{Hooks, KnowledgeInjector};
 use serde_json::json;
 use support::*;

@@ -302,7 +302,7 @@ fn knowledge_hooks(
     })?;
     let (render, meter, policy) = prepared(env, spec, api)?;
     let reserve = policy.injection_reserve;
-    let kb = loom_runtime::task::MemoryKnowledge::new(memory, spec.agent.clone(), "", reserve)
+    let kb = loom_agent::MemoryKnowledge::new(memory, spec.agent.clone(), "", reserve)
         .sources(k.memory.unwrap_or(true), k.kb.unwrap_or(true));
     Ok(
         loom_runtime::Hooks::new().pre(loom_runtime::KnowledgeInjector::new(

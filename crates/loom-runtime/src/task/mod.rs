@@ -19,7 +19,6 @@ mod budget;
 mod convert;
 mod direct;
 mod item;
-mod memory_kb;
 mod source;
 mod time;
 
@@ -37,7 +36,6 @@ use crate::hooks::InjectionBudget;
 pub use budget::{Allocation, MinItems, Shares};
 pub use convert::{ConvertedMsg, MessageConverter, ToolResults};
 pub use item::{action, TaskItem};
-pub use memory_kb::MemoryKnowledge;
 pub use source::{
     rank, ContextSource, EventBus, KnowledgeBase, KnowledgeHook, KnowledgeQuery, MemorySource,
     Snippet, SourceQuery,

@@ -2,7 +2,6 @@
 
 mod hooks;
 mod http;
-mod knowledge;
 mod mock;
 mod summary;
 mod support;

@@ -1,16 +1,21 @@
-//! The knowledge hook over Loom's memory: the best L4 items and knowledge-base chunks for the
-//! task, injected under the reserve, listed in the receipt with their source and tokens, and
-//! never another agent's memory.
+//! The knowledge hook over Loom's memory (`MemoryKnowledge`): the best L4 items and
+//! knowledge-base chunks for the task, injected under the reserve, listed in the receipt with
+//! their source and tokens, and never another agent's memory.
 
+// A panic is a test's failure report.
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use loom_core::render::{ApproxMeter, CompactionState, CostMemo, Format, RenderInput};
-use loom_core::{AgentId, SessionId};
+use loom_agent::MemoryKnowledge;
+use loom_core::render::{
+    ApproxMeter, Audience, CompactionState, CostMemo, Format, Policy, RenderInput,
+};
+use loom_core::{AgentId, Event, EventBody, MessageContent, SessionId};
 use loom_memory::{ItemKind, Memory, NewItem, Provenance, SqliteMemory, Tier};
-use loom_runtime::task::{KnowledgeBase, KnowledgeQuery, MemoryKnowledge};
+use loom_runtime::task::{KnowledgeBase, KnowledgeQuery};
 use loom_runtime::{render_turn, Hooks, InjectionBudget, KnowledgeInjector, TurnRender, TurnView};
-
-use super::support::{audience, policy, session, words, Log};
 
 fn item(agent: &str, session: &str, seq: u64, text: &str) -> NewItem {
     NewItem {
@@ -55,22 +60,41 @@ fn memory() -> Arc<SqliteMemory> {
     Arc::new(m)
 }
 
-fn conversation() -> Log {
-    let mut log = Log::new();
-    log.system("You are a careful agent.");
-    log.user("Where is the config of the parser?");
-    log.step("c1", "bash", "{\"command\":\"ls\"}", &words(50, "f"));
-    log
+/// The task: a system prompt and the user's question.
+fn conversation() -> Vec<Event> {
+    [
+        EventBody::System {
+            content: MessageContent::Text("You are a careful agent.".into()),
+        },
+        EventBody::User {
+            content: MessageContent::Text("Where is the config of the parser?".into()),
+            name: None,
+        },
+    ]
+    .into_iter()
+    .zip(1..)
+    .map(|(body, seq)| Event {
+        seq,
+        ts_ms: 1_000_000 + 1_000 * seq as i64,
+        body,
+    })
+    .collect()
 }
 
 /// Renders one turn of the conversation with the knowledge hook under `reserve`.
 fn turn_with(reserve: u64) -> (Vec<(String, u64)>, Vec<String>) {
-    let log = conversation();
-    let events = log.log();
-    let steps = log.step_index();
-    let mut policy = policy(100_000);
-    policy.injection_reserve = reserve;
-    let audience = audience(0);
+    let events = conversation();
+    let steps = HashMap::new();
+    let policy = Policy {
+        context_window: 100_000,
+        response_reserve: 100,
+        injection_reserve: reserve,
+        ..Policy::default()
+    };
+    let audience = Audience {
+        agent: Some(AgentId::new("agent-a").unwrap()),
+        now_ms: 0,
+    };
     let input = RenderInput {
         events: &events,
         steps: &steps,
@@ -91,7 +115,7 @@ fn turn_with(reserve: u64) -> (Vec<(String, u64)>, Vec<String>) {
         Arc::new(ApproxMeter),
         reserve,
     ));
-    let view = TurnView::of(&events, Some(session()), &audience);
+    let view = TurnView::of(&events, Some(SessionId::new("s1").unwrap()), &audience);
     let TurnRender::Ready { rendered, .. } = render_turn(
         &hooks,
         &input,
@@ -119,7 +143,6 @@ fn turn_with(reserve: u64) -> (Vec<(String, u64)>, Vec<String>) {
         .collect();
     (injected, tail)
 }
-
 #[test]
 fn the_best_memory_and_kb_chunks_are_injected_under_the_reserve_and_in_the_receipt() {
     let (injected, tail) = turn_with(400);

@@ -1,5 +1,7 @@
 //! A [`KnowledgeBase`] over Loom's own memory: the agent's long-term items (L4) and the
-//! knowledge base's chunks, queried with the current task.
+//! knowledge base's chunks, queried with the current task. The runtime's knowledge hook reads
+//! any knowledge source; this one joins it to `loom-memory` here, in the front end that has
+//! both, so that neither crate depends on the other.
 //!
 //! Memory is per agent: every query is answered from the memory of the agent whose turn it is
 //! (never another's), and items whose every source is the current session are left out, since
@@ -11,8 +13,8 @@ use std::sync::Arc;
 use loom_core::AgentId;
 use loom_memory::{Filters, Memory, Search, Tier};
 
-use super::source::{KnowledgeBase, KnowledgeQuery, Snippet};
-use crate::error::BoxError;
+use loom_runtime::task::{KnowledgeBase, KnowledgeQuery, Snippet};
+use loom_runtime::BoxError;
 
 /// Long-term memory and the knowledge base as one knowledge source.
 #[derive(Debug, Clone)]
