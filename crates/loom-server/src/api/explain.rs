@@ -12,7 +12,8 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::extract::Owned;
-use super::{body, schema, SessionPath};
+use super::extract::SessionPath;
+use super::{body, schema};
 use crate::error::{ApiError, Result};
 use crate::state::AppState;
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use loom_core::{SessionId, SessionInfo};
+use utoipa::IntoParams;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, Result};
@@ -48,7 +49,7 @@ impl FromRequestParts<Arc<AppState>> for Owned {
             .get("id")
             .cloned()
             .ok_or_else(|| ApiError::invalid("path: no session id"))?;
-        let (sid, info) = super::existing(state, &p, &id).await?;
+        let (sid, info) = existing(state, &p, &id).await?;
         Ok(Self { p, id, sid, info })
     }
 }
@@ -62,4 +63,31 @@ pub(crate) async fn path_params(
         .await
         .map(|Path(p)| p)
         .map_err(|e| ApiError::invalid(format!("path: {}", e.body_text())))
+}
+
+/// The path of an endpoint on one session.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by `Owned`; here for the description.
+pub(crate) struct SessionPath {
+    /// The session, as the tenant names it.
+    #[param(value_type = super::schema::Id, inline)]
+    id: String,
+}
+
+/// The stored id of the tenant's session `id`, which must exist (404 otherwise).
+pub(crate) async fn existing(
+    state: &Arc<AppState>,
+    p: &Principal,
+    id: &str,
+) -> Result<(SessionId, SessionInfo)> {
+    let sid = p.scope(id, "id")?;
+    let lookup = sid.clone();
+    let info = state
+        .blocking("reading a session", move |s| {
+            Ok(s.store.session(&lookup)?)
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("session `{id}` not found")))?;
+    Ok((sid, info))
 }

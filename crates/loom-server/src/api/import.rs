@@ -18,8 +18,10 @@ use crate::state::{now_ms, AppState};
 
 use super::body;
 use super::extract::Caller;
+use super::extract::SessionPath;
 use super::schema;
-use super::{append_history, Appended, SessionPath};
+use super::schema::Appended;
+use loom_session::history::append_history;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

@@ -17,8 +17,10 @@ use loom_memory::{Hit, Memory, MemoryError, NewNote, Recall, Tier};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::body::parse_json;
+use super::extract::existing;
 use super::extract::Caller;
-use super::{existing, parse_json, schema};
+use super::schema;
 use crate::auth::Principal;
 use crate::error::{ApiError, ErrorBody, Result};
 use crate::memory::{memory_agent, tenant_agent};
@@ -69,7 +71,7 @@ fn agent_key(p: &Principal, named: Option<&str>) -> Result<(AgentId, AgentId)> {
         (Some(a), _) => Principal::agent(a, "agent")?,
         (None, Some(own)) => own.clone(),
         // The agent a session gets when none is named.
-        (None, None) => AgentId::new(crate::api::DEFAULT_AGENT)
+        (None, None) => AgentId::new(loom_session::history::DEFAULT_AGENT)
             .map_err(|e| ApiError::invalid_field("agent", e.to_string()))?,
     };
     let key = memory_agent(p.tenant.as_ref(), &agent)

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use loom_core::render::{Format, ToolSpec};
-use loom_core::{AgentId, NewEvent, SessionId, SessionInfo};
+use loom_core::{AgentId, NewEvent, SessionInfo};
 use loom_store::{NewSession, Offloader, Resolution, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -33,8 +33,10 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ErrorBody, Result};
 use crate::state::{now_ms, AppState};
 pub(crate) use body::parse_json;
+pub(crate) use extract::SessionPath;
 use extract::{Caller, Owned};
 use loom_session::engine::RenderSpec;
+use schema::Appended;
 
 pub use loom_session::history::{append_history, DEFAULT_AGENT};
 
@@ -106,33 +108,6 @@ impl Session {
             event_count: info.event_count,
         }
     }
-}
-
-/// The path of an endpoint on one session.
-#[derive(Debug, IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // Read by `Owned`; here for the description.
-pub(crate) struct SessionPath {
-    /// The session, as the tenant names it.
-    #[param(value_type = schema::Id, inline)]
-    id: String,
-}
-
-/// The stored id of the tenant's session `id`, which must exist (404 otherwise).
-pub(crate) async fn existing(
-    state: &Arc<AppState>,
-    p: &Principal,
-    id: &str,
-) -> Result<(SessionId, SessionInfo)> {
-    let sid = p.scope(id, "id")?;
-    let lookup = sid.clone();
-    let info = state
-        .blocking("reading a session", move |s| {
-            Ok(s.store.session(&lookup)?)
-        })
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("session `{id}` not found")))?;
-    Ok((sid, info))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -340,22 +315,6 @@ pub(crate) async fn read_events(
 pub(crate) struct Append {
     #[schema(schema_with = schema::some_new_events)]
     events: Vec<NewEvent>,
-}
-
-/// The seqs an append gave (`first_seq > last_seq` when it added none).
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Appended {
-    first_seq: u64,
-    last_seq: u64,
-}
-
-impl Appended {
-    fn of(seqs: &std::ops::RangeInclusive<u64>) -> Self {
-        Self {
-            first_seq: *seqs.start(),
-            last_seq: *seqs.end(),
-        }
-    }
 }
 
 /// Append events in Loom's JSON form (all or nothing).

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use serde::Serialize;
 use utoipa::openapi::schema::{ArrayBuilder, Object, ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
@@ -356,4 +357,20 @@ described! {
 described! {
     /// The name of a history's format, in a query.
     FormatName => format_name()
+}
+
+/// The seqs an append gave (`first_seq > last_seq` when it added none).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Appended {
+    first_seq: u64,
+    last_seq: u64,
+}
+
+impl Appended {
+    pub(crate) fn of(seqs: &std::ops::RangeInclusive<u64>) -> Self {
+        Self {
+            first_seq: *seqs.start(),
+            last_seq: *seqs.end(),
+        }
+    }
 }
