@@ -5,6 +5,8 @@
 // A panic is a test's failure report.
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -13,36 +15,22 @@ use loom_core::render::{
     ApproxMeter, Audience, CompactionState, CostMemo, Format, Policy, RenderInput,
 };
 use loom_core::{AgentId, Event, EventBody, MessageContent, SessionId};
-use loom_memory::{ItemKind, Memory, NewItem, Provenance, SqliteMemory, Tier};
+use loom_memory::{Memory, SqliteMemory};
 use loom_runtime::task::{KnowledgeBase, KnowledgeQuery};
 use loom_runtime::{render_turn, Hooks, InjectionBudget, KnowledgeInjector, TurnRender, TurnView};
-
-fn item(agent: &str, session: &str, seq: u64, text: &str) -> NewItem {
-    NewItem {
-        agent: AgentId::new(agent).unwrap(),
-        tier: Tier::L4,
-        kind: ItemKind::User,
-        text: text.into(),
-        source: Provenance {
-            session: SessionId::new(session).unwrap(),
-            from_seq: seq,
-            to_seq: seq,
-            ts_ms: 1,
-        },
-    }
-}
+use support::remembered_item;
 
 fn memory() -> Arc<SqliteMemory> {
     let m = SqliteMemory::open_in_memory().unwrap();
     m.write(&[
-        item(
+        remembered_item(
             "agent-a",
             "old",
             3,
             "The config of the parser lives in conf/parser.toml",
         ),
-        item("agent-a", "old", 5, "Staging config is rebuilt nightly"),
-        item(
+        remembered_item("agent-a", "old", 5, "Staging config is rebuilt nightly"),
+        remembered_item(
             "agent-b",
             "theirs",
             2,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use loom_agent::MemoryKnowledge;
 use loom_agent::{Approval, Limits, Quiet, RunSpec, Runner, Stop};
 use loom_core::{AgentId, EventBody, SessionId};
-use loom_memory::{ItemKind, Memory, NewItem, Provenance, SqliteMemory, Tier};
+use loom_memory::{Memory, SqliteMemory, Tier};
 use loom_runtime::{Hooks, KnowledgeInjector};
 use serde_json::json;
 use support::*;
@@ -29,30 +29,21 @@ fn spec() -> RunSpec {
     }
 }
 
-fn remembered(agent: &str, session: &str, text: &str) -> NewItem {
-    NewItem {
-        agent: AgentId::new(agent).unwrap(),
-        tier: Tier::L4,
-        kind: ItemKind::User,
-        text: text.into(),
-        source: Provenance {
-            session: SessionId::new(session).unwrap(),
-            from_seq: 2,
-            to_seq: 2,
-            ts_ms: 1,
-        },
-    }
-}
-
 fn memory() -> Arc<SqliteMemory> {
     let m = SqliteMemory::open_in_memory().unwrap();
     m.write(&[
-        remembered(
+        remembered_item(
             "main",
             "earlier",
+            2,
             "The deploy key lives in vault path ops/deploy",
         ),
-        remembered("other", "theirs", "OTHER-SECRET the deploy key is hunter2"),
+        remembered_item(
+            "other",
+            "theirs",
+            2,
+            "OTHER-SECRET the deploy key is hunter2",
+        ),
     ])
     .unwrap();
     Arc::new(m)

@@ -205,3 +205,24 @@ pub(crate) fn resume(
         .resume(id, actions(workspace))
         .unwrap()
 }
+
+/// A long-term (L4) memory item of `agent`, remembered from event `seq` of `session`.
+pub(crate) fn remembered_item(
+    agent: &str,
+    session: &str,
+    seq: u64,
+    text: &str,
+) -> loom_memory::NewItem {
+    loom_memory::NewItem {
+        agent: loom_core::AgentId::new(agent).unwrap(),
+        tier: loom_memory::Tier::L4,
+        kind: loom_memory::ItemKind::User,
+        text: text.into(),
+        source: loom_memory::Provenance {
+            session: loom_core::SessionId::new(session).unwrap(),
+            from_seq: seq,
+            to_seq: seq,
+            ts_ms: 1,
+        },
+    }
+}
