@@ -3,7 +3,7 @@
 //! their source and tokens, and never another agent's memory.
 
 // A panic is a test's failure report.
-#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 mod support;
 
