@@ -23,6 +23,7 @@ mod fit;
 pub(crate) mod ingest;
 mod prepare;
 mod recall;
+mod relay;
 mod side;
 mod splice;
 pub(crate) mod sync;
@@ -214,7 +215,7 @@ async fn proxy(
     };
     let mut extra = prepared.reply_headers;
     set(&mut extra, "x-loom-mode", prepared.mode.as_str());
-    let response = upstream::relay(
+    let response = relay::relay(
         Arc::clone(&state),
         api,
         prepared.model,

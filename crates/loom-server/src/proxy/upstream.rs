@@ -13,14 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
 use loom_core::{Api, NewEvent, SessionId};
 use loom_provider::client::{credential_headers, endpoint};
 use loom_session::live::Live;
 use loom_store::Usage;
-use loom_wire::{parse_reply, AssistantReply, SseParser, StreamAssembler};
+use loom_wire::{AssistantReply, SseParser, StreamAssembler};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::auth::Principal;
@@ -32,7 +32,7 @@ use crate::state::{now_ms, AppState};
 const MAX_REPLY_BYTES: usize = 64 << 20;
 
 /// Response headers of the upstream that are relayed to the client.
-fn relayed(name: &str) -> bool {
+pub(super) fn relayed(name: &str) -> bool {
     name == "content-type"
         || name == "retry-after"
         || name == "request-id"
@@ -97,103 +97,6 @@ pub(crate) fn provider(api: Api) -> &'static str {
     }
 }
 
-/// Relays the upstream's response; `extra` headers (the session, the call) are added to it.
-/// With `rounds`, a reply that calls `loom_recall` is answered and asked again first.
-#[expect(clippy::too_many_arguments, reason = "one relay, its parts named")]
-pub(crate) async fn relay(
-    state: Arc<AppState>,
-    api: Api,
-    model: String,
-    upstream: reqwest::Response,
-    extra: HeaderMap,
-    mut target: LogTarget,
-    deadline: Instant,
-    rounds: Option<super::recall::Rounds>,
-) -> Response {
-    let status =
-        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut headers = HeaderMap::new();
-    for (name, value) in upstream.headers() {
-        if relayed(name.as_str()) {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_str().as_bytes()),
-                HeaderValue::from_bytes(value.as_bytes()),
-            ) {
-                headers.append(n, v);
-            }
-        }
-    }
-    headers.extend(extra);
-    let is_stream = upstream
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !status.is_success() {
-        state
-            .metrics
-            .upstream_error(provider(api), &format!("status_{}", status.as_u16()));
-        // The provider's own error, in its own shape, as it came.
-        let body = match read_limited(upstream, deadline).await {
-            Ok(b) => b,
-            Err(e) => return e.into_provider_response(api),
-        };
-        return respond(status, headers, Body::from(body));
-    }
-    if is_stream {
-        if let Some(rounds) = rounds {
-            return super::splice::stream(
-                state, api, model, upstream, status, headers, target, deadline, rounds,
-            );
-        }
-        return stream(
-            state, api, model, upstream, status, headers, target, deadline,
-        );
-    }
-    let mut body = match read_limited(upstream, deadline).await {
-        Ok(b) => b,
-        Err(e) => {
-            state.metrics.upstream_error(provider(api), "read_failed");
-            return e.into_provider_response(api);
-        }
-    };
-    match parse_reply(api, &body) {
-        Ok(mut reply) => {
-            if let Some(rounds) = rounds.filter(|_| super::recall::calls_recall(&reply)) {
-                match super::recall::run(&state, api, rounds, &mut target, body, reply, deadline)
-                    .await
-                {
-                    Ok((final_body, final_reply)) => {
-                        body = final_body;
-                        reply = final_reply;
-                        headers.remove("content-length");
-                        if let Some(call) = target.call {
-                            if let Ok(v) = HeaderValue::from_str(&call.to_string()) {
-                                headers.insert("x-loom-call", v);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!("{}: a recall round failed: {}", target.session, e.message);
-                        let mut r = super::provider_error(api, &e);
-                        r.headers_mut().extend(headers);
-                        return r;
-                    }
-                }
-            }
-            log_reply(&state, api, &model, target, reply).await
-        }
-        Err(e) => {
-            state.metrics.unlogged_reply();
-            tracing::warn!(
-                "{}: a reply Loom cannot read was relayed unlogged: {e}",
-                target.session
-            );
-        }
-    }
-    respond(status, headers, Body::from(body))
-}
-
 pub(super) fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
@@ -202,7 +105,10 @@ pub(super) fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Res
 }
 
 /// Reads a whole (bounded) body before the deadline.
-async fn read_limited(upstream: reqwest::Response, deadline: Instant) -> Result<Bytes, ProxyFault> {
+pub(super) async fn read_limited(
+    upstream: reqwest::Response,
+    deadline: Instant,
+) -> Result<Bytes, ProxyFault> {
     let mut out = Vec::new();
     let mut chunks = upstream.bytes_stream();
     loop {
@@ -257,13 +163,13 @@ impl ProxyFault {
         }
     }
 
-    fn into_provider_response(self, api: Api) -> Response {
+    pub(super) fn into_provider_response(self, api: Api) -> Response {
         super::provider_error(api, &self.into_error())
     }
 }
 
 #[expect(clippy::too_many_arguments, reason = "one relay, its parts named")]
-fn stream(
+pub(super) fn stream(
     state: Arc<AppState>,
     api: Api,
     model: String,
