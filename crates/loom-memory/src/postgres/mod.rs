@@ -16,6 +16,7 @@
 //! The driver is the synchronous `postgres` client: call it from a blocking thread (a server
 //! uses `spawn_blocking`), never from inside an async task.
 
+mod filters;
 mod forget;
 mod kb;
 mod schema;

@@ -16,7 +16,7 @@ use crate::embed::EmbedError;
 use crate::error::{postgres as backend, Result};
 use crate::item::{ItemId, Search};
 
-use super::search::{filter_sql, refs, Param};
+use super::filters::{filter_sql, refs, Param};
 
 /// Stores `vectors` for their items under `model`, replacing any earlier vector (of another
 /// model) of the same item. Items removed meanwhile are skipped.

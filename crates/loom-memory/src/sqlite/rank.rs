@@ -22,7 +22,7 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::error::{backend, Result};
 use crate::item::ItemId;
 
-use super::search::query_ids;
+use super::read::query_ids;
 
 /// The most matches the candidate-picking terms may have together (when the rarest term alone
 /// has more, it is used alone). Scoring a match costs FTS5 a few microseconds, so this bounds

@@ -1,6 +1,7 @@
 //! Reading one memory item with its provenance.
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, ToSql};
 
 use loom_core::{AgentId, SessionId};
 
@@ -92,4 +93,25 @@ pub(crate) fn load_item(conn: &Connection, id: ItemId) -> Result<Item> {
         superseded_by,
         sources: sources(conn, id)?,
     })
+}
+
+/// Runs `sql` with the filter arguments plus `extra`, collecting one value per row.
+pub(crate) fn query_ids<T: rusqlite::types::FromSql>(
+    conn: &Connection,
+    sql: &str,
+    args: &[(&'static str, Value)],
+    extra: &[(&'static str, Value)],
+    action: &'static str,
+) -> Result<Vec<(ItemId, T)>> {
+    let all: Vec<(&str, &dyn ToSql)> = args
+        .iter()
+        .chain(extra)
+        .map(|(n, v)| (*n, v as &dyn ToSql))
+        .collect();
+    conn.prepare_cached(sql)
+        .and_then(|mut st| {
+            st.query_map(all.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(backend(action))
 }

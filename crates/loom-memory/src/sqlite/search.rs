@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, ToSql};
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::{backend, Result};
 use crate::hybrid::QueryVector;
@@ -13,7 +13,7 @@ use crate::item::{Hit, ItemId, Provenance, Search};
 use crate::search::{self as pipeline, FullText, HitRow, Nearest, Ranking, Retriever, SearchRows};
 
 use super::rank;
-use super::read::sources;
+use super::read::{query_ids, sources};
 use super::vectors;
 
 /// The filters as SQL over `i` (memory_items), with named parameters.
@@ -57,27 +57,6 @@ fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
     sql.push_str(" AND i.tokens <= :budget");
     args.push((":budget", Value::Integer(budget)));
     (sql, args)
-}
-
-/// Runs `sql` with the filter arguments plus `extra`, collecting one value per row.
-pub(super) fn query_ids<T: rusqlite::types::FromSql>(
-    conn: &Connection,
-    sql: &str,
-    args: &[(&'static str, Value)],
-    extra: &[(&'static str, Value)],
-    action: &'static str,
-) -> Result<Vec<(ItemId, T)>> {
-    let all: Vec<(&str, &dyn ToSql)> = args
-        .iter()
-        .chain(extra)
-        .map(|(n, v)| (*n, v as &dyn ToSql))
-        .collect();
-    conn.prepare_cached(sql)
-        .and_then(|mut st| {
-            st.query_map(all.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
-        })
-        .map_err(backend(action))
 }
 
 /// A search's reads in SQLite, under its filters (SQL over `i`, memory_items, with named
