@@ -80,3 +80,31 @@ pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
         }
     }
 }
+
+/// Output cut short by a closed pipe (`loom sessions | head`) is not an error.
+pub(crate) fn closed_pipe_is_fine(result: anyhow::Result<()>) -> anyhow::Result<()> {
+    let Err(e) = result else { return Ok(()) };
+    let broken = e.chain().any(|cause| {
+        let io = cause
+            .downcast_ref::<std::io::Error>()
+            .map(std::io::Error::kind);
+        let json = cause
+            .downcast_ref::<serde_json::Error>()
+            .and_then(serde_json::Error::io_error_kind);
+        io.or(json) == Some(std::io::ErrorKind::BrokenPipe)
+    });
+    if broken {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+/// Memory errors the user can fix leave with the bad-input exit code.
+pub(crate) fn mapped(e: loom_memory::MemoryError) -> anyhow::Error {
+    if e.is_bad_input() {
+        bad_input(e)
+    } else {
+        anyhow::Error::new(e)
+    }
+}

@@ -7,8 +7,9 @@ use std::io::Write;
 
 use loom_store::parse_blob_ref;
 
-use super::sessions::{closed_pipe_is_fine, open_existing};
+use super::sessions::open_existing;
 use super::Context;
+use crate::exit::closed_pipe_is_fine;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

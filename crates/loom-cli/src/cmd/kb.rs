@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use loom_memory::{KbHit, Memory, DEFAULT_LIMIT};
 use serde::Serialize;
 
-use super::sessions::closed_pipe_is_fine;
 use super::Context;
 use crate::exit::bad_input;
+use crate::exit::closed_pipe_is_fine;
 
 /// The local user's knowledge base (a server tenant's scope is its name).
 const LOCAL: &str = "";
@@ -62,7 +62,7 @@ enum Cmd {
 }
 
 fn open(ctx: &Context) -> anyhow::Result<Box<dyn Memory>> {
-    loom_memory::open(&ctx.database()?).map_err(super::memory::mapped)
+    loom_memory::open(&ctx.database()?).map_err(crate::exit::mapped)
 }
 
 /// The name a file is stored under: its canonical path, so that the same file added from two
@@ -98,7 +98,7 @@ fn run_command(ctx: &Context, args: Args) -> anyhow::Result<()> {
                         file.display()
                     ))
                 })?;
-                loom_memory::kb::chunk(&name, &text).map_err(super::memory::mapped)?;
+                loom_memory::kb::chunk(&name, &text).map_err(crate::exit::mapped)?;
                 read.push((name, text));
             }
             let mut reports = Vec::new();
@@ -106,7 +106,7 @@ fn run_command(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 reports.push(
                     memory
                         .kb_add(LOCAL, name, text, super::now_ms())
-                        .map_err(super::memory::mapped)?,
+                        .map_err(crate::exit::mapped)?,
                 );
             }
             if json {
@@ -141,7 +141,7 @@ fn run_command(ctx: &Context, args: Args) -> anyhow::Result<()> {
         } => {
             let hits = memory
                 .kb_search(LOCAL, &query, budget, limit)
-                .map_err(super::memory::mapped)?;
+                .map_err(crate::exit::mapped)?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &Hits { hits: &hits })?;
                 writeln!(out)?;
@@ -163,7 +163,7 @@ fn run_command(ctx: &Context, args: Args) -> anyhow::Result<()> {
             }
         }
         Cmd::List { json } => {
-            let files = memory.kb_list(LOCAL).map_err(super::memory::mapped)?;
+            let files = memory.kb_list(LOCAL).map_err(crate::exit::mapped)?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &files)?;
                 writeln!(out)?;
@@ -184,7 +184,7 @@ fn run_command(ctx: &Context, args: Args) -> anyhow::Result<()> {
             let name = stored_name(&file).unwrap_or_else(|_| file.to_string_lossy().into_owned());
             let n = memory
                 .kb_remove(LOCAL, &name)
-                .map_err(super::memory::mapped)?;
+                .map_err(crate::exit::mapped)?;
             writeln!(out, "removed {name} ({n} chunks)")?;
         }
     }

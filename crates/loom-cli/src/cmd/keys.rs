@@ -11,8 +11,9 @@ use std::sync::Arc;
 use loom_store::{new_api_key, ApiKey, ProxyMode, Store, StoreError, TenantId};
 use serde_json::json;
 
-use super::sessions::{closed_pipe_is_fine, utc};
+use super::sessions::utc;
 use super::Context;
+use crate::exit::closed_pipe_is_fine;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

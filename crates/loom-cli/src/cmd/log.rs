@@ -5,9 +5,10 @@ use std::io::Write;
 use loom_core::{ContentPart, Event, EventBody, MessageContent, SessionId, ToolOutput};
 use loom_store::StoreError;
 
-use super::sessions::{closed_pipe_is_fine, open_existing};
+use super::sessions::open_existing;
 use super::Context;
 use crate::exit;
+use crate::exit::closed_pipe_is_fine;
 
 /// Characters of text shown per event in the human-readable form.
 const PREVIEW_CHARS: usize = 100;

@@ -13,9 +13,9 @@ use loom_memory::{Memory, MemoryError, NewNote, Recall, Tier, DEFAULT_LIMIT};
 use loom_store::Database;
 use serde::Serialize;
 
-use super::sessions::closed_pipe_is_fine;
 use super::Context;
 use crate::exit::bad_input;
+use crate::exit::{closed_pipe_is_fine, mapped};
 
 /// Arguments of `loom memory`.
 #[derive(Debug, clap::Args)]
@@ -145,15 +145,6 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-}
-
-/// Memory errors the user can fix leave with the bad-input exit code.
-pub(crate) fn mapped(e: MemoryError) -> anyhow::Error {
-    if e.is_bad_input() {
-        bad_input(e)
-    } else {
-        anyhow::Error::new(e)
-    }
 }
 
 fn open_memory(ctx: &Context) -> anyhow::Result<Box<dyn Memory>> {

@@ -142,7 +142,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     // Memory lives beside the log: in its SQLite file or its PostgreSQL database.
     let memory: Option<std::sync::Arc<dyn loom_memory::Memory>> = Some(
         loom_memory::open(&ctx.database()?)
-            .map_err(super::memory::mapped)?
+            .map_err(crate::exit::mapped)?
             .into(),
     );
     if config.memory.tools != Some(false) {

@@ -124,7 +124,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     } else {
         Some(
             loom_memory::open(&ctx.database()?)
-                .map_err(super::memory::mapped)?
+                .map_err(crate::exit::mapped)?
                 .into(),
         )
     };

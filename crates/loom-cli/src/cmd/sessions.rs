@@ -5,6 +5,7 @@ use std::io::Write;
 use loom_store::Opened;
 
 use super::Context;
+use crate::exit::closed_pipe_is_fine;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -43,7 +44,7 @@ fn delete(ctx: &Context, ws: &Opened, id: &str, json: bool) -> anyhow::Result<()
             _ => anyhow::Error::new(e),
         })?;
     let database = ctx.database()?;
-    let memory = loom_memory::open(&database).map_err(super::memory::mapped)?;
+    let memory = loom_memory::open(&database).map_err(crate::exit::mapped)?;
     // Memory keeps a session's items under its agent; a session `loom serve` stored for a
     // tenant (`tenant/id`) under the tenant's name for the agent (`tenant/agent`).
     let mut agents = vec![info.agent.clone()];
@@ -56,7 +57,7 @@ fn delete(ctx: &Context, ws: &Opened, id: &str, json: bool) -> anyhow::Result<()
     for agent in &agents {
         forgotten += memory
             .forget_session(agent, &session)
-            .map_err(super::memory::mapped)?
+            .map_err(crate::exit::mapped)?
             .len();
     }
     let files = match &database {
@@ -122,25 +123,6 @@ fn print(sessions: &[loom_core::SessionInfo], json: bool) -> anyhow::Result<()> 
     }
     out.flush()?;
     Ok(())
-}
-
-/// Output cut short by a closed pipe (`loom sessions | head`) is not an error.
-pub(crate) fn closed_pipe_is_fine(result: anyhow::Result<()>) -> anyhow::Result<()> {
-    let Err(e) = result else { return Ok(()) };
-    let broken = e.chain().any(|cause| {
-        let io = cause
-            .downcast_ref::<std::io::Error>()
-            .map(std::io::Error::kind);
-        let json = cause
-            .downcast_ref::<serde_json::Error>()
-            .and_then(serde_json::Error::io_error_kind);
-        io.or(json) == Some(std::io::ErrorKind::BrokenPipe)
-    });
-    if broken {
-        Ok(())
-    } else {
-        Err(e)
-    }
 }
 
 /// Opens the database for reading; a missing file is the user's mistake, not a reason to create
