@@ -2,14 +2,14 @@
 //!
 //! A backend ([`MemoryRows`]: SQLite, PostgreSQL) keeps rows: it writes items whose tokens are
 //! counted, finds what a search asks for, removes, keeps notes, the knowledge base and the
-//! extractors' marks, each in its own transactions. Everything around those rows is here, the
-//! same for every backend (`impl<B: MemoryRows + KbRows> Memory for B`): a note is validated and expired
+//! extractors' marks, each in its own transactions. Everything around those rows is here, the same
+//! for every backend (`impl<B: MemoryRows + KbRows> Memory for B`): a note is validated and expired
 //! notes purged before it is saved; tokens are counted before a transaction, so that no lock is
 //! held for a tokenizer; new items are embedded after their write, outside any transaction (a
-//! remote embedder may take seconds), and a failed embedding leaves them searchable by full
-//! text for `embed_missing` to fill in later, in batches each committed as it is done; a search's
-//! query is embedded before its transaction, once per question; a knowledge-base file is chunked
-//! and counted before it is stored.
+//! remote embedder may take seconds), and a failed embedding leaves them searchable by full text
+//! for `embed_missing` to fill in later, in batches each committed as it is done; a search's query
+//! is embedded before its transaction, once per question; a knowledge-base file is chunked and
+//! counted before it is stored.
 
 use std::sync::Arc;
 

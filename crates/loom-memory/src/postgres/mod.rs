@@ -173,13 +173,31 @@ impl PgMemory {
             Ok(out)
         })
     }
+}
+
+/// Items written per transaction (see `write_items` below): a few statements each, so the
+/// agent's lock is held for milliseconds.
+const WRITE_CHUNK: usize = 256;
+
+impl MemoryRows for PgMemory {
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    fn query_cache(&self) -> &QueryCache {
+        &self.last_query
+    }
 
     /// Writes `items` (their tokens counted), [`WRITE_CHUNK`] per transaction, and moves
     /// `mark` in the last one. Short transactions hold an agent's advisory lock (and a pooled
     /// connection) briefly, so a request that writes the same agent's memory, or needs the
     /// connection, waits for one of them at most. Each transaction is whole; an error leaves the
     /// chunks before it written, which indexing again would write anyway.
-    fn write_chunked(
+    fn write_items(
         &self,
         items: &[NewItem],
         tokens: &[u64],
@@ -199,33 +217,6 @@ impl PgMemory {
             })?);
         }
         Ok(written)
-    }
-}
-
-/// Items written per transaction (see [`PgMemory::write_chunked`]): a few statements each, so the
-/// agent's lock is held for milliseconds.
-const WRITE_CHUNK: usize = 256;
-
-impl MemoryRows for PgMemory {
-    fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
-    }
-
-    fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
-        self.embedder.as_ref()
-    }
-
-    fn query_cache(&self) -> &QueryCache {
-        &self.last_query
-    }
-
-    fn write_items(
-        &self,
-        items: &[NewItem],
-        tokens: &[u64],
-        mark: Option<&ExtractMark>,
-    ) -> Result<Vec<Written>> {
-        self.write_chunked(items, tokens, mark)
     }
 
     fn store_vectors(&self, model: &str, pairs: &[(ItemId, Vec<f32>)]) -> Result<()> {

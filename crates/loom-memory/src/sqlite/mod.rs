@@ -137,6 +137,35 @@ impl SqliteMemory {
         Ok(out)
     }
 
+    /// Runs `f` in a read transaction, so that it sees one snapshot.
+    fn read_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(backend("starting a memory read"))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(backend("ending a memory read"))?;
+        Ok(out)
+    }
+}
+
+/// Items written per transaction: short enough that the log's writes, which wait for the same
+/// lock, wait for one of them at most a few milliseconds.
+const WRITE_CHUNK: usize = 16;
+
+impl MemoryRows for SqliteMemory {
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    fn query_cache(&self) -> &QueryCache {
+        &self.last_query
+    }
+
     /// Writes `items` (their tokens counted) and moves `mark` in the transaction of the last
     /// items written.
     ///
@@ -146,7 +175,7 @@ impl SqliteMemory {
     /// the lock given up between them, so a request's write waits for one short transaction at
     /// most. Each transaction is whole; an error leaves the chunks before it written, which is
     /// what indexing again would write anyway (every write is idempotent by source).
-    fn write_chunked(
+    fn write_items(
         &self,
         items: &[NewItem],
         tokens: &[u64],
@@ -187,44 +216,6 @@ impl SqliteMemory {
             }
         }
         Ok(written.into_iter().flatten().collect())
-    }
-
-    /// Runs `f` in a read transaction, so that it sees one snapshot.
-    fn read_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let mut conn = self.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(backend("starting a memory read"))?;
-        let out = f(&tx)?;
-        tx.commit().map_err(backend("ending a memory read"))?;
-        Ok(out)
-    }
-}
-
-/// Items written per transaction: short enough that the log's writes, which wait for the same
-/// lock, wait for one of them at most a few milliseconds.
-const WRITE_CHUNK: usize = 16;
-
-impl MemoryRows for SqliteMemory {
-    fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
-    }
-
-    fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
-        self.embedder.as_ref()
-    }
-
-    fn query_cache(&self) -> &QueryCache {
-        &self.last_query
-    }
-
-    fn write_items(
-        &self,
-        items: &[NewItem],
-        tokens: &[u64],
-        mark: Option<&ExtractMark>,
-    ) -> Result<Vec<Written>> {
-        self.write_chunked(items, tokens, mark)
     }
 
     fn store_vectors(&self, model: &str, pairs: &[(ItemId, Vec<f32>)]) -> Result<()> {

@@ -2,7 +2,7 @@
 //! ([`super::rank`]) and the exact vector scan ([`super::vectors`]) as its retrievers, and the
 //! rows a search reads after ranking, all under the same filters.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension};
@@ -65,6 +65,8 @@ pub(crate) struct SqliteSearch<'c> {
     conn: &'c Connection,
     filters: String,
     args: Vec<(&'static str, Value)>,
+    /// The provenance read for the neighbours, kept for the hits (the best items are both).
+    sources: HashMap<ItemId, Vec<Provenance>>,
 }
 
 impl Retriever<SqliteSearch<'_>> for FullText {
@@ -102,7 +104,8 @@ impl SearchRows for SqliteSearch<'_> {
         let mut pairs = Vec::new();
         for &id in ids {
             let mut near = BTreeSet::new();
-            for p in sources(self.conn, id)? {
+            let mine = sources(self.conn, id)?;
+            for p in &mine {
                 let seq = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
                 let extra = [
                     (":s", Value::Text(p.session.as_str().to_owned())),
@@ -113,6 +116,7 @@ impl SearchRows for SqliteSearch<'_> {
                     query_ids::<i64>(self.conn, &sides, &self.args, &extra, "reading neighbours")?;
                 near.extend(found.into_iter().map(|(n, _)| n));
             }
+            self.sources.insert(id, mine);
             near.remove(&id);
             pairs.extend(near.into_iter().map(|n| (id, n)));
         }
@@ -146,7 +150,10 @@ impl SearchRows for SqliteSearch<'_> {
 
     fn provenance(&mut self, ids: &[ItemId]) -> Result<BTreeMap<ItemId, Vec<Provenance>>> {
         ids.iter()
-            .map(|&id| Ok((id, sources(self.conn, id)?)))
+            .map(|&id| match self.sources.remove(&id) {
+                Some(known) => Ok((id, known)),
+                None => Ok((id, sources(self.conn, id)?)),
+            })
             .collect()
     }
 }
@@ -163,6 +170,7 @@ pub(crate) fn search(
         conn,
         filters,
         args,
+        sources: HashMap::new(),
     };
     let text = FullText::of(search);
     let near = query.map(Nearest);
