@@ -226,7 +226,7 @@ fn random<const N: usize>(purpose: &'static str) -> Result<[u8; N]> {
 ///
 /// The hash must look like a SHA-256: this is what stops a caller from storing a secret (or
 /// anything else) where its hash belongs.
-pub(crate) fn check(key: &NewApiKey) -> Result<()> {
+fn check(key: &NewApiKey) -> Result<()> {
     let invalid = |field, reason: String| StoreError::InvalidKey {
         id: key.id.clone(),
         field,
@@ -256,6 +256,51 @@ pub(crate) fn check(key: &NewApiKey) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The `api_keys` rows a backend reads and writes inside one of its write transactions; the
+/// rules ([`create`], [`revoke`]) are these, the same for every SQL backend.
+pub(crate) trait KeyRows {
+    /// The key with this id, held until the transaction ends.
+    fn key(&mut self, id: &str) -> Result<Option<ApiKey>>;
+
+    /// Stores a checked key; `false` (and nothing written) when its id or hash is taken.
+    fn insert_key(&mut self, key: &NewApiKey) -> Result<bool>;
+
+    /// Marks a key revoked at `now_ms`.
+    fn set_revoked(&mut self, id: &str, now_ms: i64) -> Result<()>;
+}
+
+/// Stores a new key, refusing a malformed one and one whose id or hash is taken (naming which).
+pub(crate) fn create(rows: &mut impl KeyRows, key: &NewApiKey) -> Result<ApiKey> {
+    check(key)?;
+    if !rows.insert_key(key)? {
+        let field = if rows.key(&key.id)?.is_some() {
+            "id"
+        } else {
+            "hash"
+        };
+        return Err(StoreError::KeyExists {
+            id: key.id.clone(),
+            field,
+        });
+    }
+    Ok(ApiKey {
+        key: key.clone(),
+        revoked_ms: None,
+    })
+}
+
+/// Revokes a key; revoking it again keeps the first time.
+pub(crate) fn revoke(rows: &mut impl KeyRows, id: &str, now_ms: i64) -> Result<ApiKey> {
+    let mut key = rows
+        .key(id)?
+        .ok_or_else(|| StoreError::KeyNotFound(id.to_owned()))?;
+    if key.revoked_ms.is_none() {
+        rows.set_revoked(id, now_ms)?;
+        key.revoked_ms = Some(now_ms);
+    }
+    Ok(key)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod open;
 mod postgres;
 pub mod recall;
 mod records;
+mod rules;
 mod sqlite;
 mod turn;
 mod validate;

@@ -71,6 +71,35 @@ struct KeyTable {
     by_hash: BTreeMap<String, String>,
 }
 
+/// Nothing is written before the rules have checked it, so a table is never left half-changed.
+impl keys::KeyRows for KeyTable {
+    fn key(&mut self, id: &str) -> Result<Option<ApiKey>> {
+        Ok(self.by_id.get(id).cloned())
+    }
+
+    fn insert_key(&mut self, key: &NewApiKey) -> Result<bool> {
+        if self.by_id.contains_key(&key.id) || self.by_hash.contains_key(&key.hash) {
+            return Ok(false);
+        }
+        self.by_hash.insert(key.hash.clone(), key.id.clone());
+        self.by_id.insert(
+            key.id.clone(),
+            ApiKey {
+                key: key.clone(),
+                revoked_ms: None,
+            },
+        );
+        Ok(true)
+    }
+
+    fn set_revoked(&mut self, id: &str, now_ms: i64) -> Result<()> {
+        if let Some(key) = self.by_id.get_mut(id) {
+            key.revoked_ms = Some(now_ms);
+        }
+        Ok(())
+    }
+}
+
 /// Keeps everything in process memory; nothing survives the process.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -375,28 +404,7 @@ impl Store for MemoryStore {
 
 impl KeyStore for MemoryStore {
     fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
-        keys::check(key)?;
-        let mut table = self.lock_keys();
-        let taken = if table.by_id.contains_key(&key.id) {
-            Some("id")
-        } else if table.by_hash.contains_key(&key.hash) {
-            Some("hash")
-        } else {
-            None
-        };
-        if let Some(field) = taken {
-            return Err(StoreError::KeyExists {
-                id: key.id.clone(),
-                field,
-            });
-        }
-        let stored = ApiKey {
-            key: key.clone(),
-            revoked_ms: None,
-        };
-        table.by_hash.insert(key.hash.clone(), key.id.clone());
-        table.by_id.insert(key.id.clone(), stored.clone());
-        Ok(stored)
+        keys::create(&mut *self.lock_keys(), key)
     }
 
     fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {
@@ -415,13 +423,7 @@ impl KeyStore for MemoryStore {
     }
 
     fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey> {
-        let mut table = self.lock_keys();
-        let key = table
-            .by_id
-            .get_mut(id)
-            .ok_or_else(|| StoreError::KeyNotFound(id.to_owned()))?;
-        key.revoked_ms.get_or_insert(now_ms);
-        Ok(key.clone())
+        keys::revoke(&mut *self.lock_keys(), id, now_ms)
     }
 }
 

@@ -1,13 +1,12 @@
-//! The `api_keys` table: storing, finding, listing and revoking API keys.
-//!
-//! Each function runs inside the caller's transaction (or on a plain connection for reads), so a
-//! check and the write it guards see the same rows.
+//! The `api_keys` table: finding and listing keys (on a plain connection), and the rows
+//! `crate::keys`'s rules store and revoke them with, inside the caller's transaction.
 
 use loom_core::AgentId;
 use postgres::GenericClient;
 
 use super::db::{corrupt, Cols, Db};
-use crate::{keys, ApiKey, NewApiKey, ProxyMode, Result, StoreError, TenantId};
+use crate::keys::KeyRows;
+use crate::{ApiKey, NewApiKey, ProxyMode, Result, TenantId};
 
 /// The columns [`api_key`] decodes, as a literal so that `concat!` can build whole statements.
 macro_rules! key_columns {
@@ -43,39 +42,43 @@ fn first(found: Vec<ApiKey>) -> Option<ApiKey> {
     found.into_iter().next()
 }
 
-pub(super) fn create(db: &mut Db<'_, impl GenericClient>, key: &NewApiKey) -> Result<ApiKey> {
-    keys::check(key)?;
-    // No error on a taken id or hash, so the transaction stays usable to say which one it was;
-    // a concurrent insert of the same key waits for this one and then finds it.
-    let inserted = db.execute(
-        "INSERT INTO api_keys (id, hash, tenant, agent, mode, created_ms)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-        &[
-            &key.id,
-            &key.hash,
-            &key.tenant.as_str(),
-            &key.agent.as_ref().map(AgentId::as_str),
-            &key.mode.map(ProxyMode::as_str),
-            &key.created_ms,
-        ],
-        "storing an api key",
-    )?;
-    if inserted == 0 {
-        let by_id = first(db.all(
-            concat!(key_columns!(), " WHERE id = $1"),
-            &[&key.id],
-            ("api_keys", "checking a new api key"),
+impl<C: GenericClient> KeyRows for Db<'_, C> {
+    fn key(&mut self, id: &str) -> Result<Option<ApiKey>> {
+        Ok(first(self.all(
+            concat!(key_columns!(), " WHERE id = $1 FOR UPDATE"),
+            &[&id],
+            ("api_keys", "reading an api key"),
             api_key,
-        )?);
-        return Err(StoreError::KeyExists {
-            id: key.id.clone(),
-            field: if by_id.is_some() { "id" } else { "hash" },
-        });
+        )?))
     }
-    Ok(ApiKey {
-        key: key.clone(),
-        revoked_ms: None,
-    })
+
+    /// No error on a taken id or hash, so the transaction stays usable to say which one it
+    /// was; a concurrent insert of the same key waits for this one and then finds it.
+    fn insert_key(&mut self, key: &NewApiKey) -> Result<bool> {
+        let inserted = self.execute(
+            "INSERT INTO api_keys (id, hash, tenant, agent, mode, created_ms)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            &[
+                &key.id,
+                &key.hash,
+                &key.tenant.as_str(),
+                &key.agent.as_ref().map(AgentId::as_str),
+                &key.mode.map(ProxyMode::as_str),
+                &key.created_ms,
+            ],
+            "storing an api key",
+        )?;
+        Ok(inserted == 1)
+    }
+
+    fn set_revoked(&mut self, id: &str, now_ms: i64) -> Result<()> {
+        self.execute(
+            "UPDATE api_keys SET revoked_ms = $2 WHERE id = $1",
+            &[&id, &now_ms],
+            "revoking an api key",
+        )?;
+        Ok(())
+    }
 }
 
 pub(super) fn by_hash(db: &mut Db<'_, impl GenericClient>, hash: &str) -> Result<Option<ApiKey>> {
@@ -94,23 +97,4 @@ pub(super) fn all(db: &mut Db<'_, impl GenericClient>) -> Result<Vec<ApiKey>> {
         ("api_keys", "listing api keys"),
         api_key,
     )
-}
-
-pub(super) fn revoke(db: &mut Db<'_, impl GenericClient>, id: &str, now_ms: i64) -> Result<ApiKey> {
-    let mut key = first(db.all(
-        concat!(key_columns!(), " WHERE id = $1 FOR UPDATE"),
-        &[&id],
-        ("api_keys", "revoking an api key"),
-        api_key,
-    )?)
-    .ok_or_else(|| StoreError::KeyNotFound(id.to_owned()))?;
-    if key.revoked_ms.is_none() {
-        db.execute(
-            "UPDATE api_keys SET revoked_ms = $2 WHERE id = $1",
-            &[&id, &now_ms],
-            "revoking an api key",
-        )?;
-        key.revoked_ms = Some(now_ms);
-    }
-    Ok(key)
 }

@@ -1,28 +1,21 @@
-//! The log's writes: creating sessions, appending events under the session's row lock, and the
-//! tool-call ledger those appends are checked against.
+//! The log's rows in PostgreSQL: what [`LogRows`] asks of a backend, as SQL in the caller's
+//! transaction, most of it one statement (one round trip) per step. The rules that decide what
+//! may be written are `crate::rules`.
 //!
-//! Every function runs inside the caller's transaction. A write first locks its session's row
-//! (`SELECT ... FOR UPDATE`): writers to one session, in any number of processes, take turns, so
-//! the seq an append reads is still the last one when it commits, and the ledger it checks is
-//! the ledger it updates.
+//! A write holds its session's row (`SELECT ... FOR UPDATE`): writers to one session, in any
+//! number of processes, take turns, so the seq an append reads is still the last one when it
+//! commits, and the ledger it checks is the ledger it updates.
 
-use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
-use loom_core::{EventBody, Ledger, NewEvent, Seq, SessionId, SessionInfo};
+use loom_core::{BlobRef, Ledger, NewEvent, Seq, SessionId};
 use postgres::GenericClient;
 
-use super::db::{corrupt, seq_bound, storable, to_json, Db};
+use super::db::{backend, corrupt, seq_bound, storable, to_json, Db};
 use crate::calls::{call_state, parse_status, status_name, touched_calls};
-use crate::records::{ModelCall, NewModelCall, NewSession, Usage};
-use crate::{validate, Result, StoreError};
-
-/// A session's row key and the last seq of its log.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct SessionRow {
-    pub(super) pk: i64,
-    pub(super) last_seq: Seq,
-}
+use crate::records::{ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Usage};
+use crate::rules::{LogRows, SessionRow};
+use crate::{BlobAlias, Result, StoreError};
 
 fn session_row(pk: i64, last: i64) -> Result<SessionRow> {
     let last_seq = Seq::try_from(last)
@@ -43,8 +36,8 @@ pub(super) fn find_session(
     )?
     .map(|row| {
         session_row(
-            row.try_get(0).map_err(super::db::backend(ACTION))?,
-            row.try_get(1).map_err(super::db::backend(ACTION))?,
+            row.try_get(0).map_err(backend(ACTION))?,
+            row.try_get(1).map_err(backend(ACTION))?,
         )
     })
     .transpose()
@@ -58,35 +51,32 @@ pub(super) fn require_session(
     find_session(db, id)?.ok_or_else(|| StoreError::SessionNotFound(id.clone()))
 }
 
-/// The session's row, locked until the transaction ends; or [`StoreError::SessionNotFound`].
-pub(super) fn lock_session(
-    db: &mut Db<'_, impl GenericClient>,
-    id: &SessionId,
-) -> Result<SessionRow> {
+/// The session's row, locked until the transaction ends.
+fn lock_session(db: &mut Db<'_, impl GenericClient>, id: &SessionId) -> Result<Option<SessionRow>> {
     const ACTION: &str = "locking a session";
-    let row = db
-        .query_opt(
-            "SELECT pk, last_seq FROM sessions WHERE id = $1 FOR UPDATE",
-            &[&id.as_str()],
-            ACTION,
-        )?
-        .ok_or_else(|| StoreError::SessionNotFound(id.clone()))?;
-    session_row(
-        row.try_get(0).map_err(super::db::backend(ACTION))?,
-        row.try_get(1).map_err(super::db::backend(ACTION))?,
-    )
+    db.query_opt(
+        "SELECT pk, last_seq FROM sessions WHERE id = $1 FOR UPDATE",
+        &[&id.as_str()],
+        ACTION,
+    )?
+    .map(|row| {
+        session_row(
+            row.try_get(0).map_err(backend(ACTION))?,
+            row.try_get(1).map_err(backend(ACTION))?,
+        )
+    })
+    .transpose()
 }
 
 /// A ledger holding the stored state of `call_ids` (those that exist), read in one statement.
 ///
 /// Pairing rules only ever look at the calls an event names, so loading just those gives the
 /// same verdicts as loading the session's whole ledger, at a cost that does not grow with the log.
-pub(super) fn load_ledger<'a>(
+fn load_ledger(
     db: &mut Db<'_, impl GenericClient>,
     session_pk: i64,
-    call_ids: impl IntoIterator<Item = &'a str>,
+    ids: &[&str],
 ) -> Result<Ledger> {
-    let ids: Vec<&str> = call_ids.into_iter().collect();
     if ids.is_empty() {
         return Ok(Ledger::new());
     }
@@ -138,229 +128,6 @@ impl<'a> CallRows<'a> {
     }
 }
 
-/// Writes the ledger's state of `call_ids` (inserting new calls, updating answered ones).
-pub(super) fn store_calls<'a>(
-    db: &mut Db<'_, impl GenericClient>,
-    session_pk: i64,
-    ledger: &'a Ledger,
-    call_ids: impl IntoIterator<Item = &'a str>,
-) -> Result<()> {
-    let rows = CallRows::of(ledger, call_ids);
-    if rows.ids.is_empty() {
-        return Ok(());
-    }
-    db.execute(
-        "INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
-         SELECT $1, * FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::BIGINT[])
-         ON CONFLICT (session, call_id)
-         DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq",
-        &[
-            &session_pk,
-            &rows.ids,
-            &rows.tools,
-            &rows.call_seqs,
-            &rows.statuses,
-            &rows.result_seqs,
-        ],
-        "storing tool calls",
-    )?;
-    Ok(())
-}
-
-/// Writes already validated events from seq `first`, the touched calls' states, and the new
-/// length of the log, in one statement (one round trip).
-fn write_events(
-    db: &mut Db<'_, impl GenericClient>,
-    session_pk: i64,
-    first: Seq,
-    events: &[NewEvent],
-    ledger: &Ledger,
-) -> Result<RangeInclusive<Seq>> {
-    let last = first + events.len() as Seq - 1;
-    let seqs: Vec<i64> = (first..=last).map(seq_bound).collect();
-    let times: Vec<i64> = events.iter().map(|e| e.ts_ms).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e.body.kind().as_str()).collect();
-    let bodies = events
-        .iter()
-        .map(|e| to_json(&e.body, "events"))
-        .collect::<Result<Vec<String>>>()?;
-    let calls = CallRows::of(ledger, touched_calls(events));
-    // Every part of a statement with data-modifying CTEs runs, whether or not its result is
-    // read; an empty array inserts nothing.
-    let updated = db.execute(
-        "WITH appended AS (
-             INSERT INTO events (session, seq, ts_ms, kind, body)
-             SELECT $1, * FROM UNNEST($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[])
-         ), calls AS (
-             INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
-             SELECT $1, * FROM UNNEST($6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[],
-                                      $10::BIGINT[])
-             ON CONFLICT (session, call_id)
-             DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq
-         )
-         UPDATE sessions SET last_seq = $11 WHERE pk = $1",
-        &[
-            &session_pk,
-            &seqs,
-            &times,
-            &kinds,
-            &bodies,
-            &calls.ids,
-            &calls.tools,
-            &calls.call_seqs,
-            &calls.statuses,
-            &calls.result_seqs,
-            &seq_bound(last),
-        ],
-        "appending events",
-    )?;
-    if updated != 1 {
-        return Err(corrupt(
-            "sessions",
-            format!("the session's row (pk {session_pk}) vanished during an append"),
-        ));
-    }
-    Ok(first..=last)
-}
-
-/// Creates a session and writes its first events.
-pub(super) fn create_in(
-    db: &mut Db<'_, impl GenericClient>,
-    session: &NewSession,
-    events: &[NewEvent],
-) -> Result<SessionInfo> {
-    // Inserting first, with no error on a taken id, keeps the transaction usable and makes a
-    // concurrent creator of the same id wait for this one and then see it.
-    let pk: Option<i64> = db
-        .query_opt(
-            "INSERT INTO sessions (id, agent, parent, created_ms) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (id) DO NOTHING RETURNING pk",
-            &[
-                &session.id.as_str(),
-                &session.agent.as_str(),
-                &session.parent.as_ref().map(SessionId::as_str),
-                &session.created_ms,
-            ],
-            "creating a session",
-        )?
-        .map(|row| row.try_get(0))
-        .transpose()
-        .map_err(super::db::backend("creating a session"))?;
-    let Some(pk) = pk else {
-        return Err(StoreError::SessionExists(session.id.clone()));
-    };
-    let mut ledger = Ledger::new();
-    validate::events(&session.id, &mut ledger, 1, events)?;
-    storable_calls(&session.id, events)?;
-    if !events.is_empty() {
-        write_events(db, pk, 1, events, &ledger)?;
-    }
-    Ok(SessionInfo {
-        id: session.id.clone(),
-        agent: session.agent.clone(),
-        parent: session.parent.clone(),
-        created_ms: session.created_ms,
-        event_count: events.len() as u64,
-    })
-}
-
-/// Refuses a batch whose call ids or tool names PostgreSQL cannot store (see [`storable`]); the
-/// rest of each event is stored as escaped JSON, which can hold anything.
-pub(super) fn storable_calls(session: &SessionId, events: &[NewEvent]) -> Result<()> {
-    for (index, event) in events.iter().enumerate() {
-        let record = || format!("event {index} of the batch");
-        match &event.body {
-            EventBody::Assistant { tool_calls, .. } => {
-                for call in tool_calls {
-                    storable(session, record, "tool call id", &call.id)?;
-                    storable(session, record, "tool name", &call.name)?;
-                }
-            }
-            EventBody::ToolResult {
-                call_id, tool_name, ..
-            } => {
-                storable(session, record, "call id", call_id)?;
-                storable(session, record, "tool name", tool_name)?;
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Appends already validated events that touch no tool call, taking the session's lock, its
-/// length and the new seqs in the same statement as the write (one round trip).
-///
-/// The `UPDATE` takes the session's row lock; one that had to wait for another writer reads the
-/// row again as that writer committed it (PostgreSQL rechecks an updated row under READ
-/// COMMITTED), so the seqs it hands out follow the other writer's. Nothing else the statement
-/// reads could be stale: it reads no ledger.
-fn append_plain(
-    db: &mut Db<'_, impl GenericClient>,
-    session: &SessionId,
-    events: &[NewEvent],
-) -> Result<RangeInclusive<Seq>> {
-    const ACTION: &str = "appending events";
-    let count = seq_bound(events.len() as Seq);
-    let times: Vec<i64> = events.iter().map(|e| e.ts_ms).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e.body.kind().as_str()).collect();
-    let bodies = events
-        .iter()
-        .map(|e| to_json(&e.body, "events"))
-        .collect::<Result<Vec<String>>>()?;
-    let row = db
-        .query_opt(
-            "WITH locked AS (
-                 UPDATE sessions SET last_seq = last_seq + $2 WHERE id = $1
-                 RETURNING pk, last_seq
-             ), appended AS (
-                 INSERT INTO events (session, seq, ts_ms, kind, body)
-                 SELECT locked.pk, locked.last_seq - $2 + e.n, e.ts_ms, e.kind, e.body
-                 FROM locked,
-                      UNNEST($3::BIGINT[], $4::TEXT[], $5::TEXT[])
-                          WITH ORDINALITY AS e (ts_ms, kind, body, n)
-             )
-             SELECT last_seq FROM locked",
-            &[&session.as_str(), &count, &times, &kinds, &bodies],
-            ACTION,
-        )?
-        .ok_or_else(|| StoreError::SessionNotFound(session.clone()))?;
-    let last: i64 = row.try_get(0).map_err(super::db::backend(ACTION))?;
-    let first = Seq::try_from(last)
-        .ok()
-        .and_then(|last| last.checked_sub(events.len() as Seq))
-        .ok_or_else(|| corrupt("sessions", format!("last_seq {last} after an append")))?;
-    Ok(first + 1..=first + events.len() as Seq)
-}
-
-/// Appends events to a session after checking them against its ledger.
-pub(super) fn append_in(
-    db: &mut Db<'_, impl GenericClient>,
-    session: &SessionId,
-    events: &[NewEvent],
-) -> Result<RangeInclusive<Seq>> {
-    if events.is_empty() {
-        let SessionRow { last_seq, .. } = require_session(db, session)?;
-        return Ok(last_seq + 1..=last_seq);
-    }
-    storable_calls(session, events)?;
-    let touched = touched_calls(events);
-    // A batch that names no tool call is checked by its bodies alone, whatever its seqs: it
-    // needs neither the ledger nor the session's length before it is written. A batch that fails
-    // that check takes the long way below, whose error names the seq the event would have had.
-    if touched.is_empty() && validate::events(session, &mut Ledger::new(), 1, events).is_ok() {
-        return append_plain(db, session, events);
-    }
-    // The ledger is read in a statement of its own, once the lock is held: a statement sees what
-    // was committed when it began, and a lock that had to wait began before the writer it waited
-    // for committed its calls (read in the locking statement, they would be stale).
-    let SessionRow { pk, last_seq } = lock_session(db, session)?;
-    let mut ledger = load_ledger(db, pk, touched.iter().copied())?;
-    let first = last_seq + 1;
-    validate::events(session, &mut ledger, first, events)?;
-    write_events(db, pk, first, events, &ledger)
-}
-
 /// The columns [`model_call`] decodes.
 macro_rules! model_call_columns {
     () => {
@@ -383,20 +150,289 @@ pub(super) fn model_call(row: &super::db::Cols<'_>, session: &SessionId) -> Resu
     })
 }
 
-/// Records a model call's usage (see [`Store::report_usage`](crate::Store::report_usage)),
-/// holding the call's row so that two reports of one call take turns.
-pub(super) fn report_in(
-    db: &mut Db<'_, impl GenericClient>,
-    session: &SessionId,
-    call: u64,
-    usage: &Usage,
-) -> Result<ModelCall> {
-    // The common case, the first report of a call that exists, in one statement; anything else
-    // (a retry, a conflict, an unknown call, bad figures) takes the long way below, which says
-    // which it is.
-    if validate::usage(session, call, None, usage).is_ok() {
+impl<C: GenericClient> LogRows for Db<'_, C> {
+    fn find_session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
+        find_session(self, id)
+    }
+
+    fn lock_session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
+        lock_session(self, id)
+    }
+
+    fn insert_session(&mut self, session: &NewSession) -> Result<Option<i64>> {
+        // No error on a taken id: the transaction stays usable, and a concurrent creator of the
+        // same id waits for this one and then sees it.
+        self.query_opt(
+            "INSERT INTO sessions (id, agent, parent, created_ms) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (id) DO NOTHING RETURNING pk",
+            &[
+                &session.id.as_str(),
+                &session.agent.as_str(),
+                &session.parent.as_ref().map(SessionId::as_str),
+                &session.created_ms,
+            ],
+            "creating a session",
+        )?
+        .map(|row| row.try_get(0))
+        .transpose()
+        .map_err(backend("creating a session"))
+    }
+
+    fn delete_session(&mut self, pk: i64) -> Result<()> {
+        // One statement, one round trip: every derived table, then the session.
+        self.execute(
+            "WITH e AS (DELETE FROM events WHERE session = $1),
+                  c AS (DELETE FROM tool_calls WHERE session = $1),
+                  s AS (DELETE FROM summaries WHERE session = $1),
+                  m AS (DELETE FROM model_calls WHERE session = $1),
+                  t AS (DELETE FROM steps WHERE session = $1),
+                  a AS (DELETE FROM aliases WHERE session = $1)
+             DELETE FROM sessions WHERE pk = $1",
+            &[&pk],
+            "deleting a session",
+        )?;
+        Ok(())
+    }
+
+    /// Read in one statement. Pairing rules only ever look at the calls an event names, so
+    /// loading just those gives the same verdicts as loading the session's whole ledger, at a
+    /// cost that does not grow with the log.
+    fn load_ledger(&mut self, pk: i64, call_ids: &[&str]) -> Result<Ledger> {
+        load_ledger(self, pk, call_ids)
+    }
+
+    fn store_calls(&mut self, pk: i64, ledger: &Ledger, call_ids: &[&str]) -> Result<()> {
+        let rows = CallRows::of(ledger, call_ids.iter().copied());
+        if rows.ids.is_empty() {
+            return Ok(());
+        }
+        self.execute(
+            "INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
+             SELECT $1, * FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
+                                      $6::BIGINT[])
+             ON CONFLICT (session, call_id)
+             DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq",
+            &[
+                &pk,
+                &rows.ids,
+                &rows.tools,
+                &rows.call_seqs,
+                &rows.statuses,
+                &rows.result_seqs,
+            ],
+            "storing tool calls",
+        )?;
+        Ok(())
+    }
+
+    /// In one statement (one round trip).
+    fn write_events(
+        &mut self,
+        pk: i64,
+        first: Seq,
+        events: &[NewEvent],
+        ledger: &Ledger,
+    ) -> Result<()> {
+        let last = first + events.len() as Seq - 1;
+        let seqs: Vec<i64> = (first..=last).map(seq_bound).collect();
+        let times: Vec<i64> = events.iter().map(|e| e.ts_ms).collect();
+        let kinds: Vec<&str> = events.iter().map(|e| e.body.kind().as_str()).collect();
+        let bodies = events
+            .iter()
+            .map(|e| to_json(&e.body, "events"))
+            .collect::<Result<Vec<String>>>()?;
+        let calls = CallRows::of(ledger, touched_calls(events));
+        // Every part of a statement with data-modifying CTEs runs, whether or not its result is
+        // read; an empty array inserts nothing.
+        let updated = self.execute(
+            "WITH appended AS (
+                 INSERT INTO events (session, seq, ts_ms, kind, body)
+                 SELECT $1, * FROM UNNEST($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[])
+             ), calls AS (
+                 INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
+                 SELECT $1, * FROM UNNEST($6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[],
+                                          $10::BIGINT[])
+                 ON CONFLICT (session, call_id)
+                 DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq
+             )
+             UPDATE sessions SET last_seq = $11 WHERE pk = $1",
+            &[
+                &pk,
+                &seqs,
+                &times,
+                &kinds,
+                &bodies,
+                &calls.ids,
+                &calls.tools,
+                &calls.call_seqs,
+                &calls.statuses,
+                &calls.result_seqs,
+                &seq_bound(last),
+            ],
+            "appending events",
+        )?;
+        if updated != 1 {
+            return Err(corrupt(
+                "sessions",
+                format!("the session's row (pk {pk}) vanished during an append"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The session's lock, its length and the new seqs taken in the same statement as the
+    /// write (one round trip).
+    ///
+    /// The `UPDATE` takes the session's row lock; one that had to wait for another writer reads
+    /// the row again as that writer committed it (PostgreSQL rechecks an updated row under READ
+    /// COMMITTED), so the seqs it hands out follow the other writer's. Nothing else the
+    /// statement reads could be stale: it reads no ledger.
+    fn append_plain(
+        &mut self,
+        session: &SessionId,
+        events: &[NewEvent],
+    ) -> Result<Option<RangeInclusive<Seq>>> {
+        const ACTION: &str = "appending events";
+        let count = seq_bound(events.len() as Seq);
+        let times: Vec<i64> = events.iter().map(|e| e.ts_ms).collect();
+        let kinds: Vec<&str> = events.iter().map(|e| e.body.kind().as_str()).collect();
+        let bodies = events
+            .iter()
+            .map(|e| to_json(&e.body, "events"))
+            .collect::<Result<Vec<String>>>()?;
+        let row = self
+            .query_opt(
+                "WITH locked AS (
+                     UPDATE sessions SET last_seq = last_seq + $2 WHERE id = $1
+                     RETURNING pk, last_seq
+                 ), appended AS (
+                     INSERT INTO events (session, seq, ts_ms, kind, body)
+                     SELECT locked.pk, locked.last_seq - $2 + e.n, e.ts_ms, e.kind, e.body
+                     FROM locked,
+                          UNNEST($3::BIGINT[], $4::TEXT[], $5::TEXT[])
+                              WITH ORDINALITY AS e (ts_ms, kind, body, n)
+                 )
+                 SELECT last_seq FROM locked",
+                &[&session.as_str(), &count, &times, &kinds, &bodies],
+                ACTION,
+            )?
+            .ok_or_else(|| StoreError::SessionNotFound(session.clone()))?;
+        let last: i64 = row.try_get(0).map_err(backend(ACTION))?;
+        let first = Seq::try_from(last)
+            .ok()
+            .and_then(|last| last.checked_sub(events.len() as Seq))
+            .ok_or_else(|| corrupt("sessions", format!("last_seq {last} after an append")))?;
+        Ok(Some(first + 1..=first + events.len() as Seq))
+    }
+
+    /// Text holding a NUL character (see [`storable`]).
+    fn check_text(
+        session: &SessionId,
+        record: impl FnOnce() -> String,
+        field: &str,
+        value: &str,
+    ) -> Result<()> {
+        storable(session, record, field, value)
+    }
+
+    /// Numbered and stored in one statement; the session's row is locked, so no other writer
+    /// can take the same version.
+    fn insert_summary(&mut self, pk: i64, summary: &NewSummary) -> Result<u32> {
+        const ACTION: &str = "storing a summary";
+        let version: i64 = self
+            .query_opt(
+                "INSERT INTO summaries
+                     (session, version, from_seq, to_seq, content, producer, created_ms)
+                 SELECT $1, COALESCE(MAX(version), 0) + 1, $2, $3, $4, $5, $6
+                 FROM summaries WHERE session = $1
+                 RETURNING version",
+                &[
+                    &pk,
+                    &seq_bound(summary.from_seq),
+                    &seq_bound(summary.to_seq),
+                    &summary.content,
+                    &summary.producer,
+                    &summary.created_ms,
+                ],
+                ACTION,
+            )?
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(backend(ACTION))?
+            .ok_or_else(|| corrupt("summaries", "the new summary was not numbered"))?;
+        u32::try_from(version)
+            .map_err(|_| corrupt("summaries", format!("version {version} out of range")))
+    }
+
+    /// Numbered and stored in one statement, under the session's lock.
+    fn insert_model_call(&mut self, pk: i64, call: &NewModelCall) -> Result<u64> {
+        const ACTION: &str = "recording a model call";
+        let receipt = to_json(&call.receipt, "model_calls")?;
+        let id: i64 = self
+            .query_opt(
+                "INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
+                 SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4
+                 FROM model_calls WHERE session = $1
+                 RETURNING id",
+                &[&pk, &seq_bound(call.at_seq), &call.created_ms, &receipt],
+                ACTION,
+            )?
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(backend(ACTION))?
+            .ok_or_else(|| corrupt("model_calls", "the new receipt was not numbered"))?;
+        u64::try_from(id).map_err(|_| corrupt("model_calls", format!("id {id} out of range")))
+    }
+
+    /// Held (`FOR UPDATE`), so that two reports of one call take turns.
+    fn model_call(&mut self, pk: i64, session: &SessionId, id: u64) -> Result<Option<ModelCall>> {
+        // An id past PostgreSQL's integer range cannot be stored, so clamping it finds nothing.
+        let found = self.all(
+            concat!(
+                model_call_columns!(),
+                " WHERE session = $1 AND id = $2 FOR UPDATE"
+            ),
+            &[&pk, &seq_bound(id)],
+            ("model_calls", "reading a model call"),
+            |row| model_call(row, session),
+        )?;
+        Ok(found.into_iter().next())
+    }
+
+    fn count_model_calls(&mut self, pk: i64) -> Result<u64> {
+        const ACTION: &str = "counting model calls";
+        let recorded: i64 = self
+            .query_opt(
+                "SELECT COUNT(*) FROM model_calls WHERE session = $1",
+                &[&pk],
+                ACTION,
+            )?
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(backend(ACTION))?
+            .unwrap_or(0);
+        Ok(u64::try_from(recorded).unwrap_or(0))
+    }
+
+    fn set_usage(&mut self, pk: i64, id: u64, usage: &Usage) -> Result<()> {
         let text = to_json(usage, "model_calls")?;
-        let reported = db.all(
+        self.execute(
+            "UPDATE model_calls SET usage = $3 WHERE session = $1 AND id = $2",
+            &[&pk, &seq_bound(id), &text],
+            "recording a model call's usage",
+        )?;
+        Ok(())
+    }
+
+    /// In one statement: the receipt's row is updated only if it has no usage yet.
+    fn report_first(
+        &mut self,
+        session: &SessionId,
+        call: u64,
+        usage: &Usage,
+    ) -> Result<Option<ModelCall>> {
+        let text = to_json(usage, "model_calls")?;
+        let reported = self.all(
             "UPDATE model_calls m SET usage = $3 FROM sessions s
              WHERE s.id = $1 AND m.session = s.pk AND m.id = $2 AND m.usage IS NULL
              RETURNING m.id, m.at_seq, m.created_ms, m.receipt, m.usage",
@@ -404,58 +440,47 @@ pub(super) fn report_in(
             ("model_calls", "recording a model call's usage"),
             |row| model_call(row, session),
         )?;
-        if let Some(stored) = reported.into_iter().next() {
-            return Ok(stored);
-        }
+        Ok(reported.into_iter().next())
     }
-    let SessionRow { pk, .. } = find_session(db, session)?
-        .ok_or_else(|| validate::unknown_model_call(session, call, None))?;
-    // An id past PostgreSQL's integer range cannot be stored, so clamping it finds nothing.
-    let found = db.all(
-        concat!(
-            model_call_columns!(),
-            " WHERE session = $1 AND id = $2 FOR UPDATE"
-        ),
-        &[&pk, &seq_bound(call)],
-        ("model_calls", "reading a model call"),
-        |row| model_call(row, session),
-    )?;
-    let Some(mut stored) = found.into_iter().next() else {
-        let recorded: i64 = db
-            .query_opt(
-                "SELECT COUNT(*) FROM model_calls WHERE session = $1",
-                &[&pk],
-                "counting model calls",
-            )?
-            .map(|row| row.try_get(0))
-            .transpose()
-            .map_err(super::db::backend("counting model calls"))?
-            .unwrap_or(0);
-        let recorded = u64::try_from(recorded).unwrap_or(0);
-        return Err(validate::unknown_model_call(session, call, Some(recorded)));
-    };
-    if validate::usage(session, call, stored.usage.as_ref(), usage)? {
-        let text = to_json(usage, "model_calls")?;
-        db.execute(
-            "UPDATE model_calls SET usage = $3 WHERE session = $1 AND id = $2",
-            &[&pk, &seq_bound(call), &text],
-            "recording a model call's usage",
-        )?;
-        stored.usage = Some(*usage);
-    }
-    Ok(stored)
-}
 
-/// The items whose id no later item has: of several with one id the last wins, in order.
-pub(super) fn last_of_each<T>(items: &[T], id: impl Fn(&T) -> &str) -> Vec<&T> {
-    let mut last: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, item) in items.iter().enumerate() {
-        last.insert(id(item), i);
+    /// In one statement (one `UNNEST` upsert).
+    fn upsert_steps(&mut self, pk: i64, steps: &[&StepRecord]) -> Result<()> {
+        let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+        let calls: Vec<&str> = steps.iter().map(|s| s.call_id.as_str()).collect();
+        let seqs: Vec<i64> = steps.iter().map(|s| seq_bound(s.result_seq)).collect();
+        let bodies = steps
+            .iter()
+            .map(|s| to_json(&s.body, "steps"))
+            .collect::<Result<Vec<String>>>()?;
+        self.execute(
+            "INSERT INTO steps (session, id, call_id, result_seq, body)
+             SELECT $1, * FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[])
+             ON CONFLICT (session, id) DO UPDATE SET
+                 call_id = excluded.call_id,
+                 result_seq = excluded.result_seq,
+                 body = excluded.body",
+            &[&pk, &ids, &calls, &seqs, &bodies],
+            "storing steps",
+        )?;
+        Ok(())
     }
-    items
-        .iter()
-        .enumerate()
-        .filter(|(i, item)| last.get(id(item)) == Some(i))
-        .map(|(_, item)| item)
-        .collect()
+
+    fn alias(&mut self, pk: i64, alias: &BlobAlias) -> Result<Option<BlobRef>> {
+        let found = self.all(
+            "SELECT blob FROM aliases WHERE session = $1 AND alias = $2",
+            &[&pk, &alias.as_str()],
+            ("aliases", "resolving an alias"),
+            |row| BlobRef::try_from(row.get::<String>(0)?).map_err(|e| corrupt("aliases", e)),
+        )?;
+        Ok(found.into_iter().next())
+    }
+
+    fn insert_alias(&mut self, pk: i64, alias: &BlobAlias, blob: &BlobRef) -> Result<()> {
+        self.execute(
+            "INSERT INTO aliases (session, alias, blob) VALUES ($1, $2, $3)",
+            &[&pk, &alias.as_str(), &blob.to_string()],
+            "storing an alias",
+        )?;
+        Ok(())
+    }
 }

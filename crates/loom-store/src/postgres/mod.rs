@@ -29,18 +29,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loom_core::{AgentId, BlobRef, Event, NewEvent, Seq, SessionId, SessionInfo};
-use postgres::GenericClient;
 
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
-use crate::{validate, ApiKey, BlobAlias, KeyStore, NewApiKey, Result, Store, StoreError};
+use crate::{rules, ApiKey, BlobAlias, KeyStore, NewApiKey, Result, Store, StoreError};
 pub use blob::PgBlobStore;
-use db::{backend, corrupt, seq_bound, storable, to_json, Cols, Db};
-use log::{
-    append_in, create_in, last_of_each, load_ledger, lock_session, model_call, report_in,
-    require_session, store_calls, SessionRow,
-};
+use db::{corrupt, seq_bound, Cols};
+use log::{model_call, require_session};
 use pool::Pool;
 
 /// Connections a store opens at most, unless the URL says otherwise (`pool_size`).
@@ -223,24 +219,10 @@ macro_rules! session_columns {
     };
 }
 
-fn stored_alias(
-    db: &mut Db<'_, impl GenericClient>,
-    session_pk: i64,
-    alias: &BlobAlias,
-) -> Result<Option<BlobRef>> {
-    let found = db.all(
-        "SELECT blob FROM aliases WHERE session = $1 AND alias = $2",
-        &[&session_pk, &alias.as_str()],
-        ("aliases", "resolving an alias"),
-        |row| BlobRef::try_from(row.get::<String>(0)?).map_err(|e| corrupt("aliases", e)),
-    )?;
-    Ok(found.into_iter().next())
-}
-
 impl Store for PgStore {
     fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
         tx::write(&self.pool, "creating a session", |db| {
-            create_in(db, session, events)
+            rules::create(db, session, events)
         })
     }
 
@@ -252,39 +234,13 @@ impl Store for PgStore {
         tx::write(&self.pool, "creating sessions", |db| {
             sessions
                 .iter()
-                .map(|(session, events)| create_in(db, session, events))
+                .map(|(session, events)| rules::create(db, session, events))
                 .collect()
         })
     }
 
     fn delete_session(&self, id: &SessionId) -> Result<bool> {
-        tx::write(&self.pool, "deleting a session", |db| {
-            const ACTION: &str = "deleting a session";
-            // The session's row locked first, as every writer does: an append in flight finishes
-            // before, or finds no session after.
-            let Some(row) = db.query_opt(
-                "SELECT pk FROM sessions WHERE id = $1 FOR UPDATE",
-                &[&id.as_str()],
-                ACTION,
-            )?
-            else {
-                return Ok(false);
-            };
-            let pk: i64 = row.try_get(0).map_err(backend(ACTION))?;
-            // One statement, one round trip: every derived table, then the session.
-            db.execute(
-                "WITH e AS (DELETE FROM events WHERE session = $1),
-                      c AS (DELETE FROM tool_calls WHERE session = $1),
-                      s AS (DELETE FROM summaries WHERE session = $1),
-                      m AS (DELETE FROM model_calls WHERE session = $1),
-                      t AS (DELETE FROM steps WHERE session = $1),
-                      a AS (DELETE FROM aliases WHERE session = $1)
-                 DELETE FROM sessions WHERE pk = $1",
-                &[&pk],
-                ACTION,
-            )?;
-            Ok(true)
-        })
+        tx::write(&self.pool, "deleting a session", |db| rules::delete(db, id))
     }
 
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
@@ -314,7 +270,7 @@ impl Store for PgStore {
 
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
         tx::write(&self.pool, "appending events", |db| {
-            append_in(db, session, events)
+            rules::append(db, session, events)
         })
     }
 
@@ -326,11 +282,7 @@ impl Store for PgStore {
     ) -> Result<RangeInclusive<Seq>> {
         // One transaction: the reply and its usage are both stored or neither.
         tx::write(&self.pool, "appending a reply", |db| {
-            let seqs = append_in(db, session, events)?;
-            if let Some((call, usage)) = usage {
-                report_in(db, session, call, usage)?;
-            }
-            Ok(seqs)
+            rules::append_reply(db, session, events, usage)
         })
     }
 
@@ -394,55 +346,13 @@ impl Store for PgStore {
 
     fn expire_tool_call(&self, session: &SessionId, call_id: &str) -> Result<()> {
         tx::write(&self.pool, "expiring a tool call", |db| {
-            let SessionRow { pk, .. } = lock_session(db, session)?;
-            let mut ledger = load_ledger(db, pk, [call_id])?;
-            ledger
-                .expire(call_id)
-                .map_err(|source| StoreError::CallState {
-                    session: session.clone(),
-                    source,
-                })?;
-            store_calls(db, pk, &ledger, [call_id])
+            rules::expire_call(db, session, call_id)
         })
     }
 
     fn put_summary(&self, summary: &NewSummary) -> Result<Summary> {
         tx::write(&self.pool, "storing a summary", |db| {
-            let SessionRow { pk, last_seq } = lock_session(db, &summary.session)?;
-            validate::summary(summary, last_seq)?;
-            let record = || "summary".to_owned();
-            storable(&summary.session, record, "content", &summary.content)?;
-            storable(&summary.session, record, "producer", &summary.producer)?;
-            // Numbered and stored in one statement; the session's row is locked, so no other
-            // writer can take the same version.
-            const ACTION: &str = "storing a summary";
-            let version: i64 = db
-                .query_opt(
-                    "INSERT INTO summaries
-                         (session, version, from_seq, to_seq, content, producer, created_ms)
-                     SELECT $1, COALESCE(MAX(version), 0) + 1, $2, $3, $4, $5, $6
-                     FROM summaries WHERE session = $1
-                     RETURNING version",
-                    &[
-                        &pk,
-                        &seq_bound(summary.from_seq),
-                        &seq_bound(summary.to_seq),
-                        &summary.content,
-                        &summary.producer,
-                        &summary.created_ms,
-                    ],
-                    ACTION,
-                )?
-                .map(|row| row.try_get(0))
-                .transpose()
-                .map_err(backend(ACTION))?
-                .ok_or_else(|| corrupt("summaries", "the new summary was not numbered"))?;
-            let numbered = u32::try_from(version)
-                .map_err(|_| corrupt("summaries", format!("version {version} out of range")))?;
-            Ok(Summary {
-                version: numbered,
-                summary: summary.clone(),
-            })
+            rules::put_summary(db, summary)
         })
     }
 
@@ -478,30 +388,7 @@ impl Store for PgStore {
 
     fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall> {
         tx::write(&self.pool, "recording a model call", |db| {
-            let SessionRow { pk, last_seq } = lock_session(db, &call.session)?;
-            validate::model_call(call, last_seq)?;
-            // Numbered and stored in one statement, under the session's lock.
-            const ACTION: &str = "recording a model call";
-            let receipt = to_json(&call.receipt, "model_calls")?;
-            let id: i64 = db
-                .query_opt(
-                    "INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
-                     SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4
-                     FROM model_calls WHERE session = $1
-                     RETURNING id",
-                    &[&pk, &seq_bound(call.at_seq), &call.created_ms, &receipt],
-                    ACTION,
-                )?
-                .map(|row| row.try_get(0))
-                .transpose()
-                .map_err(backend(ACTION))?
-                .ok_or_else(|| corrupt("model_calls", "the new receipt was not numbered"))?;
-            Ok(ModelCall {
-                id: u64::try_from(id)
-                    .map_err(|_| corrupt("model_calls", format!("id {id} out of range")))?,
-                call: call.clone(),
-                usage: None,
-            })
+            rules::record_model_call(db, call)
         })
     }
 
@@ -557,43 +444,13 @@ impl Store for PgStore {
 
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
         tx::write(&self.pool, "recording a model call's usage", |db| {
-            report_in(db, session, call, usage)
+            rules::report_usage(db, session, call, usage)
         })
     }
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
         tx::write(&self.pool, "storing steps", |db| {
-            // As for appends: the calls are read after the lock is held.
-            let SessionRow { pk, .. } = lock_session(db, session)?;
-            let ledger = load_ledger(db, pk, steps.iter().map(|s| s.call_id.as_str()))?;
-            for step in steps {
-                validate::step(session, step, &ledger)?;
-                storable(session, || format!("step {}", step.id), "id", &step.id)?;
-            }
-            // One statement cannot update a row twice, so of several steps with one id the
-            // last is written, as one upsert after another would leave it.
-            let steps = last_of_each(steps, |s| s.id.as_str());
-            if steps.is_empty() {
-                return Ok(());
-            }
-            let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
-            let calls: Vec<&str> = steps.iter().map(|s| s.call_id.as_str()).collect();
-            let seqs: Vec<i64> = steps.iter().map(|s| seq_bound(s.result_seq)).collect();
-            let bodies = steps
-                .iter()
-                .map(|s| to_json(&s.body, "steps"))
-                .collect::<Result<Vec<String>>>()?;
-            db.execute(
-                "INSERT INTO steps (session, id, call_id, result_seq, body)
-                 SELECT $1, * FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[])
-                 ON CONFLICT (session, id) DO UPDATE SET
-                     call_id = excluded.call_id,
-                     result_seq = excluded.result_seq,
-                     body = excluded.body",
-                &[&pk, &ids, &calls, &seqs, &bodies],
-                "storing steps",
-            )?;
-            Ok(())
+            rules::put_steps(db, session, steps)
         })
     }
 
@@ -625,21 +482,7 @@ impl Store for PgStore {
 
     fn put_alias(&self, session: &SessionId, alias: &BlobAlias, blob: &BlobRef) -> Result<()> {
         tx::write(&self.pool, "storing an alias", |db| {
-            let SessionRow { pk, .. } = lock_session(db, session)?;
-            match stored_alias(db, pk, alias)? {
-                Some(old) if &old != blob => {
-                    Err(validate::alias_conflict(session, alias, &old, blob))
-                }
-                Some(_) => Ok(()),
-                None => {
-                    db.execute(
-                        "INSERT INTO aliases (session, alias, blob) VALUES ($1, $2, $3)",
-                        &[&pk, &alias.as_str(), &blob.to_string()],
-                        "storing an alias",
-                    )?;
-                    Ok(())
-                }
-            }
+            rules::put_alias(db, session, alias, blob)
         })
     }
 
@@ -664,7 +507,9 @@ impl Store for PgStore {
 
 impl KeyStore for PgStore {
     fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
-        tx::write(&self.pool, "storing an api key", |db| keys::create(db, key))
+        tx::write(&self.pool, "storing an api key", |db| {
+            crate::keys::create(db, key)
+        })
     }
 
     fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {
@@ -679,7 +524,7 @@ impl KeyStore for PgStore {
 
     fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey> {
         tx::write(&self.pool, "revoking an api key", |db| {
-            keys::revoke(db, id, now_ms)
+            crate::keys::revoke(db, id, now_ms)
         })
     }
 }

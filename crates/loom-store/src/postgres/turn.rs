@@ -6,9 +6,10 @@ use postgres::error::SqlState;
 use postgres::GenericClient;
 
 use super::db::{backend, corrupt, driver_error, seq_bound, storable, to_json, Cols, Db};
-use super::log::{last_of_each, model_call, storable_calls};
+use super::log::model_call;
 use crate::calls::{call_row, status_name, touched_calls};
 use crate::records::Summary;
+use crate::rules::{last_of_each, storable_calls};
 use crate::turn::{check, moved};
 use crate::{CatchUp, Known, NewSummary, Result, StoreError, Turn, Written};
 
@@ -116,10 +117,10 @@ pub(super) fn catch_up(
 }
 
 /// The turn as the function's parameters, checked as a backend checks an append.
-pub(super) fn write_turn(db: &mut Db<'_, impl GenericClient>, turn: &Turn<'_>) -> Result<Written> {
+pub(super) fn write_turn<C: GenericClient>(db: &mut Db<'_, C>, turn: &Turn<'_>) -> Result<Written> {
     const ACTION: &str = "writing a turn";
     let session = turn.session;
-    storable_calls(session, turn.events)?;
+    storable_calls::<Db<'_, C>>(session, turn.events)?;
     for step in turn.steps {
         storable(session, || format!("step {}", step.id), "id", &step.id)?;
     }

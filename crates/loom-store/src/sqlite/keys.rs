@@ -1,14 +1,14 @@
-//! The `api_keys` table: storing, finding, listing and revoking API keys.
-//!
-//! Each function runs inside the caller's transaction, so a check and the write it guards see
-//! the same rows.
+//! The `api_keys` table: finding and listing keys, and the rows `crate::keys`'s rules store and
+//! revoke them with, inside the caller's transaction.
 
 use loom_core::AgentId;
 use rusqlite::{params, Connection};
 
 use super::backend;
+use super::log::Rows;
 use super::rows::{corrupt, query_all, Cols};
-use crate::{keys, ApiKey, NewApiKey, ProxyMode, Result, StoreError, TenantId};
+use crate::keys::KeyRows;
+use crate::{ApiKey, NewApiKey, ProxyMode, Result, TenantId};
 
 /// The columns [`api_key`] decodes, as a literal so that `concat!` can build whole statements.
 macro_rules! key_columns {
@@ -48,7 +48,8 @@ enum By {
 }
 
 impl By {
-    /// The column's name, as errors name the field.
+    /// The column's name.
+    #[cfg(test)]
     fn field(self) -> &'static str {
         match self {
             Self::Id => "id",
@@ -71,35 +72,43 @@ fn find(conn: &Connection, by: By, value: &str, action: &'static str) -> Result<
     Ok(found.into_iter().next())
 }
 
-pub(super) fn create(tx: &Connection, key: &NewApiKey) -> Result<ApiKey> {
-    keys::check(key)?;
-    for (by, value) in [(By::Id, &key.id), (By::Hash, &key.hash)] {
-        if find(tx, by, value, "checking a new api key")?.is_some() {
-            return Err(StoreError::KeyExists {
-                id: key.id.clone(),
-                field: by.field(),
-            });
-        }
+impl KeyRows for Rows<'_> {
+    fn key(&mut self, id: &str) -> Result<Option<ApiKey>> {
+        find(self.0, By::Id, id, "reading an api key")
     }
-    tx.prepare_cached(
-        "INSERT INTO api_keys (id, hash, tenant, agent, mode, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            key.id,
-            key.hash,
-            key.tenant.as_str(),
-            key.agent.as_ref().map(AgentId::as_str),
-            key.mode.map(ProxyMode::as_str),
-            key.created_ms,
-        ])
-    })
-    .map_err(backend("storing an api key"))?;
-    Ok(ApiKey {
-        key: key.clone(),
-        revoked_ms: None,
-    })
+
+    fn insert_key(&mut self, key: &NewApiKey) -> Result<bool> {
+        for (by, value) in [(By::Id, &key.id), (By::Hash, &key.hash)] {
+            if find(self.0, by, value, "checking a new api key")?.is_some() {
+                return Ok(false);
+            }
+        }
+        self.0
+            .prepare_cached(
+                "INSERT INTO api_keys (id, hash, tenant, agent, mode, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    key.id,
+                    key.hash,
+                    key.tenant.as_str(),
+                    key.agent.as_ref().map(AgentId::as_str),
+                    key.mode.map(ProxyMode::as_str),
+                    key.created_ms,
+                ])
+            })
+            .map_err(backend("storing an api key"))?;
+        Ok(true)
+    }
+
+    fn set_revoked(&mut self, id: &str, now_ms: i64) -> Result<()> {
+        self.0
+            .prepare_cached("UPDATE api_keys SET revoked_ms = ?2 WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![id, now_ms]))
+            .map_err(backend("revoking an api key"))?;
+        Ok(())
+    }
 }
 
 pub(super) fn by_hash(conn: &Connection, hash: &str) -> Result<Option<ApiKey>> {
@@ -114,18 +123,6 @@ pub(super) fn all(conn: &Connection) -> Result<Vec<ApiKey>> {
         ("api_keys", "listing api keys"),
         api_key,
     )
-}
-
-pub(super) fn revoke(tx: &Connection, id: &str, now_ms: i64) -> Result<ApiKey> {
-    let mut key = find(tx, By::Id, id, "revoking an api key")?
-        .ok_or_else(|| StoreError::KeyNotFound(id.to_owned()))?;
-    if key.revoked_ms.is_none() {
-        tx.prepare_cached("UPDATE api_keys SET revoked_ms = ?2 WHERE id = ?1")
-            .and_then(|mut stmt| stmt.execute(params![id, now_ms]))
-            .map_err(backend("revoking an api key"))?;
-        key.revoked_ms = Some(now_ms);
-    }
-    Ok(key)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 mod group;
 mod keys;
+mod log;
 mod rows;
 mod schema;
 
@@ -17,17 +18,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use loom_core::{AgentId, BlobRef, Event, Ledger, NewEvent, Seq, SessionId, SessionInfo};
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use loom_core::{AgentId, BlobRef, Event, NewEvent, Seq, SessionId, SessionInfo};
+use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
 
 use crate::records::{
     ModelCall, NewModelCall, NewSession, NewSummary, StepRecord, Summary, ToolCallRecord, Usage,
 };
-use crate::{validate, ApiKey, BlobAlias, KeyStore, NewApiKey, Result, Store, StoreError};
-use rows::{
-    corrupt, find_session, load_ledger, parse_status, query_all, require_session, seq_bound,
-    store_calls, to_json, touched_calls, Cols, SessionRow,
-};
+use crate::{rules, ApiKey, BlobAlias, KeyStore, NewApiKey, Result, Store, StoreError};
+use log::Rows;
+use rows::{corrupt, parse_status, query_all, require_session, seq_bound, Cols, SessionRow};
 
 /// How long a write waits for another process's write to finish before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -119,38 +118,6 @@ impl SqliteStore {
     }
 }
 
-/// Creates a session and writes its first events inside `tx`.
-fn create_in(tx: &Connection, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
-    if find_session(tx, &session.id)?.is_some() {
-        return Err(StoreError::SessionExists(session.id.clone()));
-    }
-    let mut ledger = Ledger::new();
-    validate::events(&session.id, &mut ledger, 1, events)?;
-    tx.prepare_cached(
-        "INSERT INTO sessions (id, agent, parent, created_ms) VALUES (?1, ?2, ?3, ?4)",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            session.id.as_str(),
-            session.agent.as_str(),
-            session.parent.as_ref().map(SessionId::as_str),
-            session.created_ms,
-        ])
-    })
-    .map_err(backend("creating a session"))?;
-    let pk = tx.last_insert_rowid();
-    if !events.is_empty() {
-        write_events(tx, pk, 1, events, &ledger)?;
-    }
-    Ok(SessionInfo {
-        id: session.id.clone(),
-        agent: session.agent.clone(),
-        parent: session.parent.clone(),
-        created_ms: session.created_ms,
-        event_count: events.len() as u64,
-    })
-}
-
 /// Per-connection settings; none of them is stored in the file except the journal mode.
 fn configure(conn: &Connection) -> Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)
@@ -172,42 +139,6 @@ fn configure(conn: &Connection) -> Result<()> {
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(backend("enabling foreign keys"))?;
     Ok(())
-}
-
-/// Writes already validated events from seq `first`, the touched calls' states, and the new
-/// length of the log.
-fn write_events(
-    tx: &Connection,
-    session_pk: i64,
-    first: Seq,
-    events: &[NewEvent],
-    ledger: &Ledger,
-) -> Result<RangeInclusive<Seq>> {
-    let mut insert = tx
-        .prepare_cached(
-            "INSERT INTO events (session, seq, ts_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .map_err(backend("appending events"))?;
-    let mut seq = first;
-    for event in events {
-        let body = to_json(&event.body, "events")?;
-        insert
-            .execute(params![
-                session_pk,
-                seq_bound(seq),
-                event.ts_ms,
-                event.body.kind().as_str(),
-                body
-            ])
-            .map_err(backend("appending events"))?;
-        seq += 1;
-    }
-    let last = seq - 1;
-    store_calls(tx, session_pk, ledger, touched_calls(events))?;
-    tx.prepare_cached("UPDATE sessions SET last_seq = ?2 WHERE pk = ?1")
-        .and_then(|mut stmt| stmt.execute(params![session_pk, seq_bound(last)]))
-        .map_err(backend("updating the session's last seq"))?;
-    Ok(first..=last)
 }
 
 fn session_info(row: &Cols<'_, '_>) -> Result<SessionInfo> {
@@ -241,58 +172,9 @@ fn model_call(row: &Cols<'_, '_>, session: &SessionId) -> Result<ModelCall> {
     })
 }
 
-/// Appends events to a session inside `tx`, after checking them against its ledger.
-fn append_in(
-    tx: &Connection,
-    session: &SessionId,
-    events: &[NewEvent],
-) -> Result<RangeInclusive<Seq>> {
-    let SessionRow { pk, last_seq } = require_session(tx, session)?;
-    let first = last_seq + 1;
-    if events.is_empty() {
-        return Ok(first..=last_seq);
-    }
-    let touched = touched_calls(events);
-    let mut ledger = load_ledger(tx, pk, touched.iter().copied())?;
-    validate::events(session, &mut ledger, first, events)?;
-    write_events(tx, pk, first, events, &ledger)
-}
-
-/// Records a model call's usage inside `tx` (see [`Store::report_usage`]).
-fn report_in(tx: &Connection, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
-    let SessionRow { pk, .. } = find_session(tx, session)?
-        .ok_or_else(|| validate::unknown_model_call(session, call, None))?;
-    // An id past SQLite's integer range cannot be stored, so clamping it finds nothing.
-    let found = query_all(
-        tx,
-        &format!("{MODEL_CALL_COLUMNS} WHERE session = ?1 AND id = ?2"),
-        params![pk, seq_bound(call)],
-        ("model_calls", "reading a model call"),
-        |row| model_call(row, session),
-    )?;
-    let Some(mut stored) = found.into_iter().next() else {
-        let recorded: u64 = tx
-            .query_row(
-                "SELECT COUNT(*) FROM model_calls WHERE session = ?1",
-                [pk],
-                |row| row.get(0),
-            )
-            .map_err(backend("counting model calls"))?;
-        return Err(validate::unknown_model_call(session, call, Some(recorded)));
-    };
-    if validate::usage(session, call, stored.usage.as_ref(), usage)? {
-        let text = to_json(usage, "model_calls")?;
-        tx.prepare_cached("UPDATE model_calls SET usage = ?3 WHERE session = ?1 AND id = ?2")
-            .and_then(|mut stmt| stmt.execute(params![pk, seq_bound(call), text]))
-            .map_err(backend("recording a model call's usage"))?;
-        stored.usage = Some(*usage);
-    }
-    Ok(stored)
-}
-
 impl Store for SqliteStore {
     fn create_session(&self, session: &NewSession, events: &[NewEvent]) -> Result<SessionInfo> {
-        self.write(|tx| create_in(tx, session, events))
+        self.write(|tx| rules::create(&mut Rows(tx), session, events))
     }
 
     fn create_sessions(
@@ -304,31 +186,13 @@ impl Store for SqliteStore {
         self.write(|tx| {
             sessions
                 .iter()
-                .map(|(session, events)| create_in(tx, session, events))
+                .map(|(session, events)| rules::create(&mut Rows(tx), session, events))
                 .collect()
         })
     }
 
     fn delete_session(&self, id: &SessionId) -> Result<bool> {
-        self.write(|tx| {
-            let Some(SessionRow { pk, .. }) = find_session(tx, id)? else {
-                return Ok(false);
-            };
-            for sql in [
-                "DELETE FROM events WHERE session = ?1",
-                "DELETE FROM tool_calls WHERE session = ?1",
-                "DELETE FROM summaries WHERE session = ?1",
-                "DELETE FROM model_calls WHERE session = ?1",
-                "DELETE FROM steps WHERE session = ?1",
-                "DELETE FROM aliases WHERE session = ?1",
-                "DELETE FROM sessions WHERE pk = ?1",
-            ] {
-                tx.prepare_cached(sql)
-                    .and_then(|mut stmt| stmt.execute([pk]))
-                    .map_err(backend("deleting a session"))?;
-            }
-            Ok(true)
-        })
+        self.write(|tx| rules::delete(&mut Rows(tx), id))
     }
 
     fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
@@ -353,7 +217,7 @@ impl Store for SqliteStore {
     }
 
     fn append(&self, session: &SessionId, events: &[NewEvent]) -> Result<RangeInclusive<Seq>> {
-        self.write(|tx| append_in(tx, session, events))
+        self.write(|tx| rules::append(&mut Rows(tx), session, events))
     }
 
     fn append_reply(
@@ -363,13 +227,7 @@ impl Store for SqliteStore {
         usage: Option<(u64, &Usage)>,
     ) -> Result<RangeInclusive<Seq>> {
         // One transaction, so one durable commit on the reply's path instead of two.
-        self.write(|tx| {
-            let seqs = append_in(tx, session, events)?;
-            if let Some((call, usage)) = usage {
-                report_in(tx, session, call, usage)?;
-            }
-            Ok(seqs)
-        })
+        self.write(|tx| rules::append_reply(&mut Rows(tx), session, events, usage))
     }
 
     fn read(&self, session: &SessionId, range: RangeInclusive<Seq>) -> Result<Vec<Event>> {
@@ -419,52 +277,11 @@ impl Store for SqliteStore {
     }
 
     fn expire_tool_call(&self, session: &SessionId, call_id: &str) -> Result<()> {
-        self.write(|tx| {
-            let SessionRow { pk, .. } = require_session(tx, session)?;
-            let mut ledger = load_ledger(tx, pk, [call_id])?;
-            ledger
-                .expire(call_id)
-                .map_err(|source| StoreError::CallState {
-                    session: session.clone(),
-                    source,
-                })?;
-            store_calls(tx, pk, &ledger, [call_id])
-        })
+        self.write(|tx| rules::expire_call(&mut Rows(tx), session, call_id))
     }
 
     fn put_summary(&self, summary: &NewSummary) -> Result<Summary> {
-        self.write(|tx| {
-            let SessionRow { pk, last_seq } = require_session(tx, &summary.session)?;
-            validate::summary(summary, last_seq)?;
-            let version: u32 = tx
-                .query_row(
-                    "SELECT COALESCE(MAX(version), 0) + 1 FROM summaries WHERE session = ?1",
-                    [pk],
-                    |row| row.get(0),
-                )
-                .map_err(backend("numbering a summary"))?;
-            tx.prepare_cached(
-                "INSERT INTO summaries
-                     (session, version, from_seq, to_seq, content, producer, created_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    pk,
-                    version,
-                    seq_bound(summary.from_seq),
-                    seq_bound(summary.to_seq),
-                    summary.content,
-                    summary.producer,
-                    summary.created_ms,
-                ])
-            })
-            .map_err(backend("storing a summary"))?;
-            Ok(Summary {
-                version,
-                summary: summary.clone(),
-            })
-        })
+        self.write(|tx| rules::put_summary(&mut Rows(tx), summary))
     }
 
     fn summaries(&self, session: &SessionId) -> Result<Vec<Summary>> {
@@ -494,37 +311,7 @@ impl Store for SqliteStore {
     }
 
     fn record_model_call(&self, call: &NewModelCall) -> Result<ModelCall> {
-        self.write(|tx| {
-            let SessionRow { pk, last_seq } = require_session(tx, &call.session)?;
-            validate::model_call(call, last_seq)?;
-            let id: u64 = tx
-                .query_row(
-                    "SELECT COALESCE(MAX(id), 0) + 1 FROM model_calls WHERE session = ?1",
-                    [pk],
-                    |row| row.get(0),
-                )
-                .map_err(backend("numbering a model call"))?;
-            let receipt = to_json(&call.receipt, "model_calls")?;
-            tx.prepare_cached(
-                "INSERT INTO model_calls (session, id, at_seq, created_ms, receipt)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    pk,
-                    id,
-                    seq_bound(call.at_seq),
-                    call.created_ms,
-                    receipt
-                ])
-            })
-            .map_err(backend("recording a model call"))?;
-            Ok(ModelCall {
-                id,
-                call: call.clone(),
-                usage: None,
-            })
-        })
+        self.write(|tx| rules::record_model_call(&mut Rows(tx), call))
     }
 
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>> {
@@ -555,40 +342,12 @@ impl Store for SqliteStore {
     }
 
     fn report_usage(&self, session: &SessionId, call: u64, usage: &Usage) -> Result<ModelCall> {
-        self.write(|tx| report_in(tx, session, call, usage))
+        self.write(|tx| rules::report_usage(&mut Rows(tx), session, call, usage))
     }
 
     fn put_steps(&self, session: &SessionId, steps: &[StepRecord]) -> Result<()> {
         // Steps are derived from the log: they need not be durable before the caller goes on.
-        self.write_deferred(|tx| {
-            let SessionRow { pk, .. } = require_session(tx, session)?;
-            let ledger = load_ledger(tx, pk, steps.iter().map(|s| s.call_id.as_str()))?;
-            for step in steps {
-                validate::step(session, step, &ledger)?;
-            }
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT INTO steps (session, id, call_id, result_seq, body)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (session, id) DO UPDATE SET
-                         call_id = excluded.call_id,
-                         result_seq = excluded.result_seq,
-                         body = excluded.body",
-                )
-                .map_err(backend("storing steps"))?;
-            for step in steps {
-                let body = to_json(&step.body, "steps")?;
-                stmt.execute(params![
-                    pk,
-                    step.id,
-                    step.call_id,
-                    seq_bound(step.result_seq),
-                    body
-                ])
-                .map_err(backend("storing steps"))?;
-            }
-            Ok(())
-        })
+        self.write_deferred(|tx| rules::put_steps(&mut Rows(tx), session, steps))
     }
 
     fn steps(&self, session: &SessionId) -> Result<Vec<StepRecord>> {
@@ -619,38 +378,20 @@ impl Store for SqliteStore {
 
     fn put_alias(&self, session: &SessionId, alias: &BlobAlias, blob: &BlobRef) -> Result<()> {
         // Aliases are derived from the log, as steps are.
-        self.write_deferred(|tx| {
-            let SessionRow { pk, .. } = require_session(tx, session)?;
-            match stored_alias(tx, pk, alias)? {
-                Some(old) if &old != blob => {
-                    Err(validate::alias_conflict(session, alias, &old, blob))
-                }
-                Some(_) => Ok(()),
-                None => {
-                    tx.prepare_cached(
-                        "INSERT INTO aliases (session, alias, blob) VALUES (?1, ?2, ?3)",
-                    )
-                    .and_then(|mut stmt| {
-                        stmt.execute(params![pk, alias.as_str(), blob.to_string()])
-                    })
-                    .map_err(backend("storing an alias"))?;
-                    Ok(())
-                }
-            }
-        })
+        self.write_deferred(|tx| rules::put_alias(&mut Rows(tx), session, alias, blob))
     }
 
     fn resolve_alias(&self, session: &SessionId, alias: &BlobAlias) -> Result<Option<BlobRef>> {
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;
-            stored_alias(tx, pk, alias)
+            log::stored_alias(tx, pk, alias)
         })
     }
 }
 
 impl KeyStore for SqliteStore {
     fn create_key(&self, key: &NewApiKey) -> Result<ApiKey> {
-        self.write(|tx| keys::create(tx, key))
+        self.write(|tx| crate::keys::create(&mut Rows(tx), key))
     }
 
     fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {
@@ -662,20 +403,8 @@ impl KeyStore for SqliteStore {
     }
 
     fn revoke_key(&self, id: &str, now_ms: i64) -> Result<ApiKey> {
-        self.write(|tx| keys::revoke(tx, id, now_ms))
+        self.write(|tx| crate::keys::revoke(&mut Rows(tx), id, now_ms))
     }
-}
-
-fn stored_alias(conn: &Connection, session_pk: i64, alias: &BlobAlias) -> Result<Option<BlobRef>> {
-    let blob: Option<String> = conn
-        .prepare_cached("SELECT blob FROM aliases WHERE session = ?1 AND alias = ?2")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![session_pk, alias.as_str()], |row| row.get(0))
-                .optional()
-        })
-        .map_err(backend("resolving an alias"))?;
-    blob.map(|b| BlobRef::try_from(b).map_err(|e| corrupt("aliases", e)))
-        .transpose()
 }
 
 #[cfg(test)]

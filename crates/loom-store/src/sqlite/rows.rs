@@ -3,20 +3,15 @@
 //! Everything that reads a column and could meet a value this build did not write (a corrupt file,
 //! a hand edit) turns it into [`StoreError::Corrupt`] instead of panicking.
 
-use loom_core::{Ledger, Seq, SessionId};
+use loom_core::{Seq, SessionId};
 use rusqlite::types::FromSql;
-use rusqlite::{params, Connection, OptionalExtension, Params, Row};
+use rusqlite::{Connection, OptionalExtension, Params, Row};
 
 use super::backend;
-pub(super) use crate::calls::{call_state, parse_status, status_name, touched_calls};
+pub(super) use crate::calls::{call_state, parse_status, status_name};
 use crate::{Result, StoreError};
 
-/// A session's row key and the last seq of its log.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct SessionRow {
-    pub(super) pk: i64,
-    pub(super) last_seq: Seq,
-}
+pub(super) use crate::rules::SessionRow;
 
 pub(super) fn corrupt(table: &'static str, reason: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt {
@@ -121,82 +116,4 @@ pub(super) fn find_session(conn: &Connection, id: &SessionId) -> Result<Option<S
 /// The session's row, or [`StoreError::SessionNotFound`].
 pub(super) fn require_session(conn: &Connection, id: &SessionId) -> Result<SessionRow> {
     find_session(conn, id)?.ok_or_else(|| StoreError::SessionNotFound(id.clone()))
-}
-
-/// A ledger holding the stored state of `call_ids` (those that exist).
-///
-/// Pairing rules only ever look at the calls an event names, so loading just those gives the
-/// same verdicts as loading the session's whole ledger, at a cost that does not grow with the log.
-pub(super) fn load_ledger<'a>(
-    conn: &Connection,
-    session_pk: i64,
-    call_ids: impl IntoIterator<Item = &'a str>,
-) -> Result<Ledger> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT tool_name, call_seq, status, result_seq FROM tool_calls
-             WHERE session = ?1 AND call_id = ?2",
-        )
-        .map_err(backend("loading tool calls"))?;
-    let mut states = Vec::new();
-    for call_id in call_ids {
-        let row = stmt
-            .query_row(params![session_pk, call_id], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, Option<i64>>(3)?,
-                ))
-            })
-            .optional()
-            .map_err(backend("loading tool calls"))?;
-        if let Some((tool_name, call_seq, status, result_seq)) = row {
-            let seq = |v: i64| {
-                Seq::try_from(v).map_err(|_| corrupt("tool_calls", format!("negative seq {v}")))
-            };
-            let state = call_state(
-                tool_name,
-                seq(call_seq)?,
-                parse_status(&status)?,
-                result_seq.map(seq).transpose()?,
-            )?;
-            states.push((call_id.to_owned(), state));
-        }
-    }
-    Ok(Ledger::from_states(states))
-}
-
-/// Writes the ledger's state of `call_ids` (inserting new calls, updating answered ones).
-pub(super) fn store_calls<'a>(
-    conn: &Connection,
-    session_pk: i64,
-    ledger: &Ledger,
-    call_ids: impl IntoIterator<Item = &'a str>,
-) -> Result<()> {
-    let mut stmt = conn
-        .prepare_cached(
-            "INSERT INTO tool_calls (session, call_id, tool_name, call_seq, status, result_seq)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (session, call_id)
-             DO UPDATE SET status = excluded.status, result_seq = excluded.result_seq",
-        )
-        .map_err(backend("storing tool calls"))?;
-    for call_id in call_ids {
-        let Some(state) = ledger.get(call_id) else {
-            continue;
-        };
-        let (status, result_seq) = crate::calls::call_row(state);
-        let result_seq = result_seq.map(seq_bound);
-        stmt.execute(params![
-            session_pk,
-            call_id,
-            state.tool_name(),
-            seq_bound(state.call_seq()),
-            status_name(status),
-            result_seq,
-        ])
-        .map_err(backend("storing tool calls"))?;
-    }
-    Ok(())
 }
