@@ -17,10 +17,21 @@ use crate::records::{ModelCall, NewModelCall, NewSession, NewSummary, StepRecord
 use crate::rules::{LogRows, SessionRow};
 use crate::{BlobAlias, Result, StoreError};
 
-fn session_row(pk: i64, last: i64) -> Result<SessionRow> {
+/// The row `sql` (selecting `pk, last_seq` by the session's id) finds, if any.
+fn session_row(
+    db: &mut Db<'_, impl GenericClient>,
+    sql: &'static str,
+    action: &'static str,
+    id: &SessionId,
+) -> Result<Option<SessionRow>> {
+    let Some(row) = db.query_opt(sql, &[&id.as_str()], action)? else {
+        return Ok(None);
+    };
+    let pk: i64 = row.try_get(0).map_err(backend(action))?;
+    let last: i64 = row.try_get(1).map_err(backend(action))?;
     let last_seq = Seq::try_from(last)
         .map_err(|_| corrupt("sessions", format!("negative last_seq {last}")))?;
-    Ok(SessionRow { pk, last_seq })
+    Ok(Some(SessionRow { pk, last_seq }))
 }
 
 /// The session's row, if it exists.
@@ -28,19 +39,12 @@ pub(super) fn find_session(
     db: &mut Db<'_, impl GenericClient>,
     id: &SessionId,
 ) -> Result<Option<SessionRow>> {
-    const ACTION: &str = "looking up a session";
-    db.query_opt(
+    session_row(
+        db,
         "SELECT pk, last_seq FROM sessions WHERE id = $1",
-        &[&id.as_str()],
-        ACTION,
-    )?
-    .map(|row| {
-        session_row(
-            row.try_get(0).map_err(backend(ACTION))?,
-            row.try_get(1).map_err(backend(ACTION))?,
-        )
-    })
-    .transpose()
+        "looking up a session",
+        id,
+    )
 }
 
 /// The session's row, or [`StoreError::SessionNotFound`].
@@ -53,19 +57,12 @@ pub(super) fn require_session(
 
 /// The session's row, locked until the transaction ends.
 fn lock_session(db: &mut Db<'_, impl GenericClient>, id: &SessionId) -> Result<Option<SessionRow>> {
-    const ACTION: &str = "locking a session";
-    db.query_opt(
+    session_row(
+        db,
         "SELECT pk, last_seq FROM sessions WHERE id = $1 FOR UPDATE",
-        &[&id.as_str()],
-        ACTION,
-    )?
-    .map(|row| {
-        session_row(
-            row.try_get(0).map_err(backend(ACTION))?,
-            row.try_get(1).map_err(backend(ACTION))?,
-        )
-    })
-    .transpose()
+        "locking a session",
+        id,
+    )
 }
 
 /// A ledger holding the stored state of `call_ids` (those that exist), read in one statement.
