@@ -224,20 +224,38 @@ pub struct Search {
 }
 
 impl Search {
-    /// A search of `query` under `budget` tokens, with no filters, the default limit and no
-    /// history.
+    /// A search of `query` under `budget` tokens, with no filters, the limit the budget sets
+    /// ([`limit_for`]) and no history.
     pub fn new(query: impl Into<String>, budget: u64) -> Self {
         Self {
             query: query.into(),
             filters: Filters::default(),
             budget,
-            limit: DEFAULT_LIMIT,
+            limit: limit_for(budget),
             history: false,
         }
     }
 }
 
-/// Hits returned when the caller sets no limit: enough to fill a typical budget with turns.
+/// The fewest tokens a hit is taken to hold when the budget sets the limit: a short turn
+/// (`"Ann: Sure!"` is 5), so that a budget filled with short items is still filled.
+pub const MIN_HIT_TOKENS: u64 = 8;
+
+/// The most hits a search returns when its caller sets no limit.
+const MAX_DEFAULT_LIMIT: usize = 1_000;
+
+/// The hit limit when the caller sets none: the budget decides how much comes back, so the
+/// limit is as many hits as the budget holds at [`MIN_HIT_TOKENS`] each (at least 1, at most
+/// 1,000). A 2,000-token search of conversation turns returns about 2,000 tokens, not the 50
+/// turns a fixed limit would stop at.
+pub fn limit_for(budget: u64) -> usize {
+    usize::try_from(budget / MIN_HIT_TOKENS)
+        .unwrap_or(usize::MAX)
+        .clamp(1, MAX_DEFAULT_LIMIT)
+}
+
+/// The knowledge base's snippets returned when the caller sets no limit (a chunk is a section
+/// of a file, far larger than a turn: the budget is what stops it).
 pub const DEFAULT_LIMIT: usize = 50;
 
 /// One source of a hit, as the search contract prints it.

@@ -45,9 +45,10 @@ pub use embed::{embedder_from_spec, EmbedError, Embedder, LocalEmbedder, OpenAiE
 pub use error::{MemoryError, Result};
 pub use extract::{extract, ExtractMark, ExtractReport, FactModel, ProviderFacts};
 pub use index::{index, index_after, index_as, IndexReport};
+pub use item::limit_for;
 pub use item::{
     Filters, Forgotten, Hit, Item, ItemId, ItemKind, NewItem, Provenance, Search, Source, Tier,
-    Written, DEFAULT_LIMIT,
+    Written, DEFAULT_LIMIT, MIN_HIT_TOKENS,
 };
 pub use kb::{FileKind, KbAdded, KbFile, KbHit};
 pub use notes::{NewNote, Saved, MAX_NOTE_BYTES};

@@ -610,7 +610,7 @@ impl Database {
     /// tokens: one tier (`L1`..`L4`), or the session's notes and summaries with long-term
     /// memory across sessions. Returns `{"hits": [...]}` as JSON.
     /// `from_ms` / `to_ms` keep the stored items valid within that time range (UTC ms).
-    #[pyo3(signature = (query, agent=None, session=None, tier=None, budget=1000, limit=50, from_ms=None, to_ms=None))]
+    #[pyo3(signature = (query, agent=None, session=None, tier=None, budget=1000, limit=None, from_ms=None, to_ms=None))]
     #[allow(clippy::too_many_arguments)]
     fn memory_search(
         &self,
@@ -620,7 +620,7 @@ impl Database {
         session: Option<String>,
         tier: Option<String>,
         budget: u64,
-        limit: usize,
+        limit: Option<usize>,
         from_ms: Option<i64>,
         to_ms: Option<i64>,
     ) -> PyResult<String> {

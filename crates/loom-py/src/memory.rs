@@ -44,7 +44,8 @@ pub(crate) struct SearchArgs {
     pub(crate) session: Option<String>,
     pub(crate) tier: Option<String>,
     pub(crate) budget: u64,
-    pub(crate) limit: usize,
+    /// `None`: as many as the budget holds ([`loom_memory::limit_for`]).
+    pub(crate) limit: Option<usize>,
     pub(crate) from_ms: Option<i64>,
     pub(crate) to_ms: Option<i64>,
 }
@@ -89,7 +90,7 @@ pub(crate) fn search(inner: &Inner, a: SearchArgs) -> PyResult<String> {
             session,
             tier,
             budget: a.budget,
-            limit: a.limit,
+            limit: a.limit.unwrap_or_else(|| loom_memory::limit_for(a.budget)),
             history: false,
             from_ms: a.from_ms,
             to_ms: a.to_ms,

@@ -125,7 +125,7 @@ fn search(
     let limit = args
         .get("limit")
         .and_then(Value::as_u64)
-        .map_or(loom_memory::DEFAULT_LIMIT, |n| {
+        .map_or(loom_memory::limit_for(budget), |n| {
             usize::try_from(n).unwrap_or(usize::MAX)
         });
     let hits = recall(

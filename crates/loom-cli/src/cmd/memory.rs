@@ -9,7 +9,7 @@
 use std::io::Write;
 
 use loom_core::{AgentId, SessionId};
-use loom_memory::{Memory, MemoryError, NewNote, Recall, Tier, DEFAULT_LIMIT};
+use loom_memory::{Memory, MemoryError, NewNote, Recall, Tier};
 use loom_store::Database;
 use serde::Serialize;
 
@@ -59,9 +59,10 @@ enum Cmd {
         /// The most tokens the hits may hold together (exact o200k_base counts).
         #[arg(long, value_name = "TOKENS", default_value_t = 1000)]
         budget: u64,
-        /// The most hits.
-        #[arg(long, value_name = "K", default_value_t = DEFAULT_LIMIT)]
-        limit: usize,
+        /// The most hits (default: as many as the budget holds, one per 8 tokens, at most
+        /// 1,000).
+        #[arg(long, value_name = "K")]
+        limit: Option<usize>,
         /// The session: L1 and L2 need one; L3 and L4 keep only items with a source in it;
         /// with no --tier, its notes and summaries plus L4 across sessions.
         #[arg(long, value_name = "S")]
@@ -331,7 +332,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 session,
                 tier,
                 budget,
-                limit,
+                limit: limit.unwrap_or_else(|| loom_memory::limit_for(budget)),
                 history,
                 from_ms,
                 to_ms,

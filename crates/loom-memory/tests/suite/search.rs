@@ -190,8 +190,11 @@ fn a_term_that_matches_very_many_items_is_not_ranked_on_when_rarer_ones_exist(m:
     let hits = m.search(&Search::new("zeppelin report", 10_000)).unwrap();
     let texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
     assert_eq!(texts, ["the zeppelin report"]);
-    // Alone, a common term is still searched on.
-    assert_eq!(m.search(&Search::new("report", 10_000)).unwrap().len(), 50);
+    // Alone, a common term is still searched on, as far as the budget's limit.
+    assert_eq!(
+        m.search(&Search::new("report", 10_000)).unwrap().len(),
+        loom_memory::limit_for(10_000)
+    );
 }
 
 #[test]
@@ -233,8 +236,43 @@ fn frequent_terms_are_left_out_when_rarer_ones_supply_enough_matches() {
     );
 }
 
+fn without_a_limit_the_budget_decides_how_much_comes_back(m: &dyn Memory) {
+    // 300 turns of about 10 tokens that all match: far more than a budget of 2,000 holds.
+    let items: Vec<_> = (0..300)
+        .map(|i| {
+            turn(
+                "a",
+                &format!("s{i}"),
+                1,
+                &format!("Ann: the garden party number {i} was lovely"),
+            )
+        })
+        .collect();
+    m.write(&items).unwrap();
+    let largest = items.iter().map(|i| i.text.len() as u64).max().unwrap();
+    for budget in [500, 1000, 2000] {
+        let hits = m.search(&Search::new("garden party", budget)).unwrap();
+        let sum: u64 = hits.iter().map(|h| h.tokens).sum();
+        // Filled up to less than one item short of the budget, past the 50 hits a fixed limit
+        // stopped at.
+        assert!(
+            sum <= budget && sum + largest > budget,
+            "budget {budget}: {sum} tokens in {} hits",
+            hits.len()
+        );
+        if budget == 2000 {
+            assert!(hits.len() > 50, "{}", hits.len());
+        }
+    }
+    // A limit the caller sets still holds.
+    let mut s = Search::new("garden party", 2000);
+    s.limit = 7;
+    assert_eq!(m.search(&s).unwrap().len(), 7);
+}
+
 conformance!(
     best_first_with_stemming_and_stop_words_ignored,
+    without_a_limit_the_budget_decides_how_much_comes_back,
     hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut,
     filters_by_agent_session_tier_and_time,
     queries_without_words_or_with_syntax_find_nothing_or_match_literally,

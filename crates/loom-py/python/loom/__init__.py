@@ -251,13 +251,14 @@ class Session:
         query: str,
         tier: Optional[str] = None,
         budget: int = 1000,
-        limit: int = 50,
+        limit: Optional[int] = None,
         agent: Optional[str] = None,
         from_ms: Optional[int] = None,
         to_ms: Optional[int] = None,
     ) -> List[Dict[str, Any]]:
         """The session's agent's memories best matching ``query``, best first, whose ``tokens``
-        sum to at most ``budget``: this session's notes (L2) and summaries (L3) with long-term
+        sum to at most ``budget`` (and, when ``limit`` is given, at most that many hits; by
+        default the budget alone decides): this session's notes (L2) and summaries (L3) with long-term
         memory (L4) across sessions, or one ``tier`` (``"L1"`` the session's recent events,
         ``"L2"``, ``"L3"``, ``"L4"``). Each hit is ``{"text", "tokens", "score", "tier",
         "sources": [{"session", "seq"}]}`` (and ``"id"`` for stored items). ``from_ms`` and
@@ -379,7 +380,7 @@ class Database:
         session: Optional[str] = None,
         tier: Optional[str] = None,
         budget: int = 1000,
-        limit: int = 50,
+        limit: Optional[int] = None,
         from_ms: Optional[int] = None,
         to_ms: Optional[int] = None,
     ) -> List[Dict[str, Any]]:

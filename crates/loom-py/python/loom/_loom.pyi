@@ -61,7 +61,7 @@ class Database:
         session: Optional[str] = None,
         tier: Optional[str] = None,
         budget: int = 1000,
-        limit: int = 50,
+        limit: Optional[int] = None,
         from_ms: Optional[int] = None,
         to_ms: Optional[int] = None,
     ) -> str: ...

@@ -206,14 +206,15 @@ class Remote:
         session: Optional[str] = None,
         tier: Optional[str] = None,
         budget: int = 1000,
-        limit: int = 50,
+        limit: Optional[int] = None,
         from_ms: Optional[int] = None,
         to_ms: Optional[int] = None,
     ) -> str:
         if agent is None and session is not None and self.session_info(session) is not None:
             agent = json.loads(self.session_info(session) or "{}").get("agent")
-        payload: Dict[str, Any] = {"query": query, "budget": budget, "limit": limit}
+        payload: Dict[str, Any] = {"query": query, "budget": budget}
         for name, value in (
+            ("limit", limit),
             ("agent", agent),
             ("session", session),
             ("tier", tier),

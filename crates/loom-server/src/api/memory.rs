@@ -194,7 +194,7 @@ pub(crate) async fn search(
         session: session.as_ref().map(|(sid, _)| sid.clone()),
         tier,
         budget,
-        limit: req.limit.unwrap_or(loom_memory::DEFAULT_LIMIT),
+        limit: req.limit.unwrap_or_else(|| loom_memory::limit_for(budget)),
         history: req.history,
         from_ms: req.from_ms,
         to_ms: req.to_ms,
