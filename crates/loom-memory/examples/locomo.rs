@@ -1,12 +1,17 @@
 //! Evidence recall on LoCoMo within a token budget, with no embedder or with one (issue 18,
-//! "Measure on a real benchmark").
+//! "Measure on a real benchmark"; issue 31, "One measure, stated").
 //!
 //! Each conversation of `../shared/memory/locomo-dev.json` (beside the repository) is imported
 //! as one agent: one Loom session per LoCoMo session, its turns in order as user events
 //! `"Speaker: text"` (a shared photo's caption appended, as the published anchor does), each
 //! at the session's date. The sessions are indexed into L4 memory with [`loom_memory::index`]
-//! and every question of categories 1–4 is searched under the agent's memory; a question's
-//! evidence recall is the share of its evidence turns that some hit names as a source.
+//! and every question of categories 1–4 is searched under the agent's memory as a user's
+//! `loom memory search --budget N` would (the default limit, which the budget sets). An evidence
+//! turn is found when some hit names it as a source. Two measures:
+//!
+//! - **pooled**: evidence turns found over all evidence turns, every question's turns pooled
+//!   (a question with four evidence turns weighs four times one with one);
+//! - **per question**: the mean over questions of the share of its evidence turns found.
 //!
 //! `cargo run --release -p loom-memory --example locomo -- [--budget N]... [--data FILE]
 //! [--embedder none|openai:MODEL|local:PATH] [--db FILE]`
@@ -134,6 +139,7 @@ fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
         if !(1..=4).contains(&cat) {
             continue;
         }
+        // Each evidence turn once, however often the question lists it.
         let evidence: Vec<String> = q["evidence"]
             .as_array()
             .into_iter()
@@ -141,6 +147,8 @@ fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
             .filter_map(Value::as_str)
             .flat_map(|e| e.split(';').map(|p| p.trim().to_owned()))
             .filter(|e| !e.is_empty())
+            .collect::<std::collections::BTreeSet<String>>()
+            .into_iter()
             .collect();
         if evidence.is_empty() {
             continue;
@@ -201,8 +209,7 @@ fn main() -> anyhow::Result<()> {
     }
     let index_s = started.elapsed().as_secs_f64();
 
-    // (budget, category) → (recall sum, questions)
-    let mut sums: BTreeMap<(u64, u64), (f64, usize)> = BTreeMap::new();
+    let mut recall = Recall::default();
     let mut searches = 0;
     // budget → (tokens returned, hits returned)
     let mut spent: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
@@ -215,7 +222,6 @@ fn main() -> anyhow::Result<()> {
                         agent: Some(c.agent.clone()),
                         ..Filters::default()
                     },
-                    limit: 1000,
                     ..Search::new(question.clone(), budget)
                 };
                 let hits = memory.search(&search)?;
@@ -241,9 +247,7 @@ fn main() -> anyhow::Result<()> {
                         })
                     })
                     .count();
-                let e = sums.entry((budget, *cat)).or_default();
-                e.0 += found as f64 / evidence.len() as f64;
-                e.1 += 1;
+                recall.add(budget, *cat, found, evidence.len());
             }
         }
     }
@@ -251,28 +255,12 @@ fn main() -> anyhow::Result<()> {
 
     let mut out = String::new();
     out.push_str(&format!(
-        "embedder: {embedder}\n{} conversations, {items} items indexed in {index_s:.2} s; \
-         {searches} searches in {search_s:.2} s\n\n| budget | all |",
-        loaded.len()
+        "embedder: {embedder}\n{} conversations, {items} items indexed in {index_s:.2} s \
+         ({:.0} items/s); {searches} searches in {search_s:.2} s\n\n",
+        loaded.len(),
+        items as f64 / index_s.max(1e-9),
     ));
-    for (_, name) in CATEGORIES {
-        out.push_str(&format!(" {name} |"));
-    }
-    out.push_str("\n|---|---|---|---|---|---|\n");
-    for &budget in &budgets {
-        let (mut s, mut n) = (0.0, 0);
-        let mut cells = String::new();
-        for (cat, _) in CATEGORIES {
-            let (cs, cn) = sums.get(&(budget, cat)).copied().unwrap_or_default();
-            s += cs;
-            n += cn;
-            cells.push_str(&format!(" {:.3} ({cn}) |", cs / cn.max(1) as f64));
-        }
-        out.push_str(&format!(
-            "| {budget} | {:.3} ({n}) |{cells}\n",
-            s / n.max(1) as f64
-        ));
-    }
+    out.push_str(&recall.table(&budgets));
     out.push('\n');
     for (budget, (tokens, hits)) in &spent {
         let n = (searches / budgets.len()).max(1) as f64;
@@ -284,4 +272,77 @@ fn main() -> anyhow::Result<()> {
     }
     std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes())?;
     Ok(())
+}
+
+/// Evidence found, per budget and category.
+#[derive(Default)]
+struct Recall {
+    /// (budget, category) → tally.
+    cells: BTreeMap<(u64, u64), Tally>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    /// Evidence turns found and evidence turns asked for, over all questions.
+    found: usize,
+    evidence: usize,
+    /// The sum over questions of the share found, and the questions.
+    shares: f64,
+    questions: usize,
+}
+
+impl Tally {
+    fn plus(self, other: Tally) -> Tally {
+        Tally {
+            found: self.found + other.found,
+            evidence: self.evidence + other.evidence,
+            shares: self.shares + other.shares,
+            questions: self.questions + other.questions,
+        }
+    }
+
+    fn pooled(&self) -> f64 {
+        self.found as f64 / self.evidence.max(1) as f64
+    }
+
+    fn per_question(&self) -> f64 {
+        self.shares / self.questions.max(1) as f64
+    }
+}
+
+impl Recall {
+    fn add(&mut self, budget: u64, category: u64, found: usize, evidence: usize) {
+        let t = self.cells.entry((budget, category)).or_default();
+        t.found += found;
+        t.evidence += evidence;
+        t.shares += found as f64 / evidence.max(1) as f64;
+        t.questions += 1;
+    }
+
+    /// A table per budget: pooled and per-question recall over all questions, then pooled per
+    /// category (with its evidence turns).
+    fn table(&self, budgets: &[u64]) -> String {
+        let mut out = String::from("| budget | pooled | per question |");
+        for (_, name) in CATEGORIES {
+            out.push_str(&format!(" {name} (pooled) |"));
+        }
+        out.push_str("\n|---|---|---|---|---|---|---|\n");
+        for &budget in budgets {
+            let mut all = Tally::default();
+            let mut cells = String::new();
+            for (cat, _) in CATEGORIES {
+                let t = self.cells.get(&(budget, cat)).copied().unwrap_or_default();
+                all = all.plus(t);
+                cells.push_str(&format!(" {:.3} ({}) |", t.pooled(), t.evidence));
+            }
+            out.push_str(&format!(
+                "| {budget} | {:.3} ({} turns) | {:.3} ({} questions) |{cells}\n",
+                all.pooled(),
+                all.evidence,
+                all.per_question(),
+                all.questions
+            ));
+        }
+        out
+    }
 }

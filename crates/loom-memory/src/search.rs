@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{MemoryError, Result};
-use crate::hybrid::{fuse, QueryVector};
+use crate::hybrid::{fuse, QueryVector, Scale, Weighed};
 use crate::item::{Hit, ItemId, Provenance, Search, Source, Tier};
 
 /// Candidates read per requested hit: some of the best may not fit the budget and are skipped,
@@ -30,12 +30,24 @@ const MIN_CANDIDATES: usize = 64;
 const MAX_CANDIDATES: usize = 100_000;
 /// The share of a neighbour's own score an item gains for standing next to it.
 const NEIGHBOUR_WEIGHT: f64 = 0.5;
+/// The vector signal's weight against full text's 1 when they are fused: chosen on the
+/// developers' four LoCoMo conversations (docs/memory.md, "Search": 0.25, 0.5, 0.75 and 1 were
+/// measured; 0.5 was best or within 0.005 of the best at every budget), so that the best
+/// similar item is worth half the best exact match.
+const VECTOR_WEIGHT: f64 = 0.5;
 
 /// A ranking: item ids with the signal's score, best first.
 pub(crate) type Ranking = Vec<(ItemId, f64)>;
 
+/// What a signal's scores are worth in a fusion: its weight and scale. Written once per signal,
+/// whatever the backend.
+pub(crate) trait Signal {
+    /// The weight and scale of this signal's scores for `search`.
+    fn weighing(&self, search: &Search) -> (f64, Scale);
+}
+
 /// One signal's ranking of the items that pass a search's filters, in backend `B`.
-pub(crate) trait Retriever<B: ?Sized> {
+pub(crate) trait Retriever<B: ?Sized>: Signal {
     /// The best `candidates` items for `search` by this signal, best first, higher scores
     /// better; empty when the signal has nothing to rank on (a query without words).
     fn rank(&self, backend: &mut B, search: &Search, candidates: usize) -> Result<Ranking>;
@@ -56,10 +68,22 @@ impl FullText {
     }
 }
 
+impl Signal for FullText {
+    fn weighing(&self, _: &Search) -> (f64, Scale) {
+        (1.0, Scale::OfBest)
+    }
+}
+
 /// The vector signal: cosine similarity to the query's vector, among the vectors of the model
 /// that made it.
 #[derive(Debug)]
 pub(crate) struct Nearest<'q>(pub(crate) &'q QueryVector<'q>);
+
+impl Signal for Nearest<'_> {
+    fn weighing(&self, search: &Search) -> (f64, Scale) {
+        (VECTOR_WEIGHT, Scale::AboveNth(search.limit))
+    }
+}
 
 /// An item's row as a hit shows it.
 #[derive(Debug, Clone)]
@@ -101,7 +125,7 @@ pub(crate) trait SearchRows {
 }
 
 /// Items matching `search`, best first, as many as fit its budget and limit: each retriever
-/// ranks, several rankings are fused ([`fuse`]), neighbours are smoothed in, and the best are
+/// ranks, several rankings are fused by their weighed scores ([`fuse`]), neighbours are smoothed in, and the best are
 /// packed greedily — an item that does not fit in what is left of the budget is skipped, never
 /// cut, and a smaller one after it may still fit. The hits' tokens sum to at most the budget.
 pub(crate) fn run<B: SearchRows + ?Sized>(
@@ -126,13 +150,20 @@ pub(crate) fn run<B: SearchRows + ?Sized>(
         .clamp(MIN_CANDIDATES, MAX_CANDIDATES);
     let mut rankings = Vec::with_capacity(retrievers.len());
     for r in retrievers {
-        rankings.push(r.rank(backend, search, candidates)?);
+        rankings.push((r.rank(backend, search, candidates)?, r.weighing(search)));
     }
     let list = match rankings.as_slice() {
-        [one] => one.clone(),
+        [(one, _)] => one.clone(),
         many => {
-            let lists: Vec<&[(ItemId, f64)]> = many.iter().map(Vec::as_slice).collect();
-            fuse(&lists)
+            let weighed: Vec<Weighed<'_>> = many
+                .iter()
+                .map(|(ranking, (weight, scale))| Weighed {
+                    ranking,
+                    weight: *weight,
+                    scale: *scale,
+                })
+                .collect();
+            fuse(&weighed)
         }
     };
     if list.is_empty() {
