@@ -109,7 +109,7 @@ pub(crate) fn fuse(rankings: &[Weighed<'_>]) -> Vec<(ItemId, f64)> {
                 (nth, best - nth)
             }
         };
-        if !(span > 0.0) {
+        if span.is_nan() || span <= 0.0 {
             // Every score alike (or none usable): the signal tells the items nothing apart.
             continue;
         }

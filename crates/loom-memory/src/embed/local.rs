@@ -28,6 +28,10 @@ const DEFAULT_MAX_TOKENS: usize = 256;
 /// Texts embedded per thread at least: fewer are not worth a thread.
 const MIN_PER_THREAD: usize = 4;
 
+/// Tokens BERT takes in one stacked group: enough that each weight matrix read serves many
+/// rows, few enough that a group's activations stay in cache.
+const GROUP_TOKENS: usize = 512;
+
 /// The most threads one batch uses.
 const MAX_THREADS: usize = 4;
 
@@ -130,40 +134,85 @@ impl LocalEmbedder {
         })
     }
 
-    fn embed_one(&self, index: usize, text: &str) -> Result<Vec<f32>, EmbedError> {
-        let bad = |reason: String| EmbedError::Input {
-            model: self.id.clone(),
-            index,
-            reason,
-        };
+    /// The token ids of text `index` (special tokens added for BERT, as it was trained).
+    fn tokens(&self, index: usize, text: &str) -> Result<Vec<u32>, EmbedError> {
         let special = matches!(self.model, Model::Bert(_));
         let encoding = self
             .tokenizer
             .encode(text, special)
-            .map_err(|e| bad(e.to_string()))?;
-        let ids = encoding.get_ids();
-        let mut v = match &self.model {
-            Model::Bert(bert) if !ids.is_empty() => bert.mean_pooled(ids),
+            .map_err(|e| EmbedError::Input {
+                model: self.id.clone(),
+                index,
+                reason: e.to_string(),
+            })?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The normalized vectors of `texts` (`first` is the first's index in the caller's batch),
+    /// in order. BERT takes them in groups of about [`GROUP_TOKENS`] tokens, stacked.
+    fn embed_part(&self, first: usize, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let ids = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.tokens(first + i, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = Vec::with_capacity(texts.len());
+        match &self.model {
             Model::Static { rows, dims } => {
                 let vocab = rows.len() / dims.max(&1);
-                let mut sum = vec![0.0f32; *dims];
-                let mut n = 0usize;
-                for &id in ids {
-                    let id = id as usize;
-                    if id < vocab {
-                        for (s, r) in sum.iter_mut().zip(&rows[id * dims..(id + 1) * dims]) {
-                            *s += r;
+                for ids in &ids {
+                    let mut sum = vec![0.0f32; *dims];
+                    let mut n = 0usize;
+                    for &id in ids {
+                        let id = id as usize;
+                        if id < vocab {
+                            for (s, r) in sum.iter_mut().zip(&rows[id * dims..(id + 1) * dims]) {
+                                *s += r;
+                            }
+                            n += 1;
                         }
-                        n += 1;
                     }
+                    sum.iter_mut().for_each(|s| *s /= n.max(1) as f32);
+                    out.push(sum);
                 }
-                sum.iter_mut().for_each(|s| *s /= n.max(1) as f32);
-                sum
             }
-            Model::Bert(_) => vec![0.0; self.dims],
-        };
-        normalize(&mut v);
-        Ok(v)
+            Model::Bert(bert) => {
+                let mut group: Vec<&[u32]> = Vec::new();
+                let mut tokens = 0;
+                for ids in &ids {
+                    if !group.is_empty() && tokens + ids.len() > GROUP_TOKENS {
+                        out.extend(self.bert_group(bert, &group)?);
+                        group.clear();
+                        tokens = 0;
+                    }
+                    group.push(ids);
+                    tokens += ids.len();
+                }
+                out.extend(self.bert_group(bert, &group)?);
+            }
+        }
+        out.iter_mut().for_each(|v| normalize(v));
+        Ok(out)
+    }
+
+    /// BERT's vectors of a group of token lists; an empty list (no tokens) gets zeros.
+    fn bert_group(&self, bert: &Bert, group: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let filled: Vec<&[u32]> = group.iter().copied().filter(|g| !g.is_empty()).collect();
+        let mut vectors = bert
+            .mean_pooled(&filled)
+            .map_err(|e| EmbedError::Model {
+                path: std::path::PathBuf::from(&self.id),
+                file: WEIGHTS,
+                reason: format!("a layer's shapes do not fit: {e}"),
+            })?
+            .into_iter();
+        Ok(group
+            .iter()
+            .map(|g| match g.is_empty() {
+                true => vec![0.0; self.dims],
+                false => vectors.next().unwrap_or_else(|| vec![0.0; self.dims]),
+            })
+            .collect())
     }
 }
 
@@ -183,24 +232,15 @@ impl Embedder for LocalEmbedder {
             .min(texts.len().div_ceil(MIN_PER_THREAD))
             .max(1);
         if threads == 1 {
-            return texts
-                .iter()
-                .enumerate()
-                .map(|(i, t)| self.embed_one(i, t))
-                .collect();
+            return self.embed_part(0, texts);
         }
-        // Texts are dealt out in turn, so that long and short ones spread evenly.
-        type Part = Result<Vec<(usize, Vec<f32>)>, EmbedError>;
-        let parts: Vec<Part> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|k| {
-                    s.spawn(move || -> Part {
-                        (k..texts.len())
-                            .step_by(threads)
-                            .map(|i| self.embed_one(i, texts[i]).map(|v| (i, v)))
-                            .collect()
-                    })
-                })
+        // Contiguous parts, one per thread, each a stack of groups.
+        let per = texts.len().div_ceil(threads);
+        let parts: Vec<Result<Vec<Vec<f32>>, EmbedError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = texts
+                .chunks(per)
+                .enumerate()
+                .map(|(k, part)| s.spawn(move || self.embed_part(k * per, part)))
                 .collect();
             handles
                 .into_iter()
@@ -210,11 +250,9 @@ impl Embedder for LocalEmbedder {
                 })
                 .collect()
         });
-        let mut out = vec![Vec::new(); texts.len()];
+        let mut out = Vec::with_capacity(texts.len());
         for part in parts {
-            for (i, v) in part? {
-                out[i] = v;
-            }
+            out.extend(part?);
         }
         Ok(out)
     }
