@@ -68,10 +68,10 @@ pub(crate) enum Scale {
     /// whose scores only compare items for one query, and which only items sharing a word with
     /// the query have.
     OfBest,
-    /// How far above the `n`-th best score, as a share of the best's margin above it; 0 at and
-    /// below the `n`-th (above 0, when fewer than `n` items are scored). For similarity, which
-    /// every item has: a vector match counts only as far as it stands out from what `n` nearest
-    /// items would bring anyway (`n`, the search's limit).
+    /// How far above the first score past the `n` best, as a share of the best's margin above
+    /// it: 0 from the `n + 1`-th down (above 0, when no more than `n` items are scored). For
+    /// similarity, which every item has: a vector match counts only as far as it stands out from
+    /// the nearest items a search of `n` hits would not return anyway (`n`, the search's limit).
     AboveNth(usize),
 }
 
@@ -100,11 +100,11 @@ pub(crate) fn fuse(rankings: &[Weighed<'_>]) -> Vec<(ItemId, f64)> {
         let (floor, span) = match r.scale {
             Scale::OfBest => (0.0, best),
             Scale::AboveNth(n) => {
-                // Fewer than `n` items scored: all of them are among the `n` nearest, and the
+                // No more than `n` items scored: all of them are among the `n` nearest, and the
                 // floor is no similarity at all (or the lowest score, when that is below it).
-                let nth = match r.ranking.get(n.saturating_sub(1)) {
-                    Some(&(_, nth)) if n > 0 => nth,
-                    _ => r.ranking.last().map_or(0.0, |l| l.1.min(0.0)),
+                let nth = match r.ranking.get(n) {
+                    Some(&(_, past)) => past,
+                    None => r.ranking.last().map_or(0.0, |l| l.1.min(0.0)),
                 };
                 (nth, best - nth)
             }
@@ -170,7 +170,7 @@ mod tests {
             weighed(&near, 0.5, Scale::AboveNth(3)),
         ]);
         let ids: Vec<ItemId> = fused.iter().map(|f| f.0).collect();
-        assert_eq!(ids, [2, 1, 3]);
+        assert_eq!(ids, [2, 1, 3, 4]);
     }
 
     #[test]
@@ -180,11 +180,11 @@ mod tests {
         let near = [(3, 0.95), (4, 0.9), (5, 0.2), (1, 0.1)];
         let fused = fuse(&[
             weighed(&bm25, 1.0, Scale::OfBest),
-            weighed(&near, 0.5, Scale::AboveNth(3)),
+            weighed(&near, 0.5, Scale::AboveNth(2)),
         ]);
         assert_eq!(fused[0], (1, 1.0));
         assert_eq!(fused[1], (3, 0.5));
-        // At and below the n-th, similarity adds nothing: item 5 and 1's vector score are out.
+        // Past the n best, similarity adds nothing: item 5 and 1's vector score are out.
         assert!(fused.iter().all(|f| f.0 != 5), "{fused:?}");
     }
 
@@ -194,7 +194,7 @@ mod tests {
         let flat = [(2, 0.5), (1, 0.5)];
         let fused = fuse(&[
             weighed(&bm25, 1.0, Scale::OfBest),
-            weighed(&flat, 0.5, Scale::AboveNth(1)),
+            weighed(&flat, 0.5, Scale::AboveNth(0)),
         ]);
         assert_eq!(fused, [(1, 1.0), (2, 0.5)]);
         assert!(fuse(&[weighed(&[], 1.0, Scale::OfBest)]).is_empty());

@@ -67,10 +67,15 @@ struct Database {
     inner: Arc<Inner>,
 }
 
-/// Opens (creating if needed) the database at `db`: an SQLite path or a `postgres://` URL.
+/// Opens (creating if needed) the database at `db`: an SQLite path or a `postgres://` URL; with
+/// `embedder` (`openai:MODEL` or `local:PATH`), memory search fuses vector similarity too, the
+/// model loaded once, here.
 #[pyfunction]
-fn open(py: Python<'_>, db: String) -> PyResult<Database> {
+#[pyo3(signature = (db, embedder=None))]
+fn open(py: Python<'_>, db: String, embedder: Option<String>) -> PyResult<Database> {
     let inner = py.detach(move || -> PyResult<Inner> {
+        let embedder = loom_memory::embedder_from_spec(embedder.as_deref().unwrap_or("none"))
+            .map_err(|e| memory::memory_error(e.into()))?;
         // `:memory:` (as SQLite names it): a store that lives and dies with this handle, for
         // tests, replays and experiments; nothing is written anywhere.
         let (store, blobs): (Arc<dyn Store>, Arc<dyn BlobStore>) = if db == ":memory:" {
@@ -83,11 +88,13 @@ fn open(py: Python<'_>, db: String) -> PyResult<Database> {
             (opened.store, opened.blobs)
         };
         let memory: Option<Arc<dyn loom_memory::Memory>> = match loom_store::Database::parse(&db) {
-            _ if db == ":memory:" => Some(
-                loom_memory::SqliteMemory::open_in_memory()
-                    .map(|m| Arc::new(m) as Arc<dyn loom_memory::Memory>),
-            ),
-            Ok(parsed) => Some(loom_memory::open(&parsed).map(Arc::from)),
+            _ if db == ":memory:" => Some(loom_memory::SqliteMemory::open_in_memory().map(|m| {
+                Arc::new(match embedder {
+                    Some(e) => m.with_embedder(e),
+                    None => m,
+                }) as Arc<dyn loom_memory::Memory>
+            })),
+            Ok(parsed) => Some(loom_memory::open_with(&parsed, embedder).map(Arc::from)),
             Err(_) => None,
         }
         .transpose()

@@ -173,8 +173,9 @@ pub(crate) fn index_new(
     Ok(Some(created))
 }
 
-/// The memory with the embedder `spec` names, if any.
-fn open_embedded(ctx: &Context, spec: &str) -> anyhow::Result<Box<dyn Memory>> {
+/// The memory with the embedder `spec` names, if any: the model is loaded here, once, and
+/// serves every search and index the memory does (`loom serve` and `loom run` open it at start).
+pub(crate) fn open_embedded(ctx: &Context, spec: &str) -> anyhow::Result<Box<dyn Memory>> {
     let embedder = loom_memory::embedder_from_spec(spec)
         .map_err(|e| mapped(MemoryError::from(e)))
         .map_err(|e| e.context("--embedder"))?;

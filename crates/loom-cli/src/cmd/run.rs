@@ -38,6 +38,15 @@ pub(crate) struct Args {
     /// tools that say so), never (whatever would ask is denied).
     #[arg(long, value_name = "POLICY")]
     approval: Option<String>,
+    /// Fuse memory search with vector similarity from this embedder: `none`, `openai:MODEL` or
+    /// `local:PATH` (loaded once, at start).
+    #[arg(
+        long,
+        value_name = "SPEC",
+        env = "LOOM_EMBEDDER",
+        default_value = "none"
+    )]
+    embedder: String,
     /// Where replies come from: `scripted` (with --script), or the configuration's provider.
     #[arg(long, value_name = "NAME")]
     provider: Option<String>,
@@ -140,11 +149,8 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
         env.engine.policy.injection_reserve = reserve;
     }
     // Memory lives beside the log: in its SQLite file or its PostgreSQL database.
-    let memory: Option<std::sync::Arc<dyn loom_memory::Memory>> = Some(
-        loom_memory::open(&ctx.database()?)
-            .map_err(crate::exit::mapped)?
-            .into(),
-    );
+    let memory: Option<std::sync::Arc<dyn loom_memory::Memory>> =
+        Some(super::memory::open_embedded(ctx, &args.embedder)?.into());
     if config.memory.tools != Some(false) {
         env.memory = memory.clone();
     }

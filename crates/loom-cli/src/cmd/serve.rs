@@ -36,6 +36,16 @@ pub(crate) struct Args {
     /// (memory is kept only in an SQLite database).
     #[arg(long)]
     no_memory: bool,
+    /// Fuse memory search with vector similarity from this embedder: `none`, `openai:MODEL` or
+    /// `local:PATH` (loaded once, at start); items are embedded as they are indexed, and those
+    /// indexed before (or by another model) when the server starts.
+    #[arg(
+        long,
+        value_name = "SPEC",
+        env = "LOOM_EMBEDDER",
+        default_value = "none"
+    )]
+    embedder: String,
 }
 
 fn parse_auth(text: &str) -> Result<AuthMode, String> {
@@ -122,11 +132,14 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let memory: Option<std::sync::Arc<dyn loom_memory::Memory>> = if args.no_memory {
         None
     } else {
-        Some(
-            loom_memory::open(&ctx.database()?)
-                .map_err(crate::exit::mapped)?
-                .into(),
-        )
+        let memory = super::memory::open_embedded(ctx, &args.embedder)?;
+        // Items indexed before this embedder (or under another model) get their vectors now, so
+        // that every search compares like with like.
+        memory
+            .embed_missing(None)
+            .map_err(crate::exit::mapped)
+            .context("embedding the items indexed without this embedder")?;
+        Some(memory.into())
     };
     let state = loom_server::state_with_memory(config, ws.store, ws.blobs, engine, memory)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

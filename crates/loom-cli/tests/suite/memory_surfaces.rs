@@ -330,3 +330,79 @@ fn a_run_gets_knowledge_under_the_reserve_in_its_receipt_and_becomes_memory() {
     );
     assert_eq!(notes.len(), 1, "{notes:?}");
 }
+
+/// The local test model (`scripts/fetch-test-model.sh`, which CI runs; `LOOM_TEST_MODEL` names
+/// it), when it is on this machine.
+fn test_model() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("LOOM_TEST_MODEL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/models/all-MiniLM-L6-v2")
+        });
+    dir.join("model.safetensors").exists().then_some(dir)
+}
+
+#[test]
+fn serve_with_an_embedder_finds_the_turn_that_shares_no_word_with_the_question() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let Some(model) = test_model() else {
+        eprintln!("skipped: no local test model (run scripts/fetch-test-model.sh)");
+        return;
+    };
+    let loom = Loom::new();
+    // Imported and indexed without vectors; the server embeds them when it starts.
+    import_as(
+        &loom,
+        "a.json",
+        "s1",
+        "ann",
+        &[
+            "I see the physician on Monday",
+            "Good luck, I hope it goes well.",
+            "The garden needs water again",
+            "Rain is expected tomorrow anyway.",
+        ],
+        &[],
+    );
+    let spec = format!("local:{}", model.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loom"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--embedder", &spec])
+        .arg("--db")
+        .arg(loom.db())
+        .env_remove("LOOM_DB")
+        .env_remove("LOOM_EMBEDDER")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("listening on ").map(str::to_owned);
+    let search = |query: &str| -> serde_json::Value {
+        let url = url
+            .as_deref()
+            .unwrap_or_else(|| panic!("first line: {line:?}"));
+        let body = serde_json::json!({"query": query, "agent": "ann", "budget": 12});
+        let text = ureq::post(&format!("{url}/loom/v1/memory/search"))
+            .set("content-type", "application/json")
+            .send_string(&body.to_string())
+            .unwrap()
+            .into_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    // No item holds `doctor` or `appointment`: only the vectors can find it.
+    let hits = search("When is my doctor appointment?");
+    let again = search("When is my doctor appointment?");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        hits["hits"][0]["text"], "I see the physician on Monday",
+        "{hits}"
+    );
+    assert_eq!(hits, again);
+}

@@ -403,11 +403,13 @@ def recall_tool() -> Dict[str, Any]:
     return json.loads(_loom.Database.recall_tool())
 
 
-def open(db: str = "loom.db") -> Database:  # noqa: A001 - the name other tools call
+def open(db: str = "loom.db", embedder: Optional[str] = None) -> Database:  # noqa: A001
     """Opens (creating if needed) a Loom database: an SQLite file path, a PostgreSQL URL
     (``postgres://user@host:port/dbname``) shared with ``loom serve``, or ``":memory:"`` for one
-    that lives only as long as this handle (tests, replays, experiments)."""
-    return Database(_loom.open(str(db)), str(db))
+    that lives only as long as this handle (tests, replays, experiments). With ``embedder``
+    (``"local:PATH"`` for a model folder, ``"openai:MODEL"``), memory search fuses vector
+    similarity with full text; the model is loaded once, here."""
+    return Database(_loom.open(str(db), embedder), str(db))
 
 
 def count_tokens(text: str, model: str) -> int:
