@@ -74,3 +74,28 @@ def test_a_time_range_keeps_the_memories_valid_within_it(db):
     assert s.memory_search("standup room", tier="L4", from_ms=0) == found
     assert s.memory_search("standup room", tier="L4", to_ms=0) == []
     assert s.memory_search("standup room", tier="L4", from_ms=2**62) == []
+
+
+def _test_model():
+    import os
+    from pathlib import Path
+
+    path = os.environ.get("LOOM_TEST_MODEL") or str(
+        Path(__file__).resolve().parents[3] / "target" / "models" / "all-MiniLM-L6-v2"
+    )
+    return path if (Path(path) / "model.safetensors").exists() else None
+
+
+def test_an_embedder_finds_what_shares_no_word_and_a_bad_one_is_named():
+    model = _test_model()
+    if model is None:
+        pytest.skip("no local test model (scripts/fetch-test-model.sh)")
+    db = loom.open(":memory:", embedder=f"local:{model}")
+    conversation(db, "c", "ann", ["I see the physician on Monday", "Good luck.", "The garden needs water", "Rain is due."])
+    hits = db.memory_search("When is my doctor appointment?", session="c", budget=12)
+    assert hits[0]["text"] == "I see the physician on Monday"
+    # Without a limit the budget decides: every item fits 1,000 tokens.
+    assert len(db.memory_search("physician garden water rain", session="c", tier="L4")) == 4
+    with pytest.raises(loom.LoomError) as e:
+        loom.open(":memory:", embedder="local:/no/such/model")
+    assert "/no/such/model" in str(e.value)
