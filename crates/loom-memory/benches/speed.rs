@@ -5,7 +5,7 @@
 //! different queries, which criterion's mean-of-iterations does not report.
 //!
 //! `cargo bench -p loom-memory --bench speed -- [--items N] [--queries N] [--file]
-//! [--db postgres://…] [--keep] [--vectors DIMS]`
+//! [--db postgres://…] [--keep] [--vectors DIMS] [--embedder SPEC]`
 //!
 //! - `--file` writes to an SQLite file in a temporary folder instead of RAM;
 //! - `--db postgres://…` writes to a PostgreSQL database instead, in a schema of its own that is
@@ -13,6 +13,8 @@
 //!   with `--keep` (the run prints its URL);
 //!   searches are timed after a `VACUUM ANALYZE` of the written tables (autovacuum's work after
 //!   a bulk write, done before rather than racing the searches);
+//! - `--embedder SPEC` adds a real embedder (`local:PATH`, as `loom serve --embedder` loads it):
+//!   indexing then includes embedding every item, and each search embeds its query;
 //! - `--vectors DIMS` adds an embedder of that many dimensions (made-up unit vectors, derived from
 //!   each text's hash, so that embedding costs nothing and only the vector search is measured).
 
@@ -115,6 +117,7 @@ impl Rng {
 fn main() -> anyhow::Result<()> {
     let (mut n_items, mut n_queries, mut file, mut keep) = (100_000usize, 2_000usize, false, false);
     let (mut db, mut dims): (Option<String>, Option<usize>) = (None, None);
+    let mut spec: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -124,6 +127,7 @@ fn main() -> anyhow::Result<()> {
             "--keep" => keep = true,
             "--db" => db = Some(args.next().context("--db postgres://…")?),
             "--vectors" => dims = Some(args.next().context("--vectors DIMS")?.parse()?),
+            "--embedder" => spec = Some(args.next().context("--embedder SPEC")?),
             "--bench" => {}
             other => bail!("unknown argument `{other}`"),
         }
@@ -175,12 +179,18 @@ fn main() -> anyhow::Result<()> {
         .collect();
 
     let dir = tempfile::tempdir()?;
-    let embedder: Option<Arc<dyn Embedder>> = dims.map(|dims| {
-        Arc::new(Hashed {
-            dims,
-            id: format!("hashed-{dims}"),
-        }) as Arc<dyn Embedder>
-    });
+    let embedder: Option<Arc<dyn Embedder>> = match &spec {
+        Some(spec) => loom_memory::embedder_from_spec(spec)?,
+        None => dims.map(|dims| {
+            Arc::new(Hashed {
+                dims,
+                id: format!("hashed-{dims}"),
+            }) as Arc<dyn Embedder>
+        }),
+    };
+    let embedded = embedder
+        .as_ref()
+        .map(|e| format!(", vectors of {}", e.model_id()));
     let mut schema = None;
     let (memory, place): (Box<dyn Memory>, &str) = match &db {
         Some(url) if url.starts_with("postgres") => {
@@ -248,7 +258,7 @@ fn main() -> anyhow::Result<()> {
         "{n_items} items ({place}{}): indexed in {secs:.2} s = {rate:.0} items/s\n\
          {n_queries} searches (budget 1000, {:.1} hits avg): p50 {:.2} ms, p90 {:.2} ms, \
          p99 {:.2} ms, max {:.2} ms\n",
-        dims.map_or(String::new(), |d| format!(", vectors of {d}")),
+        embedded.unwrap_or_default(),
         returned as f64 / n_queries.max(1) as f64,
         pct(0.50),
         pct(0.90),

@@ -44,6 +44,8 @@ pub struct SqliteMemory {
     embedder: Option<Arc<dyn Embedder>>,
     /// The last query embedded, so that the same question asked again is not embedded twice.
     last_query: QueryCache,
+    /// The vectors in RAM, for search.
+    vectors: vectors::Vectors,
 }
 
 impl std::fmt::Debug for SqliteMemory {
@@ -83,11 +85,12 @@ impl SqliteMemory {
             tokenizer: Tokenizer::Bpe(Encoding::O200kBase),
             embedder: None,
             last_query: QueryCache::default(),
+            vectors: vectors::Vectors::default(),
         })
     }
 
     /// Adds vector similarity to search and embeds items as they are written: searches fuse
-    /// BM25 with the similarity to the query's vector by reciprocal rank. Items written before
+    /// BM25 with the similarity to the query's vector by their scores. Items written before
     /// (or by a memory without this embedder) get their vectors from [`Self::embed_missing`],
     /// which `loom memory index` runs.
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
@@ -232,7 +235,7 @@ impl MemoryRows for SqliteMemory {
     }
 
     fn find(&self, search: &Search, query: Option<&QueryVector<'_>>) -> Result<Vec<Hit>> {
-        self.read_tx(|tx| search::search(tx, search, query))
+        self.read_tx(|tx| search::search(tx, &self.vectors, search, query))
     }
 
     fn load(&self, id: ItemId) -> Result<Item> {

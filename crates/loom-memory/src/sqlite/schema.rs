@@ -125,4 +125,14 @@ const VECTORS: &str = "
         vector  BLOB    NOT NULL
     );
     CREATE INDEX IF NOT EXISTS memory_vectors_model ON memory_vectors (model);
+    -- Every change to the vectors counted, so that a copy in RAM knows when it is stale.
+    CREATE TABLE IF NOT EXISTS memory_vectors_generation (n INTEGER NOT NULL);
+    INSERT INTO memory_vectors_generation (n)
+        SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM memory_vectors_generation);
+    CREATE TRIGGER IF NOT EXISTS memory_vectors_inserted AFTER INSERT ON memory_vectors
+        BEGIN UPDATE memory_vectors_generation SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS memory_vectors_updated AFTER UPDATE ON memory_vectors
+        BEGIN UPDATE memory_vectors_generation SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS memory_vectors_deleted AFTER DELETE ON memory_vectors
+        BEGIN UPDATE memory_vectors_generation SET n = n + 1; END;
 ";

@@ -63,6 +63,8 @@ fn filter_sql(search: &Search) -> (String, Vec<(&'static str, Value)>) {
 /// parameters).
 pub(crate) struct SqliteSearch<'c> {
     conn: &'c Connection,
+    /// The memory's vectors in RAM.
+    vectors: &'c vectors::Vectors,
     filters: String,
     args: Vec<(&'static str, Value)>,
     /// The provenance read for the neighbours, kept for the hits (the best items are both).
@@ -79,9 +81,12 @@ impl Retriever<SqliteSearch<'_>> for FullText {
 }
 
 impl Retriever<SqliteSearch<'_>> for Nearest<'_> {
-    fn rank(&self, b: &mut SqliteSearch<'_>, _: &Search, candidates: usize) -> Result<Ranking> {
+    fn rank(&self, b: &mut SqliteSearch<'_>, s: &Search, candidates: usize) -> Result<Ranking> {
         let q = self.0;
-        vectors::nearest(b.conn, q.model, &q.vector, &b.filters, &b.args, candidates)
+        let agent = s.filters.agent.as_ref().map(|a| a.as_str());
+        vectors::nearest(
+            b.conn, b.vectors, q.model, &q.vector, agent, &b.filters, &b.args, candidates,
+        )
     }
 }
 
@@ -162,12 +167,14 @@ impl SearchRows for SqliteSearch<'_> {
 /// ranked by BM25 and, with the query's vector, by similarity to it too.
 pub(crate) fn search(
     conn: &Connection,
+    vectors: &vectors::Vectors,
     search: &Search,
     query: Option<&QueryVector<'_>>,
 ) -> Result<Vec<Hit>> {
     let (filters, args) = filter_sql(search);
     let mut rows = SqliteSearch {
         conn,
+        vectors,
         filters,
         args,
         sources: HashMap::new(),
