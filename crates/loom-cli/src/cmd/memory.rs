@@ -35,16 +35,8 @@ enum Cmd {
         /// Only this agent's sessions.
         #[arg(long, value_name = "NAME")]
         agent: Option<String>,
-        /// Embed new items, and back-fill those without a vector of this model: `none` (full
-        /// text only), `openai:MODEL` (an OpenAI-compatible /v1/embeddings endpoint; see
-        /// docs/memory.md for its variables) or `local:PATH` (a model folder).
-        #[arg(
-            long,
-            value_name = "SPEC",
-            env = "LOOM_EMBEDDER",
-            default_value = "none"
-        )]
-        embedder: String,
+        #[command(flatten)]
+        embedder: EmbedderArg,
         /// Print the reports as JSON.
         #[arg(long)]
         json: bool,
@@ -80,15 +72,8 @@ enum Cmd {
         /// Only items from this time or before (as --since).
         #[arg(long, value_name = "TIME")]
         until: Option<String>,
-        /// Fuse full-text ranking with vector similarity from this embedder (the one the items
-        /// were indexed with): `none`, `openai:MODEL` or `local:PATH`.
-        #[arg(
-            long,
-            value_name = "SPEC",
-            env = "LOOM_EMBEDDER",
-            default_value = "none"
-        )]
-        embedder: String,
+        #[command(flatten)]
+        embedder: EmbedderArg,
         /// Print `{"hits": [{"text", "tokens", "score", "tier", "sources": [{"session", "seq"}]}]}`.
         #[arg(long)]
         json: bool,
@@ -173,10 +158,26 @@ pub(crate) fn index_new(
     Ok(Some(created))
 }
 
+/// `--embedder SPEC`, as every command that keeps or searches memory takes it.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EmbedderArg {
+    /// Embed items, and fuse full-text search with vector similarity, with this embedder:
+    /// `none` (full text only), `openai:MODEL` (an OpenAI-compatible /v1/embeddings endpoint;
+    /// see docs/memory.md for its variables) or `local:PATH` (a model folder). Items without a
+    /// vector of its model are back-filled by `loom memory index` and when `loom serve` starts.
+    #[arg(
+        long = "embedder",
+        value_name = "SPEC",
+        env = "LOOM_EMBEDDER",
+        default_value = "none"
+    )]
+    pub(crate) spec: String,
+}
+
 /// The memory with the embedder `spec` names, if any: the model is loaded here, once, and
 /// serves every search and index the memory does (`loom serve` and `loom run` open it at start).
-pub(crate) fn open_embedded(ctx: &Context, spec: &str) -> anyhow::Result<Box<dyn Memory>> {
-    let embedder = loom_memory::embedder_from_spec(spec)
+pub(crate) fn open_embedded(ctx: &Context, spec: &EmbedderArg) -> anyhow::Result<Box<dyn Memory>> {
+    let embedder = loom_memory::embedder_from_spec(&spec.spec)
         .map_err(|e| mapped(MemoryError::from(e)))
         .map_err(|e| e.context("--embedder"))?;
     loom_memory::open_with(&ctx.database()?, embedder).map_err(mapped)

@@ -38,15 +38,8 @@ pub(crate) struct Args {
     /// tools that say so), never (whatever would ask is denied).
     #[arg(long, value_name = "POLICY")]
     approval: Option<String>,
-    /// Fuse memory search with vector similarity from this embedder: `none`, `openai:MODEL` or
-    /// `local:PATH` (loaded once, at start).
-    #[arg(
-        long,
-        value_name = "SPEC",
-        env = "LOOM_EMBEDDER",
-        default_value = "none"
-    )]
-    embedder: String,
+    #[command(flatten)]
+    embedder: super::memory::EmbedderArg,
     /// Where replies come from: `scripted` (with --script), or the configuration's provider.
     #[arg(long, value_name = "NAME")]
     provider: Option<String>,

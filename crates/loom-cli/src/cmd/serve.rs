@@ -36,16 +36,8 @@ pub(crate) struct Args {
     /// (memory is kept only in an SQLite database).
     #[arg(long)]
     no_memory: bool,
-    /// Fuse memory search with vector similarity from this embedder: `none`, `openai:MODEL` or
-    /// `local:PATH` (loaded once, at start); items are embedded as they are indexed, and those
-    /// indexed before (or by another model) when the server starts.
-    #[arg(
-        long,
-        value_name = "SPEC",
-        env = "LOOM_EMBEDDER",
-        default_value = "none"
-    )]
-    embedder: String,
+    #[command(flatten)]
+    embedder: super::memory::EmbedderArg,
 }
 
 fn parse_auth(text: &str) -> Result<AuthMode, String> {

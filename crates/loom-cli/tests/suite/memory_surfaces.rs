@@ -345,8 +345,6 @@ fn test_model() -> Option<std::path::PathBuf> {
 
 #[test]
 fn serve_with_an_embedder_finds_the_turn_that_shares_no_word_with_the_question() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
     let Some(model) = test_model() else {
         eprintln!("skipped: no local test model (run scripts/fetch-test-model.sh)");
         return;
@@ -367,27 +365,11 @@ fn serve_with_an_embedder_finds_the_turn_that_shares_no_word_with_the_question()
         &[],
     );
     let spec = format!("local:{}", model.display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_loom"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--embedder", &spec])
-        .arg("--db")
-        .arg(loom.db())
-        .env_remove("LOOM_DB")
-        .env_remove("LOOM_EMBEDDER")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.trim().strip_prefix("listening on ").map(str::to_owned);
+    let db = loom.db().display().to_string();
+    let server = super::serve::Server::spawn(&["--db", &db, "--embedder", &spec]);
     let search = |query: &str| -> serde_json::Value {
-        let url = url
-            .as_deref()
-            .unwrap_or_else(|| panic!("first line: {line:?}"));
         let body = serde_json::json!({"query": query, "agent": "ann", "budget": 12});
-        let text = ureq::post(&format!("{url}/loom/v1/memory/search"))
+        let text = ureq::post(&format!("{}/loom/v1/memory/search", server.url))
             .set("content-type", "application/json")
             .send_string(&body.to_string())
             .unwrap()
@@ -398,8 +380,6 @@ fn serve_with_an_embedder_finds_the_turn_that_shares_no_word_with_the_question()
     // No item holds `doctor` or `appointment`: only the vectors can find it.
     let hits = search("When is my doctor appointment?");
     let again = search("When is my doctor appointment?");
-    let _ = child.kill();
-    let _ = child.wait();
     assert_eq!(
         hits["hits"][0]["text"], "I see the physician on Monday",
         "{hits}"

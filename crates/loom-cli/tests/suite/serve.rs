@@ -16,18 +16,31 @@ use loom_testkit::pg::fresh_schema;
 use serde_json::{json, Value};
 
 /// A `loom serve` process; killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Server {
     fn start(db: &str, upstream: &str) -> Self {
+        Self::spawn(&[
+            "--db",
+            db,
+            "--upstream-openai",
+            &format!("{upstream}/v1"),
+            "--upstream-anthropic",
+            upstream,
+        ])
+    }
+
+    /// `loom serve --listen 127.0.0.1:0 ARGS`, once it says where it listens.
+    pub(crate) fn spawn(args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_loom"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--db", db])
-            .args(["--upstream-openai", &format!("{upstream}/v1")])
-            .args(["--upstream-anthropic", upstream])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
             .env("RUST_LOG", "warn")
+            .env_remove("LOOM_DB")
+            .env_remove("LOOM_EMBEDDER")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

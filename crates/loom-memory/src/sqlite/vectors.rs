@@ -132,6 +132,45 @@ fn load(conn: &Connection, model: &str, dims: usize, generation: i64) -> Result<
     Ok(cache)
 }
 
+/// Rows scanned per thread at least: a smaller matrix is not worth a second thread.
+const ROWS_PER_THREAD: usize = 16_384;
+
+/// The similarity of `query` to every row of `cache` (of agent `only`, when given), as
+/// (score, row), the rows split over the machine's cores when there are many.
+fn scores(cache: &Cache, query: &[f32], only: Option<u32>) -> Vec<(f32, usize)> {
+    let dims = cache.dims.max(1);
+    let part = |from: usize, to: usize| -> Vec<(f32, usize)> {
+        (from..to)
+            .filter(|&row| only.is_none_or(|o| cache.agent_of[row] == o))
+            .map(|row| (dot(query, &cache.data[row * dims..(row + 1) * dims]), row))
+            .collect()
+    };
+    let rows = cache.ids.len();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(rows / ROWS_PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        return part(0, rows);
+    }
+    let per = rows.div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                let part = &part;
+                s.spawn(move || part(k * per, ((k + 1) * per).min(rows)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
 /// The items passing `filters` (SQL over `i`, as the full-text search builds it, with `args`)
 /// ranked by cosine similarity to `query` among the vectors of `model`, of `agent` when given:
 /// the best `k`, best first.
@@ -172,14 +211,7 @@ pub(crate) fn nearest(
         },
         None => None,
     };
-    let mut scored: Vec<(f32, usize)> = cache
-        .data
-        .chunks_exact(cache.dims.max(1))
-        .zip(&cache.agent_of)
-        .enumerate()
-        .filter(|(_, (_, a))| only.is_none_or(|o| **a == o))
-        .map(|(row, (v, _))| (dot(query, v), row))
-        .collect();
+    let mut scored = scores(cache, query, only);
     let better = |a: &(f32, usize), b: &(f32, usize)| {
         b.0.total_cmp(&a.0)
             .then(cache.ids[a.1].cmp(&cache.ids[b.1]))
