@@ -23,13 +23,65 @@ pub(crate) struct Linear {
 impl Linear {
     /// `x` is `[tokens][inputs]`; returns `[tokens][outputs]`.
     fn apply(&self, x: &[f32], tokens: usize) -> Result<Vec<f32>, ShapeError> {
-        let (n, m) = (self.inputs, self.outputs);
+        self.columns(x, tokens, 0, self.outputs)
+    }
+
+    /// [`Self::apply`] with the outputs split in `threads` blocks, one a thread: for a few
+    /// tokens (a query), whose products are too small for one core to go fast.
+    fn apply_on(&self, x: &[f32], tokens: usize, threads: usize) -> Result<Vec<f32>, ShapeError> {
+        let m = self.outputs;
+        if threads <= 1 {
+            return self.apply(x, tokens);
+        }
+        let per = m.div_ceil(threads);
+        let blocks: Vec<Result<Vec<f32>, ShapeError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|k| {
+                    let (from, to) = ((k * per).min(m), ((k + 1) * per).min(m));
+                    s.spawn(move || self.columns(x, tokens, from, to))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(r) => r,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                })
+                .collect()
+        });
         let mut y = vec![0.0f32; tokens * m];
+        for (k, block) in blocks.into_iter().enumerate() {
+            let block = block?;
+            let (from, to) = ((k * per).min(m), ((k + 1) * per).min(m));
+            let width = to - from;
+            if width == 0 {
+                continue;
+            }
+            for (row, part) in y.chunks_exact_mut(m).zip(block.chunks_exact(width)) {
+                row[from..to].copy_from_slice(part);
+            }
+        }
+        Ok(y)
+    }
+
+    /// Outputs `from..to` of [`Self::apply`], as `[tokens][to - from]`.
+    fn columns(
+        &self,
+        x: &[f32],
+        tokens: usize,
+        from: usize,
+        to: usize,
+    ) -> Result<Vec<f32>, ShapeError> {
+        let (n, m) = (self.inputs, to - from);
+        let mut y = vec![0.0f32; tokens * m];
+        if m == 0 {
+            return Ok(y);
+        }
         for row in y.chunks_exact_mut(m) {
-            row.copy_from_slice(&self.b);
+            row.copy_from_slice(&self.b[from..to]);
         }
         let xs = ArrayView2::from_shape((tokens, n), x)?;
-        let w = ArrayView2::from_shape((m, n), &self.w)?;
+        let w = ArrayView2::from_shape((m, n), &self.w[from * n..to * n])?;
         // y = x Wᵀ + y (the bias in every row).
         let mut ys = ArrayViewMut2::from_shape((tokens, m), &mut y)?;
         general_mat_mul(1.0, &xs, &w.t(), 1.0, &mut ys);
@@ -95,7 +147,18 @@ impl Bert {
     /// The mean of the last layer's token states for each of `texts` (token ids, special tokens
     /// included, as sentence-transformers pools them). Each must be non-empty and below the
     /// vocabulary size; tokens past [`Self::max_tokens`] are cut (the caller truncates first).
+    #[cfg(test)]
     pub(crate) fn mean_pooled(&self, texts: &[&[u32]]) -> Result<Vec<Vec<f32>>, ShapeError> {
+        self.mean_pooled_on(texts, 1)
+    }
+
+    /// [`Self::mean_pooled`], each layer's products split over `threads` threads (see
+    /// [`Linear::apply_on`]).
+    pub(crate) fn mean_pooled_on(
+        &self,
+        texts: &[&[u32]],
+        threads: usize,
+    ) -> Result<Vec<Vec<f32>>, ShapeError> {
         let h = self.hidden;
         let vocab = self.words.len() / h.max(1);
         // The texts' tokens stacked: text k is `spans[k].1` rows from row `spans[k].0`.
@@ -120,7 +183,7 @@ impl Bert {
         }
         self.embed_norm.apply(&mut x, self.eps);
         for layer in &self.layers {
-            self.layer(layer, &mut x, &spans)?;
+            self.layer(layer, &mut x, &spans, threads)?;
         }
         Ok(spans
             .iter()
@@ -143,6 +206,7 @@ impl Bert {
         layer: &Layer,
         x: &mut [f32],
         spans: &[(usize, usize)],
+        threads: usize,
     ) -> Result<(), ShapeError> {
         let h = self.hidden;
         let total = x.len() / h.max(1);
@@ -150,7 +214,7 @@ impl Bert {
         let d = h / heads;
         let scale = 1.0 / (d as f32).sqrt();
         // Per token: its query, key and value, `[3h]`.
-        let qkv = layer.qkv.apply(x, total)?;
+        let qkv = layer.qkv.apply_on(x, total, threads)?;
         let mut context = vec![0.0f32; total * h];
         let longest = spans.iter().map(|s| s.1).max().unwrap_or(0);
         let mut scores = vec![0.0f32; longest * longest];
@@ -181,14 +245,14 @@ impl Bert {
                 general_mat_mul(1.0, &s.view(), &v, 0.0, &mut out);
             }
         }
-        let attn = layer.attn_out.apply(&context, total)?;
+        let attn = layer.attn_out.apply_on(&context, total, threads)?;
         for (v, a) in x.iter_mut().zip(&attn) {
             *v += a;
         }
         layer.attn_norm.apply(x, self.eps);
-        let mut up = layer.up.apply(x, total)?;
+        let mut up = layer.up.apply_on(x, total, threads)?;
         up.iter_mut().for_each(|v| *v = gelu(*v));
-        let down = layer.down.apply(&up, total)?;
+        let down = layer.down.apply_on(&up, total, threads)?;
         for (v, a) in x.iter_mut().zip(&down) {
             *v += a;
         }
@@ -310,6 +374,24 @@ mod tests {
             },
             layers,
         }
+    }
+
+    #[test]
+    fn products_split_over_threads_are_the_products() {
+        let bert = tiny();
+        let x: Vec<f32> = (0..24).map(|i| (i as f32 - 11.0) / 7.0).collect();
+        let layer = &bert.layers[0];
+        for threads in [2, 3, 5] {
+            assert_eq!(
+                layer.up.apply_on(&x, 3, threads).unwrap(),
+                layer.up.apply(&x, 3).unwrap()
+            );
+        }
+        let text: [&[u32]; 1] = [&[1, 2, 3, 4]];
+        assert_eq!(
+            bert.mean_pooled_on(&text, 2).unwrap(),
+            bert.mean_pooled(&text).unwrap()
+        );
     }
 
     #[test]

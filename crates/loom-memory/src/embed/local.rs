@@ -149,8 +149,14 @@ impl LocalEmbedder {
     }
 
     /// The normalized vectors of `texts` (`first` is the first's index in the caller's batch),
-    /// in order. BERT takes them in groups of about [`GROUP_TOKENS`] tokens, stacked.
-    fn embed_part(&self, first: usize, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    /// in order. BERT takes them in groups of about [`GROUP_TOKENS`] tokens, stacked, each
+    /// product split over `threads` threads.
+    fn embed_part(
+        &self,
+        first: usize,
+        texts: &[&str],
+        threads: usize,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let ids = texts
             .iter()
             .enumerate()
@@ -181,14 +187,14 @@ impl LocalEmbedder {
                 let mut tokens = 0;
                 for ids in &ids {
                     if !group.is_empty() && tokens + ids.len() > GROUP_TOKENS {
-                        out.extend(self.bert_group(bert, &group)?);
+                        out.extend(self.bert_group(bert, &group, threads)?);
                         group.clear();
                         tokens = 0;
                     }
                     group.push(ids);
                     tokens += ids.len();
                 }
-                out.extend(self.bert_group(bert, &group)?);
+                out.extend(self.bert_group(bert, &group, threads)?);
             }
         }
         out.iter_mut().for_each(|v| normalize(v));
@@ -196,10 +202,15 @@ impl LocalEmbedder {
     }
 
     /// BERT's vectors of a group of token lists; an empty list (no tokens) gets zeros.
-    fn bert_group(&self, bert: &Bert, group: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn bert_group(
+        &self,
+        bert: &Bert,
+        group: &[&[u32]],
+        threads: usize,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let filled: Vec<&[u32]> = group.iter().copied().filter(|g| !g.is_empty()).collect();
         let mut vectors = bert
-            .mean_pooled(&filled)
+            .mean_pooled_on(&filled, threads)
             .map_err(|e| EmbedError::Model {
                 path: std::path::PathBuf::from(&self.id),
                 file: WEIGHTS,
@@ -231,8 +242,15 @@ impl Embedder for LocalEmbedder {
             .min(MAX_THREADS)
             .min(texts.len().div_ceil(MIN_PER_THREAD))
             .max(1);
+        if texts.len() == 1 {
+            // One text (a query): its products split over the cores instead.
+            let cores = std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(MAX_THREADS);
+            return self.embed_part(0, texts, cores);
+        }
         if threads == 1 {
-            return self.embed_part(0, texts);
+            return self.embed_part(0, texts, 1);
         }
         // Contiguous parts, one per thread, each a stack of groups.
         let per = texts.len().div_ceil(threads);
@@ -240,7 +258,7 @@ impl Embedder for LocalEmbedder {
             let handles: Vec<_> = texts
                 .chunks(per)
                 .enumerate()
-                .map(|(k, part)| s.spawn(move || self.embed_part(k * per, part)))
+                .map(|(k, part)| s.spawn(move || self.embed_part(k * per, part, 1)))
                 .collect();
             handles
                 .into_iter()
