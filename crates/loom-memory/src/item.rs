@@ -281,7 +281,7 @@ pub struct Hit {
     /// Its exact token count.
     pub tokens: u64,
     /// Relevance, higher is better: BM25 with neighbours' shares, or, with an embedder, the
-    /// reciprocal-rank fusion of the BM25 and vector rankings with neighbours' shares.
+    /// fusion of the BM25 and similarity scores (each on its own scale) with neighbours' shares.
     pub score: f64,
     /// Its tier.
     pub tier: Tier,

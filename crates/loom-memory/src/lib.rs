@@ -14,7 +14,7 @@
 //! - [`kb`] chunks files on their structure for the knowledge base ([`Memory::kb_add`],
 //!   [`Memory::kb_search`]), kept by both backends.
 //! - [`Memory::search`] ranks with BM25 and, when the memory has an [`Embedder`], with vector
-//!   similarity too, fused by reciprocal rank; then neighbouring turns are smoothed in and the
+//!   similarity too, fused by their scores; then neighbouring turns are smoothed in and the
 //!   best hits packed into the budget.
 //! - [`extract`] is the optional LLM extractor: a model distils facts from windows of a log,
 //!   each checked against the lines it cites and written as an L4 item with that provenance.

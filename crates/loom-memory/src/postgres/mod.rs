@@ -105,7 +105,7 @@ impl PgMemory {
     }
 
     /// Adds vector similarity to search and embeds items as they are written: searches fuse
-    /// BM25 with the similarity to the query's vector by reciprocal rank. Items written before
+    /// BM25 with the similarity to the query's vector by their scores. Items written before
     /// (or by a memory without this embedder) get their vectors from
     /// [`Memory::embed_missing`], which `loom memory index` runs.
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {

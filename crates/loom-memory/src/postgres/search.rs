@@ -7,7 +7,7 @@
 //! frequency from the positions the item's vector keeps, the item's length from its content
 //! words against the agent's average (kept in `memory_stats`) — computed in one statement per
 //! search. With an embedder, the ranking by similarity to the query's vector
-//! ([`super::vectors::nearest`]) is fused with it by reciprocal rank, as in SQLite
+//! ([`super::vectors::nearest`]) is fused with it by their scores, as in SQLite
 //! ([`crate::hybrid::fuse`]). The pipeline around the two rankings is [`crate::search`]'s, as
 //! for SQLite; this is the backend half: the retrievers and the rows read after ranking.
 
