@@ -33,6 +33,7 @@ mod index;
 mod item;
 pub mod kb;
 mod notes;
+mod par;
 mod postgres;
 mod rules;
 mod search;

@@ -34,20 +34,8 @@ impl Linear {
             return self.apply(x, tokens);
         }
         let per = m.div_ceil(threads);
-        let blocks: Vec<Result<Vec<f32>, ShapeError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|k| {
-                    let (from, to) = ((k * per).min(m), ((k + 1) * per).min(m));
-                    s.spawn(move || self.columns(x, tokens, from, to))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| match h.join() {
-                    Ok(r) => r,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                })
-                .collect()
+        let blocks = crate::par::each(threads, |k| {
+            self.columns(x, tokens, (k * per).min(m), ((k + 1) * per).min(m))
         });
         let mut y = vec![0.0f32; tokens * m];
         for (k, block) in blocks.into_iter().enumerate() {

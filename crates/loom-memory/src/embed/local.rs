@@ -254,20 +254,8 @@ impl Embedder for LocalEmbedder {
         }
         // Contiguous parts, one per thread, each a stack of groups.
         let per = texts.len().div_ceil(threads);
-        let parts: Vec<Result<Vec<Vec<f32>>, EmbedError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = texts
-                .chunks(per)
-                .enumerate()
-                .map(|(k, part)| s.spawn(move || self.embed_part(k * per, part, 1)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| match h.join() {
-                    Ok(r) => r,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                })
-                .collect()
-        });
+        let chunks: Vec<&[&str]> = texts.chunks(per).collect();
+        let parts = crate::par::each(chunks.len(), |k| self.embed_part(k * per, chunks[k], 1));
         let mut out = Vec::with_capacity(texts.len());
         for part in parts {
             out.extend(part?);

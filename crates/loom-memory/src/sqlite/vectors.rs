@@ -154,21 +154,10 @@ fn scores(cache: &Cache, query: &[f32], only: Option<u32>) -> Vec<(f32, usize)> 
         return part(0, rows);
     }
     let per = rows.div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|k| {
-                let part = &part;
-                s.spawn(move || part(k * per, ((k + 1) * per).min(rows)))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
+    crate::par::each(threads, |k| part(k * per, ((k + 1) * per).min(rows)))
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// The items passing `filters` (SQL over `i`, as the full-text search builds it, with `args`)
