@@ -124,14 +124,26 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     let memory: Option<std::sync::Arc<dyn loom_memory::Memory>> = if args.no_memory {
         None
     } else {
-        let memory = super::memory::open_embedded(ctx, &args.embedder)?;
-        // Items indexed before this embedder (or under another model) get their vectors now, so
-        // that every search compares like with like.
-        memory
-            .embed_missing(None)
-            .map_err(crate::exit::mapped)
-            .context("embedding the items indexed without this embedder")?;
-        Some(memory.into())
+        let memory: std::sync::Arc<dyn loom_memory::Memory> =
+            super::memory::open_embedded(ctx, &args.embedder)?.into();
+        // Items indexed before this embedder (or under another model) get their vectors in the
+        // background: the server listens at once, and finds them by full text until then.
+        let filling = std::sync::Arc::clone(&memory);
+        std::thread::Builder::new()
+            .name("loom-embed-missing".into())
+            .spawn(move || match filling.embed_missing(None) {
+                Ok(0) => {}
+                Ok(items) => {
+                    tracing::info!(items, "embedded the items indexed without this embedder")
+                }
+                Err(error) => tracing::warn!(
+                    %error,
+                    "embedding the items indexed without this embedder failed: they are found by \
+                     full text until `loom memory index --embedder` embeds them"
+                ),
+            })
+            .context("starting the thread that embeds earlier items")?;
+        Some(memory)
     };
     let state = loom_server::state_with_memory(config, ws.store, ws.blobs, engine, memory)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

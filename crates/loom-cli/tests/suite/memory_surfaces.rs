@@ -350,7 +350,7 @@ fn serve_with_an_embedder_finds_the_turn_that_shares_no_word_with_the_question()
         return;
     };
     let loom = Loom::new();
-    // Imported and indexed without vectors; the server embeds them when it starts.
+    // Imported and indexed without vectors; the server embeds them once it has started.
     import_as(
         &loom,
         "a.json",
@@ -377,8 +377,18 @@ fn serve_with_an_embedder_finds_the_turn_that_shares_no_word_with_the_question()
             .unwrap();
         serde_json::from_str(&text).unwrap()
     };
-    // No item holds `doctor` or `appointment`: only the vectors can find it.
-    let hits = search("When is my doctor appointment?");
+    // No item holds `doctor` or `appointment`: only the vectors can find it, once the server
+    // has embedded the items imported before it started (in the background, after it listens).
+    let started = std::time::Instant::now();
+    let hits = loop {
+        let hits = search("When is my doctor appointment?");
+        if hits["hits"][0]["text"] == "I see the physician on Monday"
+            || started.elapsed() > std::time::Duration::from_secs(60)
+        {
+            break hits;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     let again = search("When is my doctor appointment?");
     assert_eq!(
         hits["hits"][0]["text"], "I see the physician on Monday",
