@@ -164,7 +164,8 @@ pub(crate) struct EmbedderArg {
     /// Embed items, and fuse full-text search with vector similarity, with this embedder:
     /// `none` (full text only), `openai:MODEL` (an OpenAI-compatible /v1/embeddings endpoint;
     /// see docs/memory.md for its variables) or `local:PATH` (a model folder). Items without a
-    /// vector of its model are back-filled by `loom memory index`, and by `loom serve` once it listens.
+    /// vector of its model are back-filled by `loom memory index`, and by `loom serve` once it
+    /// listens.
     #[arg(
         long = "embedder",
         value_name = "SPEC",
