@@ -27,6 +27,10 @@ pub(crate) struct SessionRow {
 /// The rows of the log a backend reads and writes inside one write transaction: rows in, rows
 /// out, no rule. Everything it is handed has been checked.
 pub(crate) trait LogRows {
+    /// Whether [`LogRows::append_plain`] and [`LogRows::report_first`] are shortcuts of this
+    /// backend; without them the rules do not check a case twice to try one.
+    const SHORTCUTS: bool = false;
+
     /// The session's row, if it exists.
     fn find_session(&mut self, id: &SessionId) -> Result<Option<SessionRow>>;
 
@@ -197,7 +201,10 @@ pub(crate) fn append<R: LogRows>(
     // A batch that names no tool call is checked by its bodies alone, whatever its seqs. One that
     // fails that check takes the general way below, whose error names the seq the event would
     // have had.
-    if touched.is_empty() && validate::events(session, &mut Ledger::new(), 1, events).is_ok() {
+    if R::SHORTCUTS
+        && touched.is_empty()
+        && validate::events(session, &mut Ledger::new(), 1, events).is_ok()
+    {
         if let Some(seqs) = rows.append_plain(session, events)? {
             return Ok(seqs);
         }
@@ -256,8 +263,8 @@ pub(crate) fn record_model_call(rows: &mut impl LogRows, call: &NewModelCall) ->
 
 /// Records a model call's usage: the first report wins, the same report again is accepted, a
 /// different one is refused (see [`Store::report_usage`](crate::Store::report_usage)).
-pub(crate) fn report_usage(
-    rows: &mut impl LogRows,
+pub(crate) fn report_usage<R: LogRows>(
+    rows: &mut R,
     session: &SessionId,
     call: u64,
     usage: &Usage,
@@ -265,7 +272,7 @@ pub(crate) fn report_usage(
     // The common case, the first report of a call that exists, in the backend's shortcut;
     // anything else (a retry, a conflict, an unknown call, bad figures) takes the general way,
     // which says which it is.
-    if validate::usage(session, call, None, usage).is_ok() {
+    if R::SHORTCUTS && validate::usage(session, call, None, usage).is_ok() {
         if let Some(stored) = rows.report_first(session, call, usage)? {
             return Ok(stored);
         }

@@ -49,6 +49,8 @@ enum Model {
 #[derive(Debug)]
 pub struct LocalEmbedder {
     id: String,
+    /// The folder it was loaded from, which errors name.
+    path: std::path::PathBuf,
     dims: usize,
     tokenizer: Tokenizer,
     model: Model,
@@ -128,6 +130,7 @@ impl LocalEmbedder {
             .unwrap_or_else(|| "model".into());
         Ok(Self {
             id: format!("local:{name}@{digest}"),
+            path: path.to_path_buf(),
             dims,
             tokenizer,
             model,
@@ -212,7 +215,7 @@ impl LocalEmbedder {
         let mut vectors = bert
             .mean_pooled_on(&filled, threads)
             .map_err(|e| EmbedError::Model {
-                path: std::path::PathBuf::from(&self.id),
+                path: self.path.clone(),
                 file: WEIGHTS,
                 reason: format!("a layer's shapes do not fit: {e}"),
             })?

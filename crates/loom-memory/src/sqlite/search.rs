@@ -82,10 +82,9 @@ impl Retriever<SqliteSearch<'_>> for FullText {
 
 impl Retriever<SqliteSearch<'_>> for Nearest<'_> {
     fn rank(&self, b: &mut SqliteSearch<'_>, s: &Search, candidates: usize) -> Result<Ranking> {
-        let q = self.0;
         let agent = s.filters.agent.as_ref().map(|a| a.as_str());
         vectors::nearest(
-            b.conn, b.vectors, q.model, &q.vector, agent, &b.filters, &b.args, candidates,
+            b.conn, b.vectors, self.0, agent, &b.filters, &b.args, candidates,
         )
     }
 }

@@ -18,6 +18,7 @@ use rusqlite::{params, Connection};
 
 use crate::embed::{dot, from_blob, to_blob, EmbedError};
 use crate::error::{backend, Result};
+use crate::hybrid::QueryVector;
 use crate::item::ItemId;
 
 use super::read::query_ids;
@@ -161,19 +162,18 @@ fn scores(cache: &Cache, query: &[f32], only: Option<u32>) -> Vec<(f32, usize)> 
 }
 
 /// The items passing `filters` (SQL over `i`, as the full-text search builds it, with `args`)
-/// ranked by cosine similarity to `query` among the vectors of `model`, of `agent` when given:
+/// ranked by cosine similarity to `query` among the vectors of its model, of `agent` when given:
 /// the best `k`, best first.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn nearest(
     conn: &Connection,
     vectors: &Vectors,
-    model: &str,
-    query: &[f32],
+    query: &QueryVector<'_>,
     agent: Option<&str>,
     filters: &str,
     args: &[(&'static str, Value)],
     k: usize,
 ) -> Result<Vec<(ItemId, f64)>> {
+    let (model, query) = (query.model, query.vector.as_slice());
     let now = generation(conn)?;
     let mut guard = vectors.0.lock().unwrap_or_else(PoisonError::into_inner);
     let fresh = guard

@@ -148,6 +148,8 @@ pub(super) fn model_call(row: &super::db::Cols<'_>, session: &SessionId) -> Resu
 }
 
 impl<C: GenericClient> LogRows for Db<'_, C> {
+    const SHORTCUTS: bool = true;
+
     fn find_session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
         find_session(self, id)
     }
