@@ -24,6 +24,7 @@ mod openapi;
 pub mod proxy;
 pub mod recall_files;
 pub mod state;
+mod ui;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -121,6 +122,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(openapi::serve))
         .merge(api::routes(state.config.limits.request_timeout))
         .merge(proxy::routes())
+        .merge(ui::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),

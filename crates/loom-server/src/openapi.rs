@@ -11,7 +11,7 @@ use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{self, explain, memory, schema};
+use crate::api::{self, explain, inspect, memory, schema};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -37,6 +37,10 @@ use crate::api::{self, explain, memory, schema};
         api::usage,
         api::receipts,
         api::receipt,
+        inspect::sessions,
+        inspect::session,
+        inspect::call,
+        inspect::usage,
         memory::search,
         memory::save,
         memory::get_item,

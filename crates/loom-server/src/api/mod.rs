@@ -9,6 +9,7 @@ mod body;
 pub mod explain;
 mod extract;
 pub(crate) mod import;
+pub(crate) mod inspect;
 pub(crate) mod memory;
 mod results;
 pub(crate) mod schema;
@@ -61,6 +62,13 @@ pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
         .route("/loom/v1/sessions/{id}/usage", post(usage))
         .route("/loom/v1/sessions/{id}/receipts", get(receipts))
         .route("/loom/v1/sessions/{id}/receipts/{call}", get(receipt))
+        .route("/loom/v1/inspect/sessions", get(inspect::sessions))
+        .route("/loom/v1/inspect/sessions/{id}", get(inspect::session))
+        .route(
+            "/loom/v1/inspect/sessions/{id}/calls/{call}",
+            get(inspect::call),
+        )
+        .route("/loom/v1/inspect/usage", get(inspect::usage))
         .route("/loom/v1/memory/search", post(memory::search))
         .route("/loom/v1/memory/items", post(memory::save))
         .route(
