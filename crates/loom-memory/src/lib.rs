@@ -23,6 +23,7 @@
 
 use loom_core::{AgentId, Seq, SessionId};
 
+mod bm25;
 mod dedup;
 mod derive;
 mod embed;

@@ -1,5 +1,6 @@
 //! Text rules shared by writing and searching: normalization and its hash (exact duplicates),
-//! word sets (near duplicates), query terms, and the subject key that supersession compares.
+//! word sets (near duplicates), query terms, the stemmed terms full-text search indexes and
+//! ranks on, and the subject key that supersession compares.
 //!
 //! All of it is deterministic and language-light: words are runs of Unicode letters and digits,
 //! lowercased; English stop words are dropped where they would only add noise.
@@ -177,6 +178,28 @@ pub(crate) fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {
         return 1.0;
     }
     a.intersection(b).count() as f64 / union as f64
+}
+
+/// The terms full-text search indexes `text` under, in order, repeated as often as they occur
+/// (a term's frequency in the item): its content words, each stemmed by Snowball's English
+/// stemmer, so that "hiking" and "hikes" are both `hike`. Both backends rank on these, so one
+/// text has the same terms in SQLite and PostgreSQL.
+pub(crate) fn stems(text: &str) -> Vec<String> {
+    words(text)
+        .filter(|w| !is_stop_word(w))
+        .map(|w| stem(&w))
+        .collect()
+}
+
+/// One word's stem (the word itself when the stemmer has nothing to take off).
+pub(crate) fn stem(word: &str) -> String {
+    use rust_stemmers::{Algorithm, Stemmer};
+    use std::sync::OnceLock;
+    static ENGLISH: OnceLock<Stemmer> = OnceLock::new();
+    ENGLISH
+        .get_or_init(|| Stemmer::create(Algorithm::English))
+        .stem(word)
+        .into_owned()
 }
 
 /// The query's search terms: its content words, each once, in order of first appearance. A

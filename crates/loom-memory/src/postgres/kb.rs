@@ -11,7 +11,8 @@ use crate::error::{postgres as backend, MemoryError, Result};
 use crate::kb::{pack, Chunk, FileKind, KbAdded, KbFile, KbHit};
 use crate::text;
 
-use super::search::{bm25_sql, idf, lexeme, TERMS};
+use super::search::{bm25_sql, lexeme, terms_cte};
+use crate::bm25::idf;
 
 /// Candidates read per requested hit (some of the best may not fit the budget).
 const CANDIDATES_PER_HIT: usize = 4;
@@ -208,11 +209,12 @@ pub(super) fn search(
         .max(MIN_CANDIDATES)
         .min(i64::MAX as usize);
     let sql = format!(
-        "WITH {TERMS}
+        "WITH {terms}
          SELECT c.path, c.from_line, c.to_line, c.heading, c.text, c.tokens, {score} AS score
          FROM kb_chunks c, a
          WHERE c.tsv @@ a.q AND c.scope = $4 AND c.tokens <= $5
          ORDER BY score DESC, c.id LIMIT {candidates}",
+        terms = terms_cte("english"),
         score = bm25_sql("c", "$3::float8"),
     );
     let budget_i = i64::try_from(budget).unwrap_or(i64::MAX);

@@ -12,11 +12,14 @@ use crate::error::{postgres as backend, MemoryError, Result};
 struct Migration {
     version: i64,
     sql: &'static str,
+    /// What the step computes in Rust after its SQL, over the rows already there.
+    fill: Option<fn(&mut Transaction<'_>) -> Result<()>>,
 }
 
 const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
+        fill: None,
         sql: r#"
     -- One row per memory item; the columns mean what they mean in the SQLite backend. `tsv` is
     -- the text's English full-text vector (Snowball stemming, stop words out), kept by
@@ -75,6 +78,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 2,
+        fill: None,
         sql: r#"
     -- Each item's vector when an embedder is configured, with the model that made it (vectors
     -- of different models are never compared); as given by the embedder, of length 1, so that a
@@ -148,6 +152,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
+        fill: None,
         sql: r#"
     -- Per agent and lexeme: how many of the agent's items hold the lexeme (BM25's document
     -- frequency), kept as items are written and removed, so a search reads its terms' weights
@@ -164,7 +169,62 @@ const MIGRATIONS: &[Migration] = &[
     GROUP BY i.agent, v.lexeme;
     "#,
     },
+    Migration {
+        version: 4,
+        fill: Some(fill_terms),
+        sql: r#"
+    -- Each item's terms as Loom stems them (`text::stems`, space-separated), the same terms the
+    -- SQLite backend indexes: filled from the items' text by Loom.
+    ALTER TABLE memory_items ADD COLUMN terms TEXT NOT NULL DEFAULT '';
+    "#,
+    },
+    Migration {
+        version: 5,
+        fill: None,
+        sql: r#"
+    -- The full-text vector is now made of those terms (the `simple` configuration keeps them as
+    -- they are), so that both backends rank on one set of terms; the document frequencies are
+    -- counted again over it.
+    DROP INDEX memory_items_tsv;
+    ALTER TABLE memory_items DROP COLUMN tsv;
+    ALTER TABLE memory_items
+        ADD COLUMN tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', terms)) STORED;
+    CREATE INDEX memory_items_tsv ON memory_items USING GIN (tsv);
+    DELETE FROM memory_terms;
+    INSERT INTO memory_terms (agent, lexeme, df)
+    SELECT i.agent, v.lexeme, count(*) FROM memory_items i, unnest(i.tsv) AS v
+    GROUP BY i.agent, v.lexeme;
+    "#,
+    },
 ];
+
+/// Gives the items a database already holds their terms (migration 4), a thousand at a time.
+fn fill_terms(tx: &mut Transaction<'_>) -> Result<()> {
+    let mut after: i64 = 0;
+    loop {
+        let rows = tx
+            .query(
+                "SELECT id, text FROM memory_items WHERE id > $1 ORDER BY id LIMIT 1000",
+                &[&after],
+            )
+            .map_err(backend("reading the items to index"))?;
+        let Some(last) = rows.last() else {
+            return Ok(());
+        };
+        after = last.get(0);
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let terms: Vec<String> = rows
+            .iter()
+            .map(|r| crate::text::stems(r.get::<_, &str>(1)).join(" "))
+            .collect();
+        tx.execute(
+            "UPDATE memory_items SET terms = u.terms
+             FROM unnest($1::bigint[], $2::text[]) AS u(id, terms) WHERE memory_items.id = u.id",
+            &[&ids, &terms],
+        )
+        .map_err(backend("indexing the items' terms"))?;
+    }
+}
 
 /// The memory schema version this build writes.
 pub(crate) fn latest_version() -> i64 {
@@ -194,6 +254,9 @@ pub(crate) fn migrate(client: &mut Client) -> Result<bool> {
     for m in MIGRATIONS.iter().filter(|m| m.version > current) {
         tx.batch_execute(m.sql)
             .map_err(backend("creating the memory tables"))?;
+        if let Some(fill) = m.fill {
+            fill(&mut tx)?;
+        }
         tx.execute(
             "INSERT INTO memory_schema (version) VALUES ($1)",
             &[&m.version],

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use loom_core::{AgentId, SessionId};
 use postgres::Transaction;
 
+use crate::bm25::{self, B, K1, SCORED_MATCHES};
 use crate::error::{postgres as backend, MemoryError, Result};
 use crate::hybrid::QueryVector;
 use crate::item::{Hit, Item, ItemId, ItemKind, Provenance, Search};
@@ -23,12 +24,6 @@ use crate::search::{self as pipeline, FullText, HitRow, Nearest, Ranking, Retrie
 
 use super::filters::{filter_sql, refs, Param};
 use super::vectors;
-
-/// The most matches the ranking terms may have together (see [`weights`]).
-const SCORED_MATCHES: i64 = 2_000;
-/// BM25's term-frequency saturation and length normalization.
-const K1: f64 = 1.2;
-const B: f64 = 0.75;
 
 /// A term as a `tsquery` text: quoted, so that nothing in it is read as query syntax (terms
 /// are runs of letters and digits, so they hold no quote).
@@ -38,18 +33,26 @@ pub(super) fn lexeme(term: &str) -> String {
 
 /// The query's terms for [`bm25_sql`], from parameters `$1` (the terms as [`lexeme`]s) and `$2`
 /// (their weights), as one row `a`: `q`, the `tsquery` matching any of them, and `lx` and `w`,
-/// their stemmed lexemes and each lexeme's weight (the sum of its terms' weights, for terms
-/// that stem alike).
-pub(super) const TERMS: &str = "t AS (SELECT v.lexeme, sum(u.w) AS w
+/// their lexemes under text search configuration `config` and each lexeme's weight (the sum of
+/// its terms' weights, for terms that stem alike).
+///
+/// Memory's items are indexed under their terms ([`crate::text::stems`], stemmed by Loom, as in
+/// SQLite), so memory searches with the `simple` configuration and stemmed terms; the knowledge
+/// base's chunks, with `english`.
+pub(super) fn terms_cte(config: &str) -> String {
+    format!(
+        "t AS (SELECT v.lexeme, sum(u.w) AS w
                     FROM unnest($1::text[], $2::float8[]) AS u(q, w),
-                         LATERAL unnest(to_tsvector('english', u.q)) AS v
+                         LATERAL unnest(to_tsvector('{config}', u.q)) AS v
                     GROUP BY v.lexeme),
-              a AS (SELECT (SELECT to_tsquery('english', string_agg(q, ' | '))
+              a AS (SELECT (SELECT to_tsquery('{config}', string_agg(q, ' | '))
                             FROM unnest($1::text[]) AS q) AS q,
-                           coalesce((SELECT array_agg(lexeme ORDER BY lexeme) FROM t), '{}') AS lx,
-                           coalesce((SELECT array_agg(w ORDER BY lexeme) FROM t), '{}') AS w)";
+                           coalesce((SELECT array_agg(lexeme ORDER BY lexeme) FROM t), '{{}}') AS lx,
+                           coalesce((SELECT array_agg(w ORDER BY lexeme) FROM t), '{{}}') AS w)"
+    )
+}
 
-/// The BM25 score of the row `row` (its `tsv` and `words` columns) for the terms of [`TERMS`],
+/// The BM25 score of the row `row` (its `tsv` and `words` columns) for the terms of [`terms_cte`],
 /// with `avg` the SQL of the average length: each term's frequency read from the positions
 /// the vector keeps, saturated at the row's length.
 ///
@@ -65,12 +68,6 @@ pub(super) fn bm25_sql(row: &str, avg: &str) -> String {
           LATERAL (SELECT coalesce(array_length(d.positions, 1), 1)::float8 AS tf) AS f)",
         k1p1 = K1 + 1.0,
     )
-}
-
-/// BM25's inverse document frequency of a term matching `df` of `n` rows.
-pub(super) fn idf(n: i64, df: i64) -> f64 {
-    let (n, df) = (n.max(1) as f64, df as f64);
-    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
 }
 
 /// The terms worth ranking on, each with its weight (BM25's IDF), in the query's order, and
@@ -91,12 +88,11 @@ fn weights(
 ) -> Result<(Vec<(String, f64)>, bool)> {
     let lexemes: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
     // Each term's document frequency among the agent's items (everyone's without an agent),
-    // from the counts kept on write: a term that stems to several lexemes counts as its
-    // rarest; a stop word, to none, as 0.
+    // from the counts kept on write (the terms are stems, each its own lexeme).
     let counts = tx
         .query(
             "SELECT t.n, coalesce((
-                 SELECT min(d.df) FROM unnest(to_tsvector('english', t.q)) AS l,
+                 SELECT min(d.df) FROM unnest(to_tsvector('simple', t.q)) AS l,
                  LATERAL (SELECT coalesce(sum(m.df), 0)::bigint AS df FROM memory_terms m
                           WHERE m.lexeme = l.lexeme AND ($2::text IS NULL OR m.agent = $2)) AS d
              ), 0)::bigint
@@ -104,31 +100,20 @@ fn weights(
             &[&terms, &agent],
         )
         .map_err(backend("reading a term's document frequency"))?;
-    // Rarest first (ties in query order); terms that match nothing are dropped.
-    let mut counted: Vec<(i64, usize)> = counts
-        .iter()
-        .filter_map(|r| {
-            let n: i64 = r.get(0);
-            let i = usize::try_from(n - 1).ok().filter(|&i| i < lexemes.len())?;
-            Some((r.get::<_, i64>(1), i))
-        })
-        .filter(|&(df, _)| df > 0)
-        .collect();
-    counted.sort_unstable();
-    let rarest = counted.first().map_or(0, |c| c.0);
-    let mut together = 0_i64;
-    let mut kept: Vec<(usize, i64)> = Vec::new();
-    for (df, i) in counted {
-        together = together.saturating_add(df);
-        if kept.is_empty() || together <= SCORED_MATCHES {
-            kept.push((i, df));
+    let mut frequencies = vec![0_i64; lexemes.len()];
+    for r in &counts {
+        let n: i64 = r.get(0);
+        if let Some(df) = usize::try_from(n - 1)
+            .ok()
+            .and_then(|i| frequencies.get_mut(i))
+        {
+            *df = r.get(1);
         }
     }
-    kept.sort_unstable();
-    let newest = rarest > SCORED_MATCHES;
+    let (kept, newest) = bm25::choose(&frequencies, total);
     let weights = kept
         .into_iter()
-        .filter_map(|(i, df)| Some((lexemes.get(i)?.clone(), idf(total, df))))
+        .filter_map(|(i, weight)| Some((lexemes.get(i)?.clone(), weight)))
         .collect();
     Ok((weights, newest))
 }
@@ -217,7 +202,8 @@ fn bm25(
     };
     let avg_words = avg_words.max(1.0);
     let agent = search.filters.agent.as_ref().map(AgentId::as_str);
-    let (weights, newest) = weights(tx, terms, agent, total)?;
+    let stems = bm25::query_stems(terms);
+    let (weights, newest) = weights(tx, &stems, agent, total)?;
     if weights.is_empty() {
         return Ok(Vec::new());
     }
@@ -241,10 +227,11 @@ fn bm25(
         "memory_items i, a WHERE i.tsv @@ a.q".to_owned()
     };
     let sql = format!(
-        "WITH {TERMS}
+        "WITH {terms}
          SELECT i.id, {score} AS score
          FROM {matches}{filters}
          ORDER BY score DESC, i.id LIMIT {candidates}",
+        terms = terms_cte("simple"),
         score = bm25_sql("i", "$3::float8"),
     );
     let matched: Vec<(ItemId, f64)> = tx

@@ -93,10 +93,11 @@ impl Statements {
             insert: prepare(
                 "WITH items AS (
                    INSERT INTO memory_items
-                     (id, agent, tier, kind, text, tokens, hash, words, subject, value, valid_from)
+                     (id, agent, tier, kind, text, tokens, hash, words, subject, value, valid_from,
+                      terms)
                    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],
                                         $5::text[], $6::bigint[], $7::text[], $8::int[],
-                                        $9::text[], $10::text[], $11::bigint[])
+                                        $9::text[], $10::text[], $11::bigint[], $20::text[])
                    RETURNING id),
                  keys AS (
                    INSERT INTO memory_prefix (agent, word, item)
@@ -487,6 +488,7 @@ struct Rows<'a> {
     subject: Vec<Option<&'a str>>,
     value: Vec<Option<&'a str>>,
     valid_from: Vec<i64>,
+    terms: Vec<String>,
     key_agent: Vec<&'a str>,
     key_word: Vec<&'a str>,
     key_item: Vec<ItemId>,
@@ -511,6 +513,7 @@ impl<'a> Rows<'a> {
         self.subject.push(p.key.as_ref().map(|(k, _)| k.as_str()));
         self.value.push(p.key.as_ref().map(|(_, v)| v.as_str()));
         self.valid_from.push(item.source.ts_ms);
+        self.terms.push(text::stems(&item.text).join(" "));
         for k in &p.keys {
             self.key_agent.push(item.agent.as_str());
             self.key_word.push(k);
@@ -553,6 +556,7 @@ impl<'a> Rows<'a> {
                 &self.src_from,
                 &self.src_to,
                 &self.src_ts,
+                &self.terms,
             ],
         )
         .map_err(backend("writing memory items"))?;
@@ -619,8 +623,8 @@ pub(super) fn save(tx: &mut Transaction<'_>, note: &NewNote, tokens: u64) -> Res
             let id: ItemId = tx
                 .query_one(
                     "INSERT INTO memory_items
-                       (agent, tier, kind, text, tokens, hash, words, valid_from)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+                       (agent, tier, kind, text, tokens, hash, words, valid_from, terms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
                     &[
                         &agent,
                         &Tier::L2.as_str(),
@@ -630,6 +634,7 @@ pub(super) fn save(tx: &mut Transaction<'_>, note: &NewNote, tokens: u64) -> Res
                         &hash,
                         &words,
                         &note.saved_ms,
+                        &text::stems(&note.text).join(" "),
                     ],
                 )
                 .map_err(backend("writing a note"))?

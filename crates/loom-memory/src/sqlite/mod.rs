@@ -12,6 +12,7 @@ mod rank;
 mod read;
 mod schema;
 mod search;
+mod terms;
 mod vectors;
 mod write;
 

@@ -26,6 +26,7 @@ pub(crate) fn save(tx: &Connection, note: &NewNote, tokens: u64) -> Result<Saved
     let (id, created) = match same {
         Some(id) => (id, false),
         None => {
+            let words = text::word_set(&note.text).len();
             tx.prepare_cached(
                 "INSERT INTO memory_items (agent, tier, kind, text, tokens, hash, words, valid_from)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -38,15 +39,13 @@ pub(crate) fn save(tx: &Connection, note: &NewNote, tokens: u64) -> Result<Saved
                     note.text,
                     tokens,
                     hash,
-                    text::word_set(&note.text).len(),
+                    words,
                     note.saved_ms,
                 ])
             })
             .map_err(backend("writing a note"))?;
             let id = tx.last_insert_rowid();
-            tx.prepare_cached("INSERT INTO memory_fts (rowid, text) VALUES (?1, ?2)")
-                .and_then(|mut st| st.execute(params![id, note.text]))
-                .map_err(backend("indexing a note's text"))?;
+            super::terms::index(tx, id, agent, &note.text, words)?;
             (id, true)
         }
     };

@@ -1,37 +1,29 @@
-//! BM25 ranking over the FTS5 index that scores a bounded number of items.
+//! BM25 ranking in SQLite: FTS5 finds the items holding the query's terms, Loom scores them
+//! ([`crate::bm25`]) from the searched agent's own statistics ([`super::terms`]).
 //!
-//! FTS5 computes `bm25()` for every item an OR-query matches and joins each to its row for the
-//! filters, so a query with a few frequent terms costs a score for tens of thousands of items
-//! while only the best hundred or so are read. A frequent term adds little to any item's score
-//! (its inverse document frequency is low), so the query is ranked on its rarest terms, as many
-//! as have at most [`SCORED_MATCHES`] matches together (the rarest always, whatever its count);
-//! the more frequent ones are left out. This is Lucene's cutoff frequency made relative to the
-//! query, and when even the rarest term is frequent only its newest matches are ranked: the
-//! work is bounded whatever the terms, and a query whose terms are all rare — every
-//! query on a memory of a few thousand items — is ranked exactly as one FTS5 query over all of
-//! them would rank it.
-//!
-//! Tried and dropped: adding the frequent terms' part to the candidates only (MaxScore's
-//! idea) with `rowid IN (…)` on FTS5. FTS5 recomputes `bm25()`'s inverse document frequencies,
-//! by walking each term's whole match list, for every rowid looked up, which made the p99 five
-//! times worse.
+//! FTS5's `bm25()` weighs terms over the whole table, every agent's items together, so an
+//! agent's ranking would move with what other agents store; and it measures length and stems
+//! differently from PostgreSQL. So the index (over [`crate::text::stems`], which both backends
+//! rank on) only finds the matches, and each is scored here: a term's weight from the agent's
+//! document frequencies, its frequency from the item's terms (kept as the index's content), the
+//! item's length from its content words against the agent's average. The query is ranked on
+//! its rarest terms and, when even the rarest is frequent, on its newest matches only
+//! ([`bm25::SCORED_MATCHES`]), so the work is bounded whatever the terms.
+
+use std::collections::HashMap;
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, ToSql};
 
+use crate::bm25;
 use crate::error::{backend, Result};
 use crate::item::ItemId;
 
-use super::read::query_ids;
-
-/// The most matches the candidate-picking terms may have together (when the rarest term alone
-/// has more, it is used alone). Scoring a match costs FTS5 a few microseconds, so this bounds
-/// the ranking's cost whatever the query.
-const SCORED_MATCHES: usize = 2_000;
+use super::terms;
 
 /// The FTS5 expression for `terms`: any of them, each a quoted string (so that no user text is
 /// read as query syntax).
-pub(crate) fn match_expression(terms: &[String]) -> String {
+pub(crate) fn match_expression(terms: &[&str]) -> String {
     terms
         .iter()
         .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
@@ -39,75 +31,92 @@ pub(crate) fn match_expression(terms: &[String]) -> String {
         .join(" OR ")
 }
 
-/// How many items `term` matches, counted up to `cap` (the count stops there).
-fn matches_up_to(conn: &Connection, term: &str, cap: usize) -> Result<usize> {
-    let sql = format!(
-        "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT {cap})"
-    );
-    let n: i64 = conn
-        .prepare_cached(&sql)
-        .and_then(|mut st| st.query_row([match_expression(&[term.to_owned()])], |r| r.get(0)))
-        .map_err(backend("counting a term's matches"))?;
-    Ok(usize::try_from(n).unwrap_or(usize::MAX))
-}
-
-/// The best `candidates` items for `terms` that pass `filters` (SQL over `i`, with `args`), by
-/// BM25, best first, with higher-is-better scores.
+/// The best `candidates` items for the query's `terms` that pass `filters` (SQL over `i`, with
+/// `args`), by BM25 over `agent`'s statistics (every agent's when `None`), best first.
 pub(crate) fn bm25(
     conn: &Connection,
     terms: &[String],
+    agent: Option<&str>,
     filters: &str,
     args: &[(&'static str, Value)],
     candidates: usize,
 ) -> Result<Vec<(ItemId, f64)>> {
-    // Rarest first (ties in query order), and split where the matches add up past the bound.
-    let mut counted = Vec::with_capacity(terms.len());
-    for (i, t) in terms.iter().enumerate() {
-        counted.push((matches_up_to(conn, t, SCORED_MATCHES + 1)?, i, t.clone()));
+    let stems = bm25::query_stems(terms);
+    let (items, words) = terms::totals(conn, agent)?;
+    let frequencies = stems
+        .iter()
+        .map(|s| terms::frequency(conn, agent, s))
+        .collect::<Result<Vec<i64>>>()?;
+    let (kept, newest) = bm25::choose(&frequencies, items);
+    if kept.is_empty() {
+        return Ok(Vec::new());
     }
-    counted.sort();
-    let mut rare = Vec::new();
-    let mut total = 0usize;
-    let rarest = counted.first().map_or(0, |c| c.0);
-    for (n, _, term) in counted {
-        total = total.saturating_add(n);
-        if rare.is_empty() || total <= SCORED_MATCHES {
-            rare.push(term);
-        }
+    let ranked: Vec<&str> = kept.iter().map(|&(i, _)| stems[i].as_str()).collect();
+    let expression = Value::Text(match_expression(&ranked));
+    fn with<'a>(
+        args: &'a [(&'static str, Value)],
+        extra: &[(&'static str, &'a Value)],
+    ) -> Vec<(&'static str, &'a dyn ToSql)> {
+        args.iter()
+            .map(|(n, v)| (*n, v as &dyn ToSql))
+            .chain(extra.iter().map(|(n, v)| (*n, *v as &dyn ToSql)))
+            .collect()
     }
-    let expression = match_expression(&rare);
-    // Even the rarest term is frequent: only its newest matches are ranked, so that the work
-    // stays bounded (for such a term recency is the better tie-break anyway).
-    let floor: i64 = if rarest > SCORED_MATCHES {
-        let offset = i64::try_from(SCORED_MATCHES).unwrap_or(i64::MAX);
-        conn.prepare_cached(
-            "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?1
-             ORDER BY rowid DESC LIMIT 1 OFFSET ?2",
-        )
-        .and_then(|mut st| {
-            st.query_row(rusqlite::params![expression, offset], |r| r.get(0))
-                .optional()
-        })
-        .map_err(backend("finding a frequent term's newest matches"))?
-        .unwrap_or(0)
+    // Even the rarest term is frequent: only the agent's newest matches are ranked (for such a
+    // term recency is the better tie-break anyway), then filtered.
+    let floor = if newest {
+        let sql = format!(
+            "SELECT memory_fts.rowid FROM memory_fts JOIN memory_items i ON i.id = memory_fts.rowid
+             WHERE memory_fts MATCH ?1 AND (?2 IS NULL OR i.agent = ?2)
+             ORDER BY memory_fts.rowid DESC LIMIT 1 OFFSET {}",
+            bm25::SCORED_MATCHES
+        );
+        conn.prepare_cached(&sql)
+            .and_then(|mut st| {
+                st.query_row(rusqlite::params![expression, agent], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(backend("finding a frequent term's newest matches"))?
+            .unwrap_or(0)
     } else {
-        0
+        0_i64
     };
-    // FTS5's bm25() is lower for better matches; scores here are higher-better.
     let sql = format!(
-        "SELECT i.id, bm25(memory_fts) AS rank
+        "SELECT i.id, memory_fts.terms, i.words
          FROM memory_fts JOIN memory_items i ON i.id = memory_fts.rowid
-         WHERE memory_fts MATCH :query AND memory_fts.rowid > :floor{filters}
-         ORDER BY rank, i.id LIMIT {candidates}"
+         WHERE memory_fts MATCH :query AND memory_fts.rowid > :floor{filters}"
     );
-    let query = [
-        (":query", Value::Text(expression)),
-        (":floor", Value::Integer(floor)),
-    ];
-    let ranked: Vec<(ItemId, f64)> =
-        query_ids::<f64>(conn, &sql, args, &query, "searching memory")?
-            .into_iter()
-            .map(|(id, rank)| (id, -rank))
-            .collect();
-    Ok(ranked)
+    let floor = Value::Integer(floor);
+    let position: HashMap<&str, usize> = ranked.iter().enumerate().map(|(k, t)| (*t, k)).collect();
+    let avg = words as f64 / items.max(1) as f64;
+    let mut scored: Vec<(ItemId, f64)> = Vec::new();
+    let mut st = conn
+        .prepare_cached(&sql)
+        .map_err(backend("searching memory"))?;
+    let mut rows = st
+        .query(with(args, &[(":query", &expression), (":floor", &floor)]).as_slice())
+        .map_err(backend("searching memory"))?;
+    let mut tf = vec![0_u32; ranked.len()];
+    while let Some(row) = rows.next().map_err(backend("searching memory"))? {
+        let read = (|| -> rusqlite::Result<(ItemId, String, i64)> {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })();
+        let (id, held, len) = read.map_err(backend("searching memory"))?;
+        tf.iter_mut().for_each(|n| *n = 0);
+        for term in held.split(' ') {
+            if let Some(&k) = position.get(term) {
+                tf[k] += 1;
+            }
+        }
+        let score: f64 = kept
+            .iter()
+            .zip(&tf)
+            .filter(|(_, &n)| n > 0)
+            .map(|(&(_, weight), &n)| bm25::term_score(weight, f64::from(n), len as f64, avg))
+            .sum();
+        scored.push((id, score));
+    }
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(candidates);
+    Ok(scored)
 }

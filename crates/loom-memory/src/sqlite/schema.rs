@@ -12,11 +12,15 @@ use crate::error::{backend, MemoryError, Result};
 struct Migration {
     version: i64,
     sql: &'static str,
+    /// What the step computes in Rust after its SQL, over the rows already there.
+    fill: Option<fn(&Connection) -> Result<()>>,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        fill: None,
+        sql: r#"
     -- One row per memory item. `hash` is the SHA-256 of the normalized text (exact
     -- duplicates); `words` the size of its content-word set (near duplicates are only
     -- compared with items of a similar size); `subject`/`value` the statement's key and value
@@ -72,7 +76,38 @@ const MIGRATIONS: &[Migration] = &[Migration {
         tokenize = 'porter unicode61 remove_diacritics 2'
     );
     "#,
-}];
+    },
+    Migration {
+        version: 2,
+        fill: Some(super::terms::fill),
+        sql: r#"
+    -- Full text over the items' terms (`text::stems`, written by Loom, space-separated;
+    -- rowid = the item's id): the index only finds the items holding a term, Loom ranks them
+    -- (`bm25`) from the statistics below, and FTS5's own tokenizer, kept from splitting or
+    -- stemming again, is the plain `ascii` one. The terms are kept as content: a search counts
+    -- a term's frequency in an item from them.
+    DROP TABLE memory_fts;
+    CREATE VIRTUAL TABLE memory_fts USING fts5 (terms, tokenize = 'ascii', detail = 'none');
+
+    -- Per agent and term: how many of the agent's items hold the term (BM25's document
+    -- frequency); and per agent, its items and their content words (the average length).
+    -- Kept as items are written and removed, so that an agent's weights depend on its own
+    -- items only.
+    CREATE TABLE memory_terms (
+        agent  TEXT    NOT NULL,
+        term   TEXT    NOT NULL,
+        df     INTEGER NOT NULL CHECK (df >= 0),
+        PRIMARY KEY (agent, term)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_terms_term ON memory_terms (term);
+    CREATE TABLE memory_stats (
+        agent  TEXT    PRIMARY KEY,
+        items  INTEGER NOT NULL CHECK (items >= 0),
+        words  INTEGER NOT NULL CHECK (words >= 0)
+    ) WITHOUT ROWID;
+    "#,
+    },
+];
 
 /// The memory schema version this build writes.
 pub(crate) fn latest_version() -> i64 {
@@ -101,6 +136,9 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
     for m in MIGRATIONS.iter().filter(|m| m.version > current) {
         tx.execute_batch(m.sql)
             .map_err(backend("creating the memory tables"))?;
+        if let Some(fill) = m.fill {
+            fill(&tx)?;
+        }
         tx.execute(
             "INSERT INTO memory_schema (version) VALUES (?1)",
             [m.version],

@@ -1,4 +1,4 @@
-//! Search in SQLite: the backend half of [`crate::search`] — BM25 over the FTS5 index
+//! Search in SQLite: the backend half of [`crate::search`] — BM25 over the agent's statistics
 //! ([`super::rank`]) and the exact vector scan ([`super::vectors`]) as its retrievers, and the
 //! rows a search reads after ranking, all under the same filters.
 
@@ -72,11 +72,12 @@ pub(crate) struct SqliteSearch<'c> {
 }
 
 impl Retriever<SqliteSearch<'_>> for FullText {
-    fn rank(&self, b: &mut SqliteSearch<'_>, _: &Search, candidates: usize) -> Result<Ranking> {
+    fn rank(&self, b: &mut SqliteSearch<'_>, s: &Search, candidates: usize) -> Result<Ranking> {
         if self.terms.is_empty() {
             return Ok(Vec::new());
         }
-        rank::bm25(b.conn, &self.terms, &b.filters, &b.args, candidates)
+        let agent = s.filters.agent.as_ref().map(|a| a.as_str());
+        rank::bm25(b.conn, &self.terms, agent, &b.filters, &b.args, candidates)
     }
 }
 

@@ -12,6 +12,7 @@ use crate::item::{Forgotten, ItemId, NewItem, Written};
 use crate::text;
 
 use super::read::load_item;
+use super::terms;
 
 /// The item an earlier write made from the same source (re-indexing): the same session and seqs,
 /// agent and kind (and, for facts, which many come from the same lines, the same text: `hash`,
@@ -94,9 +95,7 @@ pub(crate) fn write_item(tx: &Connection, item: &NewItem, tokens: u64) -> Result
     })
     .map_err(backend("writing a memory item"))?;
     let id = tx.last_insert_rowid();
-    tx.prepare_cached("INSERT INTO memory_fts (rowid, text) VALUES (?1, ?2)")
-        .and_then(|mut st| st.execute(params![id, item.text]))
-        .map_err(backend("indexing a memory item's text"))?;
+    terms::index(tx, id, agent, &item.text, words.len())?;
     if words.len() >= NEAR_MIN_WORDS {
         let mut st = tx
             .prepare_cached("INSERT INTO memory_prefix (agent, word, item) VALUES (?1, ?2, ?3)")
@@ -263,12 +262,12 @@ pub(crate) fn forget(tx: &Connection, id: ItemId) -> Result<Forgotten> {
         .prepare_cached("SELECT id FROM memory_items WHERE superseded_by = ?1 ORDER BY id")
         .and_then(|mut st| st.query_map([id], |r| r.get(0))?.collect())
         .map_err(backend("finding the items a forgotten item superseded"))?;
-    let steps: [(&str, &'static str); 7] = [
+    terms::unindex(tx, id)?;
+    let steps: [(&str, &'static str); 6] = [
         (
             "UPDATE memory_items SET superseded_by = NULL, valid_to = NULL WHERE superseded_by = ?1",
             "restoring superseded items",
         ),
-        ("DELETE FROM memory_fts WHERE rowid = ?1", "removing an item's text index"),
         ("DELETE FROM memory_prefix WHERE item = ?1", "removing an item's word index"),
         ("DELETE FROM memory_expiry WHERE item = ?1", "removing a note's expiry"),
         ("DELETE FROM memory_vectors WHERE item = ?1", "removing an item's vector"),

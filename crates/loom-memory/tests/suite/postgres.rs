@@ -59,7 +59,7 @@ fn memory_lives_beside_the_log_and_survives_reopening() {
         again.item(id).unwrap().text,
         "the on-call rota lives in the wiki"
     );
-    assert_eq!(PgMemory::schema_version(), 3);
+    assert_eq!(PgMemory::schema_version(), 5);
 }
 
 #[test]
@@ -83,6 +83,10 @@ fn a_version_1_database_migrates_keeping_its_items_and_gains_vectors_kb_and_mark
         .batch_execute(
             "DROP TABLE memory_vectors, kb_chunks, kb_files, memory_extracted, memory_terms;
              DROP FUNCTION memory_dot;
+             ALTER TABLE memory_items DROP COLUMN terms CASCADE;
+             ALTER TABLE memory_items ADD COLUMN tsv tsvector
+                 GENERATED ALWAYS AS (to_tsvector('english', text)) STORED;
+             CREATE INDEX memory_items_tsv ON memory_items USING GIN (tsv);
              DELETE FROM memory_schema WHERE version > 1;",
         )
         .unwrap();
@@ -105,6 +109,11 @@ fn a_version_1_database_migrates_keeping_its_items_and_gains_vectors_kb_and_mark
         .unwrap()
         .get(0);
     assert_eq!(df, 1);
+    // Its terms are Loom's stems, found by a search.
+    let hits = m
+        .search(&loom_memory::Search::new("what is restored at night?", 500))
+        .unwrap();
+    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), [id]);
     m.kb_add("", "notes.md", "# Staging\n\nRestored nightly.\n", 1)
         .unwrap();
     assert_eq!(m.kb_search("", "staging", 100, 5).unwrap().len(), 1);
@@ -159,52 +168,110 @@ fn a_url_that_is_not_one_is_refused_with_the_reason() {
 }
 
 #[test]
-fn an_agents_ranking_does_not_move_with_what_other_agents_store() {
+fn sqlite_and_postgres_holding_the_same_items_give_the_same_results() {
     let Some(schema) = loom_testkit::pg::fresh_schema() else {
         return;
     };
-    let m = PgMemory::open(&schema.url).unwrap();
-    let mine = [
-        "the deploy key rotates every quarter",
-        "the staging deploy waits for the nightly backup",
-        "a quarter of the backup volume is reserved for logs",
-        "the nightly job mails the on-call engineer",
+    let pg = PgMemory::open(&schema.url).unwrap();
+    let lite = loom_memory::SqliteMemory::open_in_memory().unwrap();
+    let said = [
+        (
+            "ann",
+            "Ann: I went hiking in the Dolomites last weekend with my sister",
+        ),
+        (
+            "ann",
+            "Bob: The Dolomites! Did you take the cable car up to the ridge?",
+        ),
+        (
+            "ann",
+            "Ann: No, we hiked the whole way; my sister's new boots gave her blisters",
+        ),
+        (
+            "ann",
+            "Bob: I'm painting the kitchen blue this month, the landlord agreed",
+        ),
+        (
+            "ann",
+            "Ann: Blue kitchens are lovely. Which shade did you pick?",
+        ),
+        (
+            "ann",
+            "Bob: A pale cornflower blue, two coats, and the ceiling stays white",
+        ),
+        (
+            "ann",
+            "Ann: My daughter starts violin lessons on Tuesday evenings",
+        ),
+        (
+            "ann",
+            "Bob: Violin is hard at first; my son quit after three lessons",
+        ),
+        (
+            "ann",
+            "Ann: The deadline for the grant report moved to Friday the 14th",
+        ),
+        (
+            "ann",
+            "Bob: Friday again? Last time the grant report was due on a Monday",
+        ),
+        (
+            "ann",
+            "Ann: We adopted a rescue dog called Pepper, a collie mix",
+        ),
+        (
+            "ann",
+            "Bob: Collies need long walks; Pepper will love your hiking trips",
+        ),
+        (
+            "ann",
+            "Ann: Painting, hiking, violin, a dog: this year is busy",
+        ),
+        ("ann", "Bob: Busy years are the good ones"),
+        (
+            "cy",
+            "Cy: the grant report template lives in the shared drive",
+        ),
+        (
+            "cy",
+            "Cy: hiking boots on sale at the outdoor shop near the station",
+        ),
     ];
-    let items: Vec<_> = mine
+    let items: Vec<_> = said
         .iter()
         .enumerate()
-        .map(|(i, t)| turn("ops", "s1", i as u64 + 1, t))
+        .map(|(i, (a, t))| turn(a, &format!("{a}-chat"), i as u64 + 1, t))
         .collect();
-    m.write(&items).unwrap();
-    let search = Search {
-        filters: loom_memory::Filters {
-            agent: Some(loom_core::AgentId::new("ops").unwrap()),
-            ..Default::default()
-        },
-        ..Search::new("nightly deploy quarter", 1000)
-    };
-    let ranked = |m: &PgMemory| -> Vec<(i64, f64)> {
-        m.search(&search)
-            .unwrap()
-            .iter()
-            .map(|h| (h.id, h.score))
-            .collect()
-    };
-    let before = ranked(&m);
-    assert!(before.len() >= 3, "{before:?}");
-    // Another agent (another tenant's, say) makes "deploy" common and "nightly" rare in its
-    // own memory: under shared statistics the weights of this agent's terms would move.
-    let theirs: Vec<_> = (0..40)
-        .map(|i| {
-            turn(
-                "web",
-                "s9",
-                i + 1,
-                &format!("deploy number {i} of the web tier"),
-            )
-        })
-        .chain([turn("web", "s9", 99, "a quarter deploy")])
-        .collect();
-    m.write(&theirs).unwrap();
-    assert_eq!(ranked(&m), before);
+    pg.write(&items).unwrap();
+    lite.write(&items).unwrap();
+    let queries = [
+        ("ann", "Where did Ann go hiking and with whom?"),
+        ("ann", "What colour is Bob painting his kitchen?"),
+        ("ann", "When are the violin lessons?"),
+        ("ann", "When is the grant report due?"),
+        ("ann", "What kind of dog is Pepper?"),
+        ("ann", "boots blisters"),
+        ("cy", "grant report"),
+        ("", "hiking boots"),
+    ];
+    for (a, q) in queries {
+        let mut search = Search::new(q, 300);
+        if !a.is_empty() {
+            search.filters.agent = Some(loom_core::AgentId::new(a).unwrap());
+        }
+        let found = |m: &dyn loom_memory::Memory| -> Vec<(String, f64)> {
+            m.search(&search)
+                .unwrap()
+                .into_iter()
+                .map(|h| (h.text, h.score))
+                .collect()
+        };
+        let (p, l) = (found(&pg), found(&lite));
+        assert!(!l.is_empty(), "{q}: nothing found");
+        let texts = |v: &[(String, f64)]| v.iter().map(|h| h.0.clone()).collect::<Vec<_>>();
+        assert_eq!(texts(&p), texts(&l), "{q}");
+        for (x, y) in p.iter().zip(&l) {
+            assert!((x.1 - y.1).abs() < 1e-9, "{q}: {x:?} against {y:?}");
+        }
+    }
 }

@@ -236,6 +236,48 @@ fn frequent_terms_are_left_out_when_rarer_ones_supply_enough_matches() {
     );
 }
 
+#[test]
+fn a_version_1_sqlite_memory_is_indexed_under_its_terms_on_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.db");
+    let id = {
+        let m = loom_memory::SqliteMemory::open(&path).unwrap();
+        m.write(&[
+            turn("a", "s", 1, "We went hiking in the mountains"),
+            turn("b", "s", 1, "Hiking, hiking and more hiking"),
+        ])
+        .unwrap()[0]
+            .item()
+    };
+    // Back to what a build of version 1 left: FTS5 over the text, stemmed by FTS5, no counts.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "DROP TABLE memory_fts; DROP TABLE memory_terms; DROP TABLE memory_stats;
+             CREATE VIRTUAL TABLE memory_fts USING fts5 (
+                 text, tokenize = 'porter unicode61 remove_diacritics 2');
+             INSERT INTO memory_fts (rowid, text) SELECT id, text FROM memory_items;
+             DELETE FROM memory_schema WHERE version > 1;",
+        )
+        .unwrap();
+    }
+    let m = loom_memory::SqliteMemory::open(&path).unwrap();
+    let mut s = Search::new("Where did they hike?", 1000);
+    s.filters.agent = Some(agent("a"));
+    let hits = m.search(&s).unwrap();
+    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), [id]);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let df: i64 = c
+        .query_row(
+            "SELECT sum(df) FROM memory_terms WHERE term = 'hike'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(df, 2, "one item of each agent holds `hike`");
+    assert_eq!(loom_memory::SqliteMemory::schema_version(), 2);
+}
+
 fn without_a_limit_the_budget_decides_how_much_comes_back(m: &dyn Memory) {
     // 300 turns of about 10 tokens that all match: far more than a budget of 2,000 holds.
     let items: Vec<_> = (0..300)
@@ -270,7 +312,58 @@ fn without_a_limit_the_budget_decides_how_much_comes_back(m: &dyn Memory) {
     assert_eq!(m.search(&s).unwrap().len(), 7);
 }
 
+fn an_agents_ranking_does_not_move_with_what_other_agents_store(m: &dyn Memory) {
+    let mine = [
+        "the deploy key rotates every quarter",
+        "the staging deploy waits for the nightly backup",
+        "a quarter of the backup volume is reserved for logs",
+        "the nightly job mails the on-call engineer",
+    ];
+    let items: Vec<_> = mine
+        .iter()
+        .enumerate()
+        .map(|(i, t)| turn("ops", "s1", i as u64 + 1, t))
+        .collect();
+    m.write(&items).unwrap();
+    let search = Search {
+        filters: loom_memory::Filters {
+            agent: Some(agent("ops")),
+            ..Default::default()
+        },
+        ..Search::new("nightly deploy quarter", 1000)
+    };
+    let ranked = || -> Vec<(String, f64)> {
+        m.search(&search)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.text, h.score))
+            .collect()
+    };
+    let before = ranked();
+    assert!(before.len() >= 3, "{before:?}");
+    // Another agent (another tenant's, say) makes "deploy" common and "nightly" rare in its
+    // own memory, and makes its items longer: under shared statistics the weights of this
+    // agent's terms and its average length would move.
+    let theirs: Vec<_> = (0..40)
+        .map(|i| {
+            turn(
+                "web",
+                "s9",
+                i + 1,
+                &format!("deploy number {i} of the web tier, rolled out to every region at once"),
+            )
+        })
+        .chain([turn("web", "s9", 99, "a quarter deploy")])
+        .collect();
+    m.write(&theirs).unwrap();
+    assert_eq!(ranked(), before);
+    // And forgetting them changes nothing either.
+    m.forget_session(&agent("web"), &session("s9")).unwrap();
+    assert_eq!(ranked(), before);
+}
+
 conformance!(
+    an_agents_ranking_does_not_move_with_what_other_agents_store,
     best_first_with_stemming_and_stop_words_ignored,
     without_a_limit_the_budget_decides_how_much_comes_back,
     hits_fit_the_budget_and_an_item_that_does_not_fit_is_skipped_not_cut,
