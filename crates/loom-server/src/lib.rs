@@ -185,7 +185,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     (
-        [("content-type", "text/plain; version=0.0.4")],
+        [("content-type", metrics::CONTENT_TYPE)],
         state.metrics.render(state.live.len(), state.live.bytes()),
     )
         .into_response()
