@@ -66,7 +66,7 @@ pub(crate) fn bm25(
     // term recency is the better tie-break anyway), then filtered.
     let floor = if newest {
         let sql = format!(
-            "SELECT memory_fts.rowid FROM memory_fts JOIN memory_items i ON i.id = memory_fts.rowid
+            "SELECT memory_fts.rowid FROM memory_fts CROSS JOIN memory_items i ON i.id = memory_fts.rowid
              WHERE memory_fts MATCH ?1 AND (?2 IS NULL OR i.agent = ?2)
              ORDER BY memory_fts.rowid DESC LIMIT 1 OFFSET {}",
             bm25::SCORED_MATCHES
@@ -81,9 +81,11 @@ pub(crate) fn bm25(
     } else {
         0_i64
     };
+    // CROSS JOIN: the matches drive the join. Left to choose, SQLite walks the agent's items
+    // (by the index on agent) and queries FTS5 again for each.
     let sql = format!(
         "SELECT i.id, memory_fts.terms, i.words
-         FROM memory_fts JOIN memory_items i ON i.id = memory_fts.rowid
+         FROM memory_fts CROSS JOIN memory_items i ON i.id = memory_fts.rowid
          WHERE memory_fts MATCH :query AND memory_fts.rowid > :floor{filters}"
     );
     let floor = Value::Integer(floor);
