@@ -236,6 +236,36 @@ async fn run(s: &Server, c: &mut Checker) {
         s.get("/loom/v1/sessions/s1/receipts/2", None).await,
     )
     .await;
+    for (template, path) in [
+        ("/loom/v1/inspect/sessions", "/loom/v1/inspect/sessions"),
+        (
+            "/loom/v1/inspect/sessions/{id}",
+            "/loom/v1/inspect/sessions/s1",
+        ),
+        (
+            "/loom/v1/inspect/sessions/{id}",
+            "/loom/v1/inspect/sessions/s1?limit=0",
+        ),
+        (
+            "/loom/v1/inspect/sessions/{id}",
+            "/loom/v1/inspect/sessions/none",
+        ),
+        (
+            "/loom/v1/inspect/sessions/{id}/calls/{call}",
+            "/loom/v1/inspect/sessions/s1/calls/1",
+        ),
+        (
+            "/loom/v1/inspect/sessions/{id}/calls/{call}",
+            "/loom/v1/inspect/sessions/s1/calls/9",
+        ),
+        ("/loom/v1/inspect/usage", "/loom/v1/inspect/usage"),
+        (
+            "/loom/v1/inspect/usage",
+            "/loom/v1/inspect/usage?bucket_ms=1",
+        ),
+    ] {
+        c.check("get", template, s.get(path, None).await).await;
+    }
     let history = json!({"messages": [{"role": "user", "content": "hi"}]});
     let r = s
         .post("/loom/v1/import?session=imp", None, &[], &history)

@@ -1,0 +1,233 @@
+//! The web inspector: `/ui` is served with its security headers under the same auth as the
+//! API, never on a non-loopback address without keys, and what it reads (`/loom/v1/inspect`)
+//! is the caller's tenant's only.
+
+use loom_server::AuthMode;
+use loom_store::ProxyMode;
+use serde_json::{json, Value};
+
+use super::support::{start, start_with, Server};
+
+/// A session with a long tool output, rendered twice at a small budget.
+async fn seed(s: &Server, key: Option<&str>, id: &str) -> Value {
+    let out: String = (0..3000)
+        .map(|i| format!("line {i} of the build\n"))
+        .collect();
+    let history = json!({"messages": [
+        {"role": "system", "content": "You are careful."},
+        {"role": "user", "content": "Build it."},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "bash", "arguments": "{\"command\": \"make\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": out},
+    ]});
+    let r = s
+        .post(
+            &format!("/loom/v1/import?session={id}&format=openai"),
+            key,
+            &[],
+            &history,
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let body = json!({"model": "gpt-4o", "budget": 3000});
+    let r = s
+        .post(&format!("/loom/v1/sessions/{id}/render"), key, &[], &body)
+        .await;
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_page_is_served_with_a_strict_policy() {
+    let s = start(AuthMode::Keys, ProxyMode::Fit).await;
+    for (path, media) in [
+        ("/ui", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/app.css", "text/css"),
+    ] {
+        // The page holds no data: it asks for a key itself.
+        let r = s.get(path, None).await;
+        assert_eq!(r.status(), 200, "{path}");
+        let h = r.headers();
+        assert!(h["content-type"].to_str().unwrap().starts_with(media));
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'"));
+        assert!(!csp.contains("unsafe"), "{csp}");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        let text = r.text().await.unwrap();
+        // Nothing is fetched from elsewhere.
+        assert!(
+            !text.contains("https://") && !text.contains("http://"),
+            "{path}"
+        );
+    }
+    let js = s.get("/ui/app.js", None).await.text().await.unwrap();
+    assert!(
+        !js.contains("innerHTML"),
+        "the script writes data as text only"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn without_keys_the_page_is_served_on_loopback_only() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    assert_eq!(s.get("/ui", None).await.status(), 200);
+    s.stop().await;
+    // The configuration refuses `--auth none` on another address; the page checks again.
+    let s = start_with(AuthMode::None, ProxyMode::Fit, |c| {
+        c.listen = "0.0.0.0:8080".parse().unwrap();
+    })
+    .await;
+    for path in ["/ui", "/ui/app.js"] {
+        let r = s.get(path, None).await;
+        assert_eq!(r.status(), 404);
+        let body: Value = r.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("loopback"), "{message}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_key_sees_its_tenants_sessions_only() {
+    let s = start(AuthMode::Keys, ProxyMode::Fit).await;
+    let (a, b) = (s.key("alpha"), s.key("beta"));
+    seed(&s, Some(&a), "mine").await;
+    // No key: refused, as everywhere in the API.
+    for path in ["/loom/v1/inspect/sessions", "/loom/v1/inspect/usage"] {
+        assert_eq!(s.get(path, None).await.status(), 401, "{path}");
+    }
+    let list: Value = s
+        .get("/loom/v1/inspect/sessions", Some(&a))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let sessions = list["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0]["id"], "mine");
+    assert_eq!(sessions[0]["model_calls"], 1);
+    assert!(
+        sessions[0]["full_tokens"].as_u64().unwrap()
+            > sessions[0]["input_tokens"].as_u64().unwrap()
+    );
+    let usage: Value = s
+        .get("/loom/v1/inspect/usage", Some(&a))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["buckets"][0]["calls"], 1);
+    // The other tenant sees nothing of it, and cannot name it.
+    let list: Value = s
+        .get("/loom/v1/inspect/sessions", Some(&b))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["sessions"], json!([]));
+    let usage: Value = s
+        .get("/loom/v1/inspect/usage", Some(&b))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["buckets"], json!([]));
+    for path in [
+        "/loom/v1/inspect/sessions/mine",
+        "/loom/v1/inspect/sessions/mine/calls/1",
+    ] {
+        assert_eq!(s.get(path, Some(&b)).await.status(), 404, "{path}");
+        assert_eq!(s.get(path, Some(&a)).await.status(), 200, "{path}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_page_holds_every_calls_fates_and_the_request_is_the_one_sent() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let rendered = seed(&s, None, "s").await;
+    let page: Value = s
+        .get("/loom/v1/inspect/sessions/s", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["events"].as_array().unwrap().len(), 4);
+    let result = &page["events"][3];
+    assert_eq!(result["kind"], "tool_result");
+    let reference = result["ref"].as_str().unwrap();
+    let call = &page["calls"][0];
+    // The fates are the receipt's lists, as runs.
+    for name in ["verbatim", "stubbed", "elided", "grouped"] {
+        let runs: Vec<Value> = rendered["receipt"][name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| json!([r["from"], r["to"]]))
+            .collect();
+        assert_eq!(
+            call["fates"].get(name).cloned().unwrap_or(json!([])),
+            json!(runs),
+            "{name}"
+        );
+    }
+    // The stub's reference recalls the original bytes.
+    let r = s
+        .get(&format!("/loom/v1/sessions/s/recall?ref={reference}"), None)
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().starts_with("line 0 of the build\n"));
+    // The request, rendered again, is the one the render answered.
+    let detail: Value = s
+        .get("/loom/v1/inspect/sessions/s/calls/1", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        detail["request"]["matches_receipt"], true,
+        "{}",
+        detail["request"]
+    );
+    assert_eq!(detail["request"]["body"], rendered["body"]);
+    assert_eq!(detail["call"]["receipt"], rendered["receipt"]);
+    // A page of the timeline.
+    let page: Value = s
+        .get("/loom/v1/inspect/sessions/s?from=2&limit=2", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (page["from"].clone(), page["to"].clone()),
+        (json!(2), json!(3))
+    );
+    assert_eq!(page["events"].as_array().unwrap().len(), 2);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_is_named() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    seed(&s, None, "s").await;
+    for (path, status, field) in [
+        ("/loom/v1/inspect/sessions/s?limit=0", 400, "limit"),
+        ("/loom/v1/inspect/sessions/s?limit=99999", 400, "limit"),
+        ("/loom/v1/inspect/sessions/s?from=x", 400, ""),
+        ("/loom/v1/inspect/sessions/s?bogus=1", 400, ""),
+        ("/loom/v1/inspect/sessions/s/calls/x", 400, "call"),
+        ("/loom/v1/inspect/sessions/s/calls/7", 404, ""),
+        ("/loom/v1/inspect/sessions/none", 404, ""),
+        ("/loom/v1/inspect/usage?bucket_ms=5", 400, "bucket_ms"),
+    ] {
+        let r = s.get(path, None).await;
+        assert_eq!(r.status(), status, "{path}");
+        let body: Value = r.json().await.unwrap();
+        if !field.is_empty() {
+            assert_eq!(body["error"]["field"], field, "{path}: {body}");
+        }
+    }
+    s.stop().await;
+}
