@@ -121,7 +121,20 @@ pub struct ServeConfig {
     pub models: Option<PathBuf>,
     /// How what a `fit` render leaves out is recovered by the agent itself.
     pub recall: RecallConfig,
+    /// Where spans of the proxied calls are exported (`[telemetry]`).
+    pub telemetry: TelemetryConfig,
 }
+
+/// `[telemetry]`: OpenTelemetry traces of the proxied calls, off by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// The OTLP/HTTP collector (`http://127.0.0.1:4318`, to which `/v1/traces` is added, or
+    /// its full traces URL); `None`: no spans are recorded.
+    pub otlp_endpoint: Option<String>,
+}
+
+/// The variable that sets (and overrides) `telemetry.otlp_endpoint`.
+pub const OTLP_ENDPOINT_ENV: &str = "LOOM_OTLP_ENDPOINT";
 
 /// How an agent behind the proxy reads again what a `fit` render left out (`[recall]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,6 +256,14 @@ struct RawConfig {
     /// `recall = "files"` (the mode alone) or a `[recall]` table, read by [`recall_config`] so
     /// that an error in the table still names its key.
     recall: Option<toml::Value>,
+    #[serde(default)]
+    telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -450,6 +471,18 @@ impl ServeConfig {
             )? as usize,
         };
         let recall = recall_config(raw.recall, auth, &args.db)?;
+        let otlp_endpoint = env(OTLP_ENDPOINT_ENV)
+            .or(raw.telemetry.otlp_endpoint)
+            .map(|e| e.trim().to_owned())
+            .filter(|e| !e.is_empty());
+        if let Some(e) = &otlp_endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(invalid(
+                    "telemetry.otlp_endpoint",
+                    format!("`{e}` is not an http(s) URL"),
+                ));
+            }
+        }
         Ok(Self {
             recall,
             listen,
@@ -463,6 +496,7 @@ impl ServeConfig {
             limits,
             policy: raw.policy,
             models: raw.models,
+            telemetry: TelemetryConfig { otlp_endpoint },
         })
     }
 }
@@ -612,6 +646,47 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("upstream.openai.url"), "{err}");
+    }
+
+    #[test]
+    fn telemetry_is_off_by_default_and_the_variable_wins_over_the_file() {
+        assert_eq!(
+            resolve(ServeArgs::default())
+                .unwrap()
+                .telemetry
+                .otlp_endpoint,
+            None
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.toml");
+        std::fs::write(
+            &path,
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n",
+        )
+        .unwrap();
+        let args = || ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let c = resolve(args()).unwrap();
+        assert_eq!(
+            c.telemetry.otlp_endpoint.as_deref(),
+            Some("http://127.0.0.1:4318")
+        );
+        let c = ServeConfig::resolve(args(), &|name| {
+            (name == OTLP_ENDPOINT_ENV).then(|| "http://collector:4318".to_owned())
+        })
+        .unwrap();
+        assert_eq!(
+            c.telemetry.otlp_endpoint.as_deref(),
+            Some("http://collector:4318")
+        );
+        std::fs::write(&path, "[telemetry]\notlp_endpoint = \"collector:4317\"\n").unwrap();
+        let err = resolve(args()).unwrap_err();
+        assert!(err.to_string().contains("telemetry.otlp_endpoint"), "{err}");
+        std::fs::write(&path, "[telemetry]\nendpoint = \"http://x\"\n").unwrap();
+        let err = resolve(args()).unwrap_err();
+        assert!(err.to_string().contains("endpoint"), "{err}");
     }
 
     #[test]

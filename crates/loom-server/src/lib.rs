@@ -63,6 +63,9 @@ pub enum ServeError {
     /// The memory indexer's thread could not be started.
     #[error("starting the memory indexer: {0}")]
     Memory(String),
+    /// The telemetry exporter could not be started.
+    #[error(transparent)]
+    Telemetry(#[from] loom_telemetry::TelemetryError),
 }
 
 /// The server's state over an opened store, without memory.
@@ -96,6 +99,10 @@ pub fn state_with_memory(
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| ServeError::Client(e.to_string()))?;
+    let telemetry = match &config.telemetry.otlp_endpoint {
+        Some(endpoint) => loom_telemetry::Telemetry::otlp(endpoint, "loom-serve")?,
+        None => loom_telemetry::Telemetry::off(),
+    };
     let live = loom_session::LiveSessions::new(config.limits.live_sessions)
         .with_byte_limit(config.limits.live_bytes);
     Ok(Arc::new(AppState {
@@ -106,6 +113,7 @@ pub fn state_with_memory(
         config,
         http,
         metrics: metrics::Metrics::default(),
+        telemetry,
         session_locks: locks::SessionLocks::default(),
         live,
         memory,

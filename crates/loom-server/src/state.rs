@@ -31,6 +31,8 @@ pub struct AppState {
     pub http: reqwest::Client,
     /// Counters for `/metrics`.
     pub metrics: Metrics,
+    /// Spans of the proxied calls (off unless `[telemetry]` names a collector).
+    pub telemetry: loom_telemetry::Telemetry,
     /// Upstream calls in flight at once.
     pub upstream_slots: Semaphore,
     /// Serialises the sync of one session's history, so two requests of one conversation never

@@ -40,6 +40,9 @@ pub const LOOM_SESSION: &str = "loom.session";
 pub const RECEIPT: &str = "loom.receipt.id";
 /// The budget the request was fitted to: no request exceeds it (tokens).
 pub const BUDGET: &str = "loom.budget";
+/// The budget the request asked for (`X-Loom-Budget`, or the server's `budget`), when one did
+/// (tokens).
+pub const REQUESTED_BUDGET: &str = "loom.budget.requested";
 /// What compaction aims under (tokens).
 pub const BUDGET_TARGET: &str = "loom.budget.target";
 /// Loom's estimate of the request it sent (tokens).

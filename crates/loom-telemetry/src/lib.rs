@@ -17,7 +17,7 @@ pub mod attr;
 mod export;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
@@ -99,16 +99,18 @@ impl Telemetry {
         self.on.is_some()
     }
 
-    /// Starts the span of one model call: `operation` is the GenAI operation (`chat`), `system`
-    /// the provider (`openai`, `anthropic`), `model` the model asked for; `kind` says whether
-    /// Loom serves the call ([`CallKind::Server`], the proxy) or makes it ([`CallKind::Client`],
-    /// `loom run`). `more` gives further attributes, and is called only when telemetry is on.
+    /// Starts the span of one model call, begun at `started`: `operation` is the GenAI
+    /// operation (`chat`), `system` the provider (`openai`, `anthropic`), `model` the model asked
+    /// for (empty when the request could not be read); `kind` says whether Loom serves the call
+    /// ([`CallKind::Server`], the proxy) or makes it ([`CallKind::Client`], `loom run`). `more`
+    /// gives further attributes, and is called only when telemetry is on.
     pub fn call(
         &self,
         kind: CallKind,
         operation: &'static str,
         system: &'static str,
         model: &str,
+        started: SystemTime,
         more: impl FnOnce() -> Vec<KeyValue>,
     ) -> Call {
         let Some(on) = &self.on else {
@@ -118,16 +120,22 @@ impl Telemetry {
             KeyValue::new(attr::OPERATION, operation),
             KeyValue::new(attr::SYSTEM, system),
             KeyValue::new(attr::PROVIDER, system),
-            KeyValue::new(attr::REQUEST_MODEL, model.to_owned()),
         ];
+        let name = if model.is_empty() {
+            operation.to_owned()
+        } else {
+            attributes.push(KeyValue::new(attr::REQUEST_MODEL, model.to_owned()));
+            format!("{operation} {model}")
+        };
         attributes.extend(more());
         let span = on
             .tracer
-            .span_builder(format!("{operation} {model}"))
+            .span_builder(name)
             .with_kind(match kind {
                 CallKind::Server => SpanKind::Server,
                 CallKind::Client => SpanKind::Client,
             })
+            .with_start_time(started)
             .with_attributes(attributes)
             .start(&on.tracer);
         Call {
@@ -349,9 +357,14 @@ mod tests {
     #[test]
     fn off_records_nothing_and_builds_no_attributes() {
         let t = Telemetry::off();
-        let call = t.call(CallKind::Server, "chat", "openai", "gpt-4o", || {
-            unreachable!("attributes are not built when telemetry is off")
-        });
+        let call = t.call(
+            CallKind::Server,
+            "chat",
+            "openai",
+            "gpt-4o",
+            SystemTime::now(),
+            || unreachable!("attributes are not built when telemetry is off"),
+        );
         assert!(!call.is_on());
         call.set(|| unreachable!("not built either"));
         let attempt = call.attempt("upstream");

@@ -36,7 +36,7 @@ use upstream::{credentials, upstream_request};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -57,6 +57,7 @@ use crate::error::ApiError;
 use crate::metrics::Phase;
 use crate::state::{now_ms, AppState};
 use loom_session::engine::{ModelLimits, RenderSpec};
+use loom_telemetry::CallKind;
 use upstream::LogTarget;
 
 /// The proxy's routes.
@@ -126,6 +127,8 @@ struct Prepared {
     reply_headers: HeaderMap,
     /// Set when the request offers `loom_recall`, which Loom answers itself.
     recall: Option<recall::Rounds>,
+    /// What the call's span says of the render (empty when spans are not recorded).
+    facts: Vec<loom_telemetry::Attribute>,
 }
 
 async fn proxy(
@@ -136,10 +139,11 @@ async fn proxy(
     raw: Bytes,
 ) -> Response {
     let started = Instant::now();
+    let started_at = SystemTime::now();
     let deadline = started + state.config.limits.request_timeout;
     let principal = match state.authenticate(&headers).await {
         Ok(p) => p,
-        Err(e) => return provider_error(api, &e),
+        Err(e) => return refused(&state, api, &headers, started_at, &e),
     };
     // A slot first: a request turned away for want of one has written nothing.
     let permit = match tokio::time::timeout(
@@ -150,17 +154,22 @@ async fn proxy(
     {
         Ok(Ok(permit)) => permit,
         _ => {
-            return provider_error(
+            return refused(
+                &state,
                 api,
+                &headers,
+                started_at,
                 &ApiError::unavailable("too many upstream calls in flight; retry shortly"),
             )
         }
     };
-    let prepared = match prepare(&state, api, &principal, &headers, raw).await {
+    let mut prepared = match prepare(&state, api, &principal, &headers, raw).await {
         Ok(p) => p,
-        Err(e) => return provider_error(api, &e),
+        Err(e) => return refused(&state, api, &headers, started_at, &e),
     };
     state.metrics.overhead(route(api), started.elapsed());
+    let span = call_span(&state, api, &headers, started_at, &mut prepared);
+    let attempt = span.attempt("upstream");
     let rounds = prepared.recall.map(|mut r| {
         r.principal = Some(principal.clone());
         r.headers = headers.clone();
@@ -183,6 +192,8 @@ async fn proxy(
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             let kind = if e.is_timeout() { "timeout" } else { "connect" };
+            attempt.fail(kind);
+            span.fail(kind);
             state.metrics.upstream_error(upstream::provider(api), kind);
             tracing::warn!("upstream {}: {e}", upstream::provider(api));
             let status = if e.is_timeout() {
@@ -201,6 +212,8 @@ async fn proxy(
             return r;
         }
         Err(_) => {
+            attempt.fail("timeout");
+            span.fail("timeout");
             state
                 .metrics
                 .upstream_error(upstream::provider(api), "timeout");
@@ -213,6 +226,10 @@ async fn proxy(
             );
         }
     };
+    attempt.status(upstream.status().as_u16());
+    let mut target = prepared.target;
+    target.span = span;
+    target.attempt = attempt;
     let mut extra = prepared.reply_headers;
     set(&mut extra, "x-loom-mode", prepared.mode.as_str());
     let response = relay::relay(
@@ -221,13 +238,103 @@ async fn proxy(
         prepared.model,
         upstream,
         extra,
-        prepared.target,
+        target,
         deadline,
         rounds,
     )
     .await;
     drop(permit);
     response
+}
+
+/// A call refused before it went upstream: its span (failed with the status Loom answered) and
+/// the provider-shaped error.
+fn refused(
+    state: &AppState,
+    api: Api,
+    headers: &HeaderMap,
+    started: SystemTime,
+    e: &ApiError,
+) -> Response {
+    let span = state.telemetry.call(
+        CallKind::Server,
+        OPERATION,
+        upstream::provider(api),
+        "",
+        started,
+        || session_attributes(headers, None),
+    );
+    span.fail(e.status.as_str());
+    span.set(|| {
+        vec![loom_telemetry::Attribute::new(
+            loom_telemetry::attr::HTTP_STATUS,
+            i64::from(e.status.as_u16()),
+        )]
+    });
+    span.end();
+    provider_error(api, e)
+}
+
+/// The GenAI operation of the three APIs.
+const OPERATION: &str = "chat";
+
+/// The span of a prepared call, begun at `started`, with what the preparation found.
+fn call_span(
+    state: &AppState,
+    api: Api,
+    headers: &HeaderMap,
+    started: SystemTime,
+    prepared: &mut Prepared,
+) -> loom_telemetry::Call {
+    state.telemetry.call(
+        CallKind::Server,
+        OPERATION,
+        upstream::provider(api),
+        &prepared.model,
+        started,
+        || {
+            let stored = prepared
+                .reply_headers
+                .get("x-loom-session")
+                .and_then(|v| v.to_str().ok());
+            let mut a = session_attributes(headers, stored);
+            a.push(loom_telemetry::Attribute::new(
+                loom_telemetry::attr::MODE,
+                prepared.mode.as_str().to_owned(),
+            ));
+            if let Some(id) = prepared.target.call {
+                a.push(loom_telemetry::Attribute::new(
+                    loom_telemetry::attr::RECEIPT,
+                    loom_telemetry::attr::n(id),
+                ));
+            }
+            a.append(&mut prepared.facts);
+            a
+        },
+    )
+}
+
+/// `session.id`: the conversation as the client named it (`X-Loom-Session`, or its own session
+/// header), else the session Loom keeps it in (`stored`, as the reply's `X-Loom-Session` shows
+/// it), which is also `loom.session`.
+fn session_attributes(headers: &HeaderMap, stored: Option<&str>) -> Vec<loom_telemetry::Attribute> {
+    let named = std::iter::once("x-loom-session")
+        .chain(CLIENT_SESSION_HEADERS)
+        .find_map(|name| header(headers, name).filter(|v| !v.is_empty()));
+    let mut a = Vec::with_capacity(2);
+    if let Some(id) = named.or(stored) {
+        a.push(loom_telemetry::Attribute::new(
+            loom_telemetry::attr::SESSION,
+            id.to_owned(),
+        ));
+    }
+    if let Some(id) = stored {
+        a.push(loom_telemetry::Attribute::new(
+            loom_telemetry::attr::LOOM_SESSION,
+            id.to_owned(),
+        ));
+    }
+    a
 }
 
 /// A reqwest error's text without the URL (which may name a private upstream).

@@ -199,14 +199,43 @@ pub(super) async fn prepare(
                     live: None,
                     guard: Some(lock),
                     logged: false,
+                    span: Default::default(),
+                    attempt: Default::default(),
                 },
                 reply_headers,
                 recall: None,
+                facts: Vec::new(),
             });
         }
         Err(e) => return Err(e),
     };
     let (session, diverged_from) = synced;
+    // What the call's span says of the render (only built when spans are recorded).
+    let facts = if state.telemetry.is_on() {
+        let mut facts = Vec::new();
+        if let Some(out) = &outcome {
+            facts = loom_telemetry::attr::receipt(&out.receipt);
+        }
+        if let Some(max) = spec.limits.reserve {
+            facts.push(loom_telemetry::Attribute::new(
+                loom_telemetry::attr::REQUEST_MAX_TOKENS,
+                loom_telemetry::attr::n(max),
+            ));
+        }
+        if let Some(budget) = budget {
+            facts.push(loom_telemetry::Attribute::new(
+                loom_telemetry::attr::REQUESTED_BUDGET,
+                loom_telemetry::attr::n(budget),
+            ));
+        }
+        facts
+    } else {
+        Vec::new()
+    };
+    let with_facts = |mut prepared: Prepared| {
+        prepared.facts = facts;
+        prepared
+    };
     // The history's new events become memory off the request path.
     state.index_later(principal, &session);
     // How much more the provider counts than Loom's estimate: the budget was divided by it.
@@ -245,7 +274,8 @@ pub(super) async fn prepare(
                     lock,
                     warnings,
                 )
-                .map(anchored);
+                .map(anchored)
+                .map(with_facts);
             }
             let offer = offers_recall.then_some(&spec);
             match assemble(api, &body, &live, &out.body, offer) {
@@ -292,6 +322,7 @@ pub(super) async fn prepare(
         p
     })
     .map(anchored)
+    .map(with_facts)
 }
 
 /// The request to send for a render that is not the client's own: the render merged into the
@@ -422,9 +453,12 @@ pub(super) fn finish(
             live: Some(live),
             guard: Some(lock),
             logged: true,
+            span: Default::default(),
+            attempt: Default::default(),
         },
         reply_headers,
         recall: None,
+        facts: Vec::new(),
     })
 }
 

@@ -226,6 +226,9 @@ pub(crate) async fn ask_again(
     state
         .metrics
         .recall_round(super::route(api), started.elapsed());
+    // Each round is its own request upstream: its own attempt span (the last one ends with
+    // the call).
+    target.attempt = target.span.attempt("upstream");
     let sent = tokio::time::timeout_at(deadline.into(), request.send())
         .await
         .map_err(|_| {
@@ -244,6 +247,7 @@ pub(crate) async fn ask_again(
             )
         })?;
     let status = sent.status();
+    target.attempt.status(status.as_u16());
     if !status.is_success() {
         let body = super::upstream::read_all(sent, deadline).await?;
         return Err(ApiError::upstream(

@@ -50,6 +50,7 @@ pub(crate) async fn relay(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     if !status.is_success() {
+        target.span.fail(status.as_str());
         state
             .metrics
             .upstream_error(provider(api), &format!("status_{}", status.as_u16()));
@@ -73,6 +74,7 @@ pub(crate) async fn relay(
     let mut body = match read_limited(upstream, deadline).await {
         Ok(b) => b,
         Err(e) => {
+            target.span.fail("read_failed");
             state.metrics.upstream_error(provider(api), "read_failed");
             return e.into_provider_response(api);
         }
@@ -92,6 +94,7 @@ pub(crate) async fn relay(
                         }
                     }
                     Err(e) => {
+                        target.span.fail("recall_round");
                         tracing::warn!("{}: a recall round failed: {}", target.session, e.message);
                         let mut r = super::provider_error(api, &e);
                         r.headers_mut().extend(headers);
@@ -102,6 +105,7 @@ pub(crate) async fn relay(
             log_reply(&state, api, &model, target, reply).await
         }
         Err(e) => {
+            target.span.fail("unreadable_reply");
             state.metrics.unlogged_reply();
             tracing::warn!(
                 "{}: a reply Loom cannot read was relayed unlogged: {e}",

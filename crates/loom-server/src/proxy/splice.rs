@@ -501,6 +501,7 @@ async fn relay_rounds(
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => break,
                 Err(e) => {
+                    target.span.fail(super::upstream::stream_error(&e));
                     client.fail(e).await;
                     return;
                 }
@@ -536,6 +537,7 @@ async fn relay_rounds(
                     continue;
                 }
                 Err(e) => {
+                    target.span.fail("recall_round");
                     tracing::warn!("{session}: a recall round failed: {}", e.message);
                     let seq = splice.seq;
                     client.send(vec![error_event(api, &e, seq)]).await;

@@ -27,6 +27,7 @@ use crate::auth::Principal;
 use crate::config::AuthMode;
 use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
+use loom_telemetry::{Attempt, Call};
 
 /// Largest non-streaming reply read into memory.
 const MAX_REPLY_BYTES: usize = 64 << 20;
@@ -87,6 +88,11 @@ pub(crate) struct LogTarget {
     /// Whether the reply is logged: not when the request's history could not be read (an
     /// `observe` call forwarded as it came), since the reply would answer nothing in the log.
     pub logged: bool,
+    /// The call's span (inert with telemetry off): it ends when the reply is logged, or when
+    /// this target is dropped without a reply.
+    pub span: Call,
+    /// The span of the request the upstream is answering.
+    pub attempt: Attempt,
 }
 
 /// The provider's name in metrics.
@@ -192,6 +198,9 @@ pub(super) fn stream(
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => break,
                 Err(e) => {
+                    if let Some(t) = &target {
+                        t.span.fail(stream_error(&e));
+                    }
                     let _ = tx.send(Err(e)).await;
                     break;
                 }
@@ -224,6 +233,9 @@ pub(super) fn stream(
             }
         }
         if assembler.is_some() {
+            if let Some(t) = &target {
+                t.span.fail("incomplete_stream");
+            }
             // The stream ended before it completed: nothing partial is logged.
             tracing::warn!("{session}: the upstream stream ended before it completed; not logged");
         }
@@ -256,6 +268,15 @@ pub(crate) async fn next_chunk(
     }
 }
 
+/// The `error.type` of a stream that [`next_chunk`] ended with `e`.
+pub(crate) fn stream_error(e: &std::io::Error) -> &'static str {
+    if e.to_string().contains("timed out") {
+        "timeout"
+    } else {
+        "dropped_stream"
+    }
+}
+
 /// Appends the assistant turn and records its usage against the call; a failure is counted and
 /// logged, never turned into an error for a client that already has its reply.
 pub(crate) async fn log_reply(
@@ -265,6 +286,26 @@ pub(crate) async fn log_reply(
     target: LogTarget,
     mut reply: AssistantReply,
 ) {
+    if target.span.is_on() {
+        let u = reply.usage.as_ref();
+        target.span.reply(&loom_telemetry::Reply {
+            model: reply.model.as_deref(),
+            id: reply.id.as_deref(),
+            finish_reason: reply.finish_reason.as_deref(),
+            input_tokens: u.map(|u| u.input_tokens),
+            cached_input_tokens: u.and_then(|u| u.cached_input_tokens),
+            output_tokens: u.and_then(|u| u.output_tokens),
+        });
+        // After hidden recall rounds the reply is recorded against the last round's call.
+        if let Some(call) = target.call {
+            target.span.set(|| {
+                vec![loom_telemetry::Attribute::new(
+                    loom_telemetry::attr::RECEIPT,
+                    loom_telemetry::attr::n(call),
+                )]
+            });
+        }
+    }
     if !target.logged {
         return;
     }
@@ -281,8 +322,12 @@ pub(crate) async fn log_reply(
         call,
         live,
         guard,
+        span,
+        attempt,
         ..
     } = target;
+    // The call's spans end when its reply is logged (a stream's, when the stream ends).
+    let spans = (span, attempt);
     let items = std::mem::take(&mut reply.items);
     let event = assistant_event(api, reply.clone());
     let usage = reply.usage.map(|u| Usage {
@@ -327,8 +372,11 @@ pub(crate) async fn log_reply(
     drop(guard);
     if let Err(e) = logged {
         state.metrics.unlogged_reply();
+        spans.0.fail("unlogged_reply");
         tracing::warn!("a reply was relayed but not logged: {e}");
     }
+    spans.1.end();
+    spans.0.end();
 }
 
 /// The events of a Responses reply whose output holds items Loom does not model, read as a
