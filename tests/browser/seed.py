@@ -77,8 +77,8 @@ def generated(url, key, session, events, calls):
              {"role": "user", "content": "Find and fix the failing test in the repository."}]
     history(url, key, session, first)
     turns = (events - 2) // 2
-    every = max(1, turns // calls)
-    made = 0
+    every = max(1, turns // max(1, calls - 1))
+    made = 1 if render(url, key, session, 6000, True) is not None else 0
     for t in range(turns):
         out = "\n".join(f"line {j} of the output of command {t}: ok" for j in range(8 if t % 5 else 120))
         history(url, key, session, [
