@@ -46,6 +46,9 @@
 //! memory = true                   # the agent's long-term memory (L4)
 //! kb = true                       # the knowledge base (`loom kb add`)
 //!
+//! [telemetry]                     # OpenTelemetry spans of the model calls (off by default)
+//! otlp_endpoint = "http://127.0.0.1:4318"   # OTLP/HTTP; LOOM_OTLP_ENDPOINT overrides it
+//!
 //! [[tools.user]]
 //! name = "deploy:preview"
 //! description = "Deploy the workspace to a preview URL."
@@ -109,6 +112,9 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// The knowledge hook (none: nothing is injected).
     pub knowledge: Option<KnowledgeConfig>,
+    /// Where spans of the model calls go.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// Where the file is (relative paths are resolved against it).
     #[serde(skip)]
     pub dir: PathBuf,
@@ -142,6 +148,16 @@ impl KnowledgeConfig {
 
     /// The injection reserve used when the file sets none: knowledge needs room to land in.
     pub const DEFAULT_RESERVE: u64 = 1_000;
+}
+
+/// `[telemetry]`: OpenTelemetry spans of the run's model calls, one per call, exported over
+/// OTLP/HTTP.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector (`http://127.0.0.1:4318`, to which `/v1/traces` is added, or its full
+    /// traces URL); none: no spans.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[limits]`.

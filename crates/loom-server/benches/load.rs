@@ -57,6 +57,8 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --live-bytes N          sessions: the server's live-session cache bound in bytes [server default]
   --memory on|off         agents' memory, indexed in the background (loom serve's
                           default is on; off keeps earlier figures comparable) [off]
+  --otlp off|on|URL       spans of every call exported over OTLP/HTTP: on sends them to
+                          a collector in this process that drops them [off]
   --db URL                a PostgreSQL database (postgres://...) instead of a fresh
                           SQLite file per run; its round trips per call are printed
   --time-limit SECS       wall-clock bound of each scenario run   [900]
@@ -186,6 +188,9 @@ impl Options {
                 "--session-turns" => o.session_turns = number(&flag, &value()?)?,
                 "--live-sessions" => o.live_sessions = Some(number(&flag, &value()?)?),
                 "--live-bytes" => o.live_bytes = Some(number(&flag, &value()?)?),
+                "--otlp" => {
+                    let _ = harness::OTLP.set(value()?);
+                }
                 "--memory" => {
                     let on = match value()?.as_str() {
                         "on" => true,

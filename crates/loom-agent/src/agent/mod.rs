@@ -261,6 +261,8 @@ pub struct Runner<'a> {
     summary: Option<(&'a dyn Summarizer, &'a WorkerConfig)>,
     started: Instant,
     totals: Totals,
+    /// Spans of the model calls (off unless the run's `[telemetry]` names a collector).
+    telemetry: loom_telemetry::Telemetry,
 }
 
 impl std::fmt::Debug for Runner<'_> {
@@ -269,6 +271,36 @@ impl std::fmt::Debug for Runner<'_> {
             .field("spec", &self.spec)
             .finish_non_exhaustive()
     }
+}
+
+/// The provider a run's API names, as `gen_ai.system` says it.
+fn system(api: loom_core::Api) -> &'static str {
+    match api {
+        loom_core::Api::Anthropic => "anthropic",
+        _ => "openai",
+    }
+}
+
+/// What a turn's span says beyond the GenAI basics: the session and agent, the turn, and the
+/// render's receipt.
+fn turn_attributes(
+    agent: &Agent,
+    turn: u32,
+    rendered: &RenderOutcome<Vec<u8>>,
+) -> Vec<loom_telemetry::Attribute> {
+    use loom_telemetry::{attr, Attribute};
+    let mut a = attr::receipt(&rendered.receipt);
+    a.push(Attribute::new(
+        attr::SESSION,
+        agent.session.as_str().to_owned(),
+    ));
+    a.push(Attribute::new("loom.agent", agent.name.as_str().to_owned()));
+    a.push(Attribute::new("loom.agent.depth", i64::from(agent.depth)));
+    a.push(Attribute::new("loom.turn", i64::from(turn)));
+    if let Some(id) = rendered.model_call {
+        a.push(Attribute::new(attr::RECEIPT, attr::n(id)));
+    }
+    a
 }
 
 /// Where the log stands for the loop.
@@ -352,7 +384,14 @@ impl<'a> Runner<'a> {
             summary: None,
             started: Instant::now(),
             totals: Totals::default(),
+            telemetry: loom_telemetry::Telemetry::off(),
         }
+    }
+
+    /// Records a span per model call in `telemetry` (each agent's turns, children's included).
+    pub fn with_telemetry(mut self, telemetry: loom_telemetry::Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// Runs `hooks` around every turn: the pre-hooks before each render (what they inject goes
@@ -541,17 +580,40 @@ impl<'a> Runner<'a> {
                 Ok(rendered) => rendered,
                 Err(halt) => return Ok(halt),
             };
+            let span = self.telemetry.call(
+                loom_telemetry::CallKind::Client,
+                "chat",
+                system(api),
+                &self.spec.model,
+                std::time::SystemTime::now(),
+                || turn_attributes(agent, self.totals.turns + 1, &rendered),
+            );
             let observer = &mut *self.observer;
             let reply = self
                 .model
                 .call(&rendered.body, &mut |text| {
                     observer.progress(&Progress::Text(text))
                 })
-                .map_err(|message| AgentError::Model {
-                    session: agent.session.clone(),
-                    turn: self.totals.turns + 1,
-                    message,
+                .map_err(|message| {
+                    span.fail("model_call");
+                    AgentError::Model {
+                        session: agent.session.clone(),
+                        turn: self.totals.turns + 1,
+                        message,
+                    }
                 })?;
+            if span.is_on() {
+                let u = reply.usage.as_ref();
+                span.reply(&loom_telemetry::Reply {
+                    model: reply.model.as_deref(),
+                    id: reply.id.as_deref(),
+                    finish_reason: reply.finish_reason.as_deref(),
+                    input_tokens: u.map(|u| u.input_tokens),
+                    cached_input_tokens: u.and_then(|u| u.cached_input_tokens),
+                    output_tokens: u.and_then(|u| u.output_tokens),
+                });
+            }
+            span.end();
             let usage = reply.usage;
             let event = loom_session::history::assistant_event(api, reply);
             self.env.store.append(&agent.session, &[event])?;

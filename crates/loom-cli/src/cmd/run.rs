@@ -191,6 +191,18 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
     if let Some(h) = &hooks {
         runner = runner.with_hooks(h);
     }
+    // Spans of the model calls: the variable, else the file's `[telemetry]`; none, no spans.
+    let telemetry = match std::env::var(loom_server::config::OTLP_ENDPOINT_ENV)
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .or_else(|| config.telemetry.otlp_endpoint.clone())
+    {
+        Some(endpoint) => {
+            loom_telemetry::Telemetry::otlp(&endpoint, "loom-run").map_err(bad_input)?
+        }
+        None => loom_telemetry::Telemetry::off(),
+    };
+    runner = runner.with_telemetry(telemetry.clone());
     let session = match (&args.resume, &args.session) {
         (Some(s), _) | (None, Some(s)) => s.clone(),
         (None, None) => format!("run-{}", super::now_ms()),

@@ -51,6 +51,42 @@ pub(crate) static DATABASE: std::sync::OnceLock<String> = std::sync::OnceLock::n
 /// indexed in the background as sessions grow, in the same database.
 pub(crate) static MEMORY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
+/// Where the server exports its spans (`--otlp`): a collector's URL, or `on` for a sink
+/// collector in this process (it reads and drops every batch). Off unless set.
+pub(crate) static OTLP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The in-process sink collector's URL, started on first use on a thread of its own.
+fn sink_collector() -> Result<String> {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(url) = URL.get() {
+        return Ok(url.clone());
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding the collector")?;
+    listener.set_nonblocking(true)?;
+    let url = format!("http://{}", listener.local_addr()?);
+    std::thread::Builder::new()
+        .name("otlp-sink".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                let app = axum::Router::new().route(
+                    "/v1/traces",
+                    axum::routing::post(|_body: axum::body::Bytes| async { "" }),
+                );
+                let _ = axum::serve(listener, app).await;
+            });
+        })?;
+    Ok(URL.get_or_init(|| url).clone())
+}
+
 /// The mock, the server and the client.
 #[derive(Debug)]
 pub(crate) struct Harness {
@@ -96,6 +132,11 @@ impl Harness {
         if let Some(n) = options.live_sessions {
             config.limits.live_sessions = n;
         }
+        config.telemetry.otlp_endpoint = match OTLP.get().map(String::as_str) {
+            None | Some("off") => None,
+            Some("on") => Some(sink_collector()?),
+            Some(url) => Some(url.to_owned()),
+        };
         let (store, blobs, pg): (Arc<dyn Store>, Arc<dyn BlobStore>, _) = match DATABASE.get() {
             Some(url) => {
                 // The driver blocks on a runtime of its own: opened off the async threads.
