@@ -70,9 +70,9 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
-echo "-- seeding: a shared trace at a 6,000-token budget, and a generated session"
+echo "-- seeding: a shared trace at an 8,000-token budget, and a generated session"
 trace=$("$python" "$here/seed.py" trace "$url" "$key" swe-trace \
-    "$root/../shared/traces/miniswe_gemini3pro_swebv.jsonl" 23 6000)
+    "$root/../shared/traces/miniswe_gemini3pro_swebv.jsonl" 23 8000)
 generated=$("$python" "$here/seed.py" generated "$url" "$key" generated-1000 1000 500)
 echo "   $trace"
 echo "   $generated"
