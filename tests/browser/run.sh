@@ -35,6 +35,13 @@ if [[ -z "$chromium" ]]; then
 fi
 echo "-- $("$chromium" --version 2>/dev/null || echo "$chromium")"
 
+if ! command -v npm >/dev/null 2>&1; then
+    echo "-- no npm: installing Debian's nodejs and npm"
+    export DEBIAN_FRONTEND=noninteractive
+    timeout 120 apt-get update -q >/dev/null
+    timeout 600 apt-get install -y -q nodejs npm >/dev/null
+fi
+
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 want=$(node -e 'console.log(require(process.argv[1]).dependencies.playwright)' "$here/package.json")
 have=$(node -e 'try { console.log(require(process.argv[1]).version) } catch { console.log("") }' \
