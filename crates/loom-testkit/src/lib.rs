@@ -9,9 +9,13 @@
 //! [`pg`] gives tests a PostgreSQL database of their own: a fresh schema on the cluster named by
 //! `LOOM_TEST_PG`, or on one started once per test binary by `scripts/postgres.sh`.
 //!
+//! [`otlp`] is a trace collector on loopback (OTLP over HTTP) that the tests of Loom's spans read
+//! and its benchmarks export to.
+//!
 //! Errors are plain strings (a path and a reason each): they are read by people looking at a
 //! failed test, never matched on by code.
 
+pub mod otlp;
 pub mod pg;
 mod schema;
 
