@@ -123,6 +123,24 @@ pub struct ServeConfig {
     pub recall: RecallConfig,
     /// Where spans of the proxied calls are exported (`[telemetry]`).
     pub telemetry: TelemetryConfig,
+    /// What the web inspector keeps (`[inspector]`).
+    pub inspector: InspectorConfig,
+}
+
+/// `[inspector]`: what the web inspector (`/ui`) keeps in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InspectorConfig {
+    /// Bytes of request bodies kept exactly as sent, the oldest dropped first; 0 keeps none
+    /// (the inspector then shows each request rebuilt from the log).
+    pub keep_requests_bytes: usize,
+}
+
+impl Default for InspectorConfig {
+    fn default() -> Self {
+        Self {
+            keep_requests_bytes: 64 << 20,
+        }
+    }
 }
 
 /// `[telemetry]`: OpenTelemetry traces of the proxied calls, off by default.
@@ -258,6 +276,14 @@ struct RawConfig {
     recall: Option<toml::Value>,
     #[serde(default)]
     telemetry: RawTelemetry,
+    #[serde(default)]
+    inspector: RawInspector,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInspector {
+    keep_requests_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -497,6 +523,17 @@ impl ServeConfig {
             policy: raw.policy,
             models: raw.models,
             telemetry: TelemetryConfig { otlp_endpoint },
+            inspector: InspectorConfig {
+                keep_requests_bytes: match raw.inspector.keep_requests_bytes {
+                    None => InspectorConfig::default().keep_requests_bytes,
+                    Some(n) => usize::try_from(n).map_err(|_| {
+                        invalid(
+                            "inspector.keep_requests_bytes",
+                            format!("{n} bytes is more than this machine can address"),
+                        )
+                    })?,
+                },
+            },
         })
     }
 }
@@ -716,5 +753,25 @@ mod tests {
         assert!(err.to_string().contains("recall.mode"), "{err}");
         let err = with("auth = \"keys\"\nrecall = \"files\"\n").unwrap_err();
         assert!(err.to_string().contains("--auth none"), "{err}");
+    }
+
+    #[test]
+    fn the_inspector_keeps_64_mib_of_requests_unless_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.toml");
+        let with = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            resolve(ServeArgs {
+                config: Some(path.clone()),
+                ..Default::default()
+            })
+        };
+        assert_eq!(with("").unwrap().inspector.keep_requests_bytes, 64 << 20);
+        let c = with("[inspector]\nkeep_requests_bytes = 0\n").unwrap();
+        assert_eq!(c.inspector.keep_requests_bytes, 0);
+        let err = with("[inspector]\nkeep_request_bytes = 1\n").unwrap_err();
+        assert!(err.to_string().contains("keep_request_bytes"), "{err}");
+        let err = with("[inspector]\nkeep_requests_bytes = -1\n").unwrap_err();
+        assert!(err.to_string().contains("keep_requests_bytes"), "{err}");
     }
 }

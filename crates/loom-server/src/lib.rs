@@ -23,6 +23,7 @@ pub mod metrics;
 mod openapi;
 pub mod proxy;
 pub mod recall_files;
+pub mod sent;
 pub mod state;
 mod ui;
 
@@ -105,6 +106,7 @@ pub fn state_with_memory(
     };
     let live = loom_session::LiveSessions::new(config.limits.live_sessions)
         .with_byte_limit(config.limits.live_bytes);
+    let keep_requests = config.inspector.keep_requests_bytes;
     Ok(Arc::new(AppState {
         store,
         blobs,
@@ -116,6 +118,8 @@ pub fn state_with_memory(
         telemetry,
         session_locks: locks::SessionLocks::default(),
         live,
+        sent: sent::SentRequests::new(keep_requests),
+        digests: Default::default(),
         memory,
         indexer,
     }))

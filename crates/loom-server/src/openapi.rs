@@ -39,7 +39,7 @@ use crate::api::{self, explain, inspect, memory, schema};
         api::receipt,
         inspect::sessions,
         inspect::session,
-        inspect::call,
+        inspect::request::call,
         inspect::usage,
         memory::search,
         memory::save,

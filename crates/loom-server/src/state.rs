@@ -40,6 +40,10 @@ pub struct AppState {
     pub session_locks: crate::locks::SessionLocks,
     /// Sessions whose render state is kept in memory.
     pub live: LiveSessions,
+    /// Request bodies as sent, for the inspector (`[inspector] keep_requests_bytes`).
+    pub sent: crate::sent::SentRequests,
+    /// What the inspector has read of each session, kept between its polls.
+    pub(crate) digests: crate::api::inspect::Digests,
     /// Agents' memory and the knowledge base, beside the log (in its SQLite file or its
     /// PostgreSQL database).
     pub memory: Option<Arc<dyn loom_memory::Memory>>,

@@ -210,6 +210,15 @@ pub trait Store: KeyStore + Send + Sync + std::fmt::Debug {
     /// Every receipt of the session, in the order they were recorded.
     fn model_calls(&self, session: &SessionId) -> Result<Vec<ModelCall>>;
 
+    /// The receipts of the session numbered above `after`, in order: what a reader that holds
+    /// the first `after` (and their usage) has yet to read. Backends answer it without reading
+    /// the others.
+    fn model_calls_after(&self, session: &SessionId, after: u64) -> Result<Vec<ModelCall>> {
+        let mut calls = self.model_calls(session)?;
+        calls.retain(|c| c.id > after);
+        Ok(calls)
+    }
+
     /// The last receipt of the session, if any: what a render continues from. Backends answer
     /// it without reading every receipt.
     fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {

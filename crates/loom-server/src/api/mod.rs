@@ -66,7 +66,7 @@ pub fn routes(timeout: std::time::Duration) -> Router<Arc<AppState>> {
         .route("/loom/v1/inspect/sessions/{id}", get(inspect::session))
         .route(
             "/loom/v1/inspect/sessions/{id}/calls/{call}",
-            get(inspect::call),
+            get(inspect::request::call),
         )
         .route("/loom/v1/inspect/usage", get(inspect::usage))
         .route("/loom/v1/memory/search", post(memory::search))
@@ -382,7 +382,7 @@ pub(crate) struct Rendered {
     request_body = RenderBody, responses((status = 200, body = Rendered), schema::Errors))]
 pub(crate) async fn render(
     State(state): State<Arc<AppState>>,
-    Owned { id, sid, .. }: Owned,
+    Owned { p, id, sid, .. }: Owned,
     body: Bytes,
 ) -> Result<Response> {
     let req: RenderBody = parse_json(&body)?;
@@ -413,6 +413,7 @@ pub(crate) async fn render(
     };
     let lock = state.session_locks.get(&sid);
     let _guard = lock.lock().await;
+    let kept = sid.clone();
     let out = state
         .blocking("rendering", move |s| {
             s.engine
@@ -420,6 +421,15 @@ pub(crate) async fn render(
                 .ok_or_else(|| ApiError::not_found(format!("session `{id}` not found")))
         })
         .await?;
+    // The caller sends this body: the inspector shows it as the request sent.
+    if let Some(call) = out.model_call {
+        if let Ok(bytes) = serde_json::to_vec(&out.body) {
+            let tenant = p.tenant.as_ref();
+            state
+                .sent
+                .keep(tenant, &kept, call, &bytes.into(), now_ms());
+        }
+    }
     if out.receipt.compaction.is_some() && out.model_call.is_some() {
         state.metrics.compaction_point();
     }

@@ -176,6 +176,14 @@ async fn proxy(
         r.query = uri.query().map(str::to_owned);
         r
     });
+    // The body is final here: what the inspector shows as the request sent.
+    if let Some(call) = prepared.target.call {
+        let session = &prepared.target.session;
+        let tenant = principal.tenant.as_ref();
+        state
+            .sent
+            .keep(tenant, session, call, &prepared.body, now_ms());
+    }
     let request = match upstream_request(
         &state,
         api,

@@ -215,6 +215,12 @@ pub(crate) async fn ask_again(
         .ok_or_else(|| ApiError::internal("a recall round without its caller"))?;
     let (call, body) = hidden_round(state, api, rounds, target, reply).await?;
     target.call = call;
+    if let Some(call) = call {
+        let tenant = principal.tenant.as_ref();
+        state
+            .sent
+            .keep(tenant, &target.session, call, &body, now_ms());
+    }
     let request = super::upstream_request(
         state,
         api,

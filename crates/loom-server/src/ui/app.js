@@ -594,7 +594,7 @@ function callView(id, n) {
       el("a", { href: "#/session/" + enc(id) + "/call/" + (n + 1), text: "call " + (n + 1) + " ▶" }));
     main.append(el("h1", { text: "Model call " + n + " of session " + id }), nav);
     if (!r) {
-      main.append(el("p.note.warn", { text: d.request.note }));
+      if (!d.request.as_sent) main.append(el("p.note.warn", { text: d.request.note }));
     } else {
       const est = r.estimate;
       const rep = u ? u.input_tokens : null;
@@ -615,9 +615,16 @@ function callView(id, n) {
       }));
       main.append(el("h2", { text: "Events by fate (seqs of the log up to " + r.at_seq + ")" }), chips);
     }
-    if (d.request.body) {
-      const text = JSON.stringify(d.request.body, null, 2);
-      const pre = el("pre", { id: "request", text });
+    // The bytes sent when the server holds them (pretty-printed; as sent when not JSON), else
+    // the request rebuilt from the log.
+    const req = d.request;
+    let parsed = req.body;
+    if (req.as_sent) {
+      try { parsed = JSON.parse(req.sent); } catch (_) { parsed = undefined; }
+    }
+    if (req.as_sent || req.body) {
+      const text = parsed === undefined ? req.sent : JSON.stringify(parsed, null, 2);
+      const pre = el("pre", { id: "request", text, dataset: { source: req.as_sent ? "sent" : "rebuilt" } });
       const q = el("input", { type: "search", id: "search", placeholder: "search the request…", "aria-label": "search the request" });
       const count = el("span.muted", { id: "matches" });
       let marks = [], at = -1;
@@ -639,8 +646,11 @@ function callView(id, n) {
         }, 120);
       });
       q.addEventListener("keydown", (ev) => { if (ev.key === "Enter") { ev.preventDefault(); go(ev.shiftKey ? -1 : 1); } });
-      main.append(el("h2", { text: "The request (" + n0(text.length) + " characters)" }),
-        el("p.note" + (d.request.matches_receipt ? "" : ".warn"), { id: "request-note", text: d.request.note }),
+      const title = req.as_sent
+        ? "The request as sent (" + n0(new TextEncoder().encode(req.sent).length) + " bytes, pretty-printed)"
+        : "The request, rebuilt from the log (" + n0(text.length) + " characters)";
+      main.append(el("h2", { id: "request-title", text: title }),
+        el("p.note" + (req.as_sent || req.matches_receipt ? "" : ".warn"), { id: "request-note", text: req.note }),
         el("div.toolbar", {}, q, el("button", { type: "button", text: "▲", onclick: () => go(-1) }), el("button", { type: "button", text: "▼", onclick: () => go(1) }), count),
         pre);
     }

@@ -183,19 +183,20 @@ async fn a_session_page_holds_every_calls_fates_and_the_request_is_the_one_sent(
         .await;
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().starts_with("line 0 of the build\n"));
-    // The request, rendered again, is the one the render answered.
+    // The request is the body the render answered, as it answered it.
     let detail: Value = s
         .get("/loom/v1/inspect/sessions/s/calls/1", None)
         .await
         .json()
         .await
         .unwrap();
+    let request = &detail["request"];
+    assert_eq!(request["as_sent"], true, "{request}");
     assert_eq!(
-        detail["request"]["matches_receipt"], true,
-        "{}",
-        detail["request"]
+        request["sent"].as_str().unwrap(),
+        serde_json::to_string(&rendered["body"]).unwrap()
     );
-    assert_eq!(detail["request"]["body"], rendered["body"]);
+    assert_eq!(request["body"], Value::Null);
     assert_eq!(detail["call"]["receipt"], rendered["receipt"]);
     // A page of the timeline.
     let page: Value = s
@@ -209,6 +210,110 @@ async fn a_session_page_holds_every_calls_fates_and_the_request_is_the_one_sent(
         (json!(2), json!(3))
     );
     assert_eq!(page["events"].as_array().unwrap().len(), 2);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn without_the_bytes_sent_the_request_is_rebuilt_and_checked_against_its_receipt() {
+    let s = start_with(AuthMode::None, ProxyMode::Fit, |c| {
+        c.inspector.keep_requests_bytes = 0;
+    })
+    .await;
+    let rendered = seed(&s, None, "s").await;
+    let detail: Value = s
+        .get("/loom/v1/inspect/sessions/s/calls/1", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let request = &detail["request"];
+    assert_eq!(
+        (request["as_sent"].clone(), request["sent"].clone()),
+        (json!(false), Value::Null)
+    );
+    assert_eq!(request["matches_receipt"], true, "{request}");
+    assert_eq!(request["body"], rendered["body"]);
+    assert!(request["note"].as_str().unwrap().contains("rendered again"));
+    assert_eq!(s.state.sent.bytes(), 0);
+    s.stop().await;
+}
+
+/// A proxied Chat call with tool definitions and fields Loom does not model, in `fit` mode at a
+/// budget that makes it cut, under `key`; returns the call's number.
+async fn proxied(s: &Server, key: &str, session: &str) -> String {
+    let out: String = (0..2000)
+        .map(|i| format!("line {i} of the log\n"))
+        .collect();
+    let body = json!({
+        "model": "gpt-4o",
+        "temperature": 0.25,
+        "user": "someone",
+        "tools": [{"type": "function", "function": {"name": "bash", "description": "Runs a command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}],
+        "messages": [
+            {"role": "system", "content": "You are careful."},
+            {"role": "user", "content": "Build it."},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "bash", "arguments": "{\"command\": \"make\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": out},
+            {"role": "user", "content": "And now?"},
+        ],
+    });
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            Some(key),
+            &[("x-loom-session", session), ("x-loom-budget", "2000")],
+            &body,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    r.headers()["x-loom-call"].to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_proxied_calls_request_is_the_bytes_the_upstream_received() {
+    let s = start(AuthMode::Keys, ProxyMode::Fit).await;
+    let (alpha, beta) = (s.key("alpha"), s.key("beta"));
+    let call = proxied(&s, &alpha, "s").await;
+    let received = s.mock.requests().last().unwrap().raw.clone();
+    let path = format!("/loom/v1/inspect/sessions/s/calls/{call}");
+    let detail: Value = s.get(&path, Some(&alpha)).await.json().await.unwrap();
+    let request = &detail["request"];
+    assert_eq!(request["as_sent"], true, "{request}");
+    assert_eq!(
+        request["sent"].as_str().unwrap().as_bytes(),
+        &received[..],
+        "byte for byte"
+    );
+    // What Loom spliced in is there: the render cut the long output, the client's fields stayed.
+    let sent: Value = serde_json::from_slice(&received).unwrap();
+    assert_eq!(
+        (sent["user"].clone(), sent["temperature"].clone()),
+        (json!("someone"), json!(0.25))
+    );
+    assert!(
+        received.len() < 20_000,
+        "the long output was cut: {} bytes",
+        received.len()
+    );
+    // Another tenant's session of the same name and call number holds its own body, and the
+    // first tenant's is not found for it.
+    s.mock.clear();
+    assert_eq!(s.get(&path, Some(&beta)).await.status(), 404);
+    let theirs = proxied(&s, &beta, "s").await;
+    assert_eq!(theirs, call);
+    let received_beta = s.mock.requests().last().unwrap().raw.clone();
+    let detail: Value = s.get(&path, Some(&beta)).await.json().await.unwrap();
+    assert_eq!(
+        detail["request"]["sent"].as_str().unwrap().as_bytes(),
+        &received_beta[..]
+    );
+    let detail: Value = s.get(&path, Some(&alpha)).await.json().await.unwrap();
+    assert_eq!(
+        detail["request"]["sent"].as_str().unwrap().as_bytes(),
+        &received[..]
+    );
     s.stop().await;
 }
 

@@ -422,6 +422,23 @@ impl Store for PgStore {
         })
     }
 
+    fn model_calls_after(&self, session: &SessionId, after: u64) -> Result<Vec<ModelCall>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        tx::read(&self.pool, "listing model calls", |db| {
+            // The session's row is joined so that an unknown session is told from one with no
+            // receipt after `after`.
+            db.records_of(
+                "SELECT m.session IS NOT NULL, m.id, m.at_seq, m.created_ms, m.receipt, m.usage
+                 FROM sessions s LEFT JOIN model_calls m ON m.session = s.pk AND m.id > $2
+                 WHERE s.id = $1 ORDER BY m.id",
+                &[&session.as_str(), &after],
+                ("model_calls", "listing model calls"),
+                |row| model_call(row, session),
+            )?
+            .ok_or_else(|| StoreError::SessionNotFound(session.clone()))
+        })
+    }
+
     fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
         tx::read(&self.pool, "reading the last model call", |db| {
             // The session's row joined to its newest receipt only (by the primary key's index).

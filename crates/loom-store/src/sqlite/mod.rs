@@ -327,6 +327,20 @@ impl Store for SqliteStore {
         })
     }
 
+    fn model_calls_after(&self, session: &SessionId, after: u64) -> Result<Vec<ModelCall>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        self.read_tx(|tx| {
+            let SessionRow { pk, .. } = require_session(tx, session)?;
+            query_all(
+                tx,
+                &format!("{MODEL_CALL_COLUMNS} WHERE session = ?1 AND id > ?2 ORDER BY id"),
+                rusqlite::params![pk, after],
+                ("model_calls", "listing model calls"),
+                |row| model_call(row, session),
+            )
+        })
+    }
+
     fn last_model_call(&self, session: &SessionId) -> Result<Option<ModelCall>> {
         self.read_tx(|tx| {
             let SessionRow { pk, .. } = require_session(tx, session)?;

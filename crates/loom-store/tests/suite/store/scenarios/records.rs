@@ -122,7 +122,17 @@ pub(crate) fn model_calls_are_numbered<H: StoreHarness>(h: &mut H) {
     assert_eq!((first.id, second.id), (1, 2));
     assert_eq!(second.call, receipt(&id, 1, 2));
     assert_eq!(store.last_model_call(&id).unwrap().as_ref(), Some(&second));
-    assert_eq!(store.model_calls(&id).unwrap(), vec![first, second]);
+    assert_eq!(
+        store.model_calls(&id).unwrap(),
+        vec![first.clone(), second.clone()]
+    );
+    assert_eq!(
+        store.model_calls_after(&id, 0).unwrap(),
+        vec![first, second.clone()]
+    );
+    assert_eq!(store.model_calls_after(&id, 1).unwrap(), vec![second]);
+    assert_eq!(store.model_calls_after(&id, 2).unwrap(), vec![]);
+    assert_eq!(store.model_calls_after(&id, u64::MAX).unwrap(), vec![]);
     let other = with_session(store, "t");
     assert_eq!(
         store.record_model_call(&receipt(&other, 0, 3)).unwrap().id,
