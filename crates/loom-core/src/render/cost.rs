@@ -85,6 +85,8 @@ pub enum Key {
     /// groups are closed at (`None` when steps are not grouped), and how many results arrived
     /// late for folded units.
     Block(Seq, Option<u32>, usize, Option<u64>, usize),
+    /// The text of the summary of this version alone (the receipt's `parts.summary`).
+    Summary(u32),
 }
 
 /// Token costs of units under decisions, memoised: each piece is counted once per form.
@@ -225,6 +227,13 @@ impl<'a> Coster<'a> {
         let v = f(self);
         self.memo.insert(key, v);
         v
+    }
+
+    /// Tokens of `summary`'s text alone.
+    pub(crate) fn summary(&mut self, summary: &SummaryView) -> u64 {
+        self.memo(Key::Summary(summary.version), |c| {
+            c.meter.count(&summary.content)
+        })
     }
 
     /// Tokens of a unit rendered in place under `state`.

@@ -37,7 +37,7 @@ pub use meter::{
 };
 pub use policy::{Budget, Policy, Retention, Tier};
 pub use projection::{Audience, Paired, Projection, ResultView, Turn, Unit, UnitBody};
-pub use receipt::{Injected, Receipt, SeqRange};
+pub use receipt::{Injected, Parts, Receipt, SeqRange};
 pub use refs::{tool_ref, Locator, RecallRefs, RECALL_TOOL};
 pub use request::{Msg, RenderedCall, Request, ResultForm, ToolSpec};
 pub use state::{CompactionState, CutRule, PointReason, PointRecord};
@@ -271,7 +271,7 @@ pub fn render_projection(
     }
 
     let summary = summary_of(&state);
-    let (mut request, mut pieces, tiers) =
+    let (mut request, mut pieces, tiers, parts) =
         layout_request(input, proj, &state, summary, &mut coster, overhead);
     for (inj, record) in input.injections.iter().zip(&injected) {
         request.messages.push(injection_msg(&inj.content));
@@ -292,6 +292,7 @@ pub fn render_projection(
         summary,
         budget,
         tiers,
+        parts,
         estimate: estimate + injected_tokens,
         injected,
         fired,
@@ -377,7 +378,7 @@ fn floor_tokens(
     floor
 }
 
-/// Lays out the neutral request and reports tokens per tier.
+/// Lays out the neutral request and reports tokens per tier, and the parts of two of them.
 fn layout_request(
     input: &RenderInput<'_>,
     proj: &Projection,
@@ -385,11 +386,17 @@ fn layout_request(
     summary: Option<&SummaryView>,
     coster: &mut Coster<'_>,
     overhead: u64,
-) -> (Request, Vec<Piece>, std::collections::BTreeMap<Tier, u64>) {
+) -> (
+    Request,
+    Vec<Piece>,
+    std::collections::BTreeMap<Tier, u64>,
+    Parts,
+) {
     use std::collections::BTreeMap;
     let mut pieces = Vec::new();
     let policy = input.policy;
     let mut tiers: BTreeMap<Tier, u64> = BTreeMap::new();
+    let mut parts = Parts::default();
     let mut messages = Vec::new();
     let tools_tokens = overhead.saturating_sub(input.format.priming_tokens());
     *tiers.entry(Tier::Tools).or_default() += tools_tokens;
@@ -404,6 +411,7 @@ fn layout_request(
         if proj.is_kept(i) {
             let tokens = coster.unit(proj, i, state);
             *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
+            split_turn(coster, proj, i, state, tokens, &mut parts);
             let (key, msg) = coster.msg(proj, i, state);
             pieces.push(Piece { key, tokens });
             messages.push(msg);
@@ -416,6 +424,10 @@ fn layout_request(
             tokens,
         });
         *tiers.entry(Tier::Summary).or_default() += tokens;
+        // The summary's text, which the block ends with; the rest is the compact lines.
+        let of_summary = summary.map_or(0, |s| coster.summary(s).min(tokens));
+        parts.summary += of_summary;
+        parts.compact += tokens - of_summary;
         messages.push(Msg::User {
             content: MessageContent::Text(block.text.clone()),
             name: None,
@@ -434,6 +446,7 @@ fn layout_request(
     for (i, unit) in proj.units.iter().enumerate().skip(first_tail) {
         let tokens = coster.unit(proj, i, state);
         *tiers.entry(tier_of(&unit.body)).or_default() += tokens;
+        split_turn(coster, proj, i, state, tokens, &mut parts);
         let (key, msg) = coster.msg(proj, i, state);
         pieces.push(Piece { key, tokens });
         messages.push(msg);
@@ -448,7 +461,39 @@ fn layout_request(
         },
         pieces,
         tiers,
+        parts,
     )
+}
+
+/// Adds unit `i`'s `tokens`, when it is an assistant turn, to `parts`: each result by the form
+/// it is sent in (a turn's cost is its head plus each result's, [`Coster::unit`]), the rest as
+/// the turn's own.
+fn split_turn(
+    coster: &mut Coster<'_>,
+    proj: &Projection,
+    i: usize,
+    state: &CompactionState,
+    tokens: u64,
+    parts: &mut Parts,
+) {
+    let UnitBody::Turn(turn) = &proj.units[i].body else {
+        return;
+    };
+    let mut results = 0;
+    for (c, paired) in turn.calls.iter().enumerate() {
+        let form = layout::form_of(paired, state);
+        let part = match form {
+            ResultForm::Verbatim => &mut parts.verbatim,
+            ResultForm::Stubbed => &mut parts.stubbed,
+            ResultForm::Elided => &mut parts.elided,
+            ResultForm::Diff => &mut parts.diffed,
+            ResultForm::Missing => continue,
+        };
+        let t = coster.result(proj, state, i, c, form);
+        *part += t;
+        results += t;
+    }
+    parts.turns += tokens.saturating_sub(results);
 }
 
 fn tier_of(body: &UnitBody) -> Tier {

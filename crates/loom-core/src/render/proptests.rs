@@ -618,6 +618,27 @@ fn check_session(case: &Case<'_>) -> Result<(), TestCaseError> {
                         "{format:?}: the body's bytes, reusing the last call's, differ from the \
                          body serialised"
                     );
+                    // Each split tier is the sum of its parts.
+                    let (tiers, parts) = (&r.receipt.tiers, &r.receipt.parts);
+                    let tier = |t: Tier| tiers.get(&t).copied().unwrap_or(0);
+                    prop_assert_eq!(
+                        parts.turns + parts.verbatim + parts.stubbed + parts.elided + parts.diffed,
+                        tier(Tier::ToolResults),
+                        "{:?}: tool_results' parts {:?}",
+                        format,
+                        parts
+                    );
+                    prop_assert_eq!(
+                        parts.summary + parts.compact,
+                        tier(Tier::Summary),
+                        "{:?}: summary's parts {:?}",
+                        format,
+                        parts
+                    );
+                    prop_assert!(
+                        r.receipt.stubbed.is_empty() || parts.stubbed > 0,
+                        "{format:?}: stubbed results but no stubbed tokens: {parts:?}"
+                    );
                     if let Some((seq, n)) = r.receipt.unaccounted() {
                         prop_assert!(
                             false,

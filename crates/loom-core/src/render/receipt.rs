@@ -89,6 +89,10 @@ pub struct Receipt {
     pub estimate: u64,
     /// Tokens per tier.
     pub tiers: BTreeMap<Tier, u64>,
+    /// Two tiers split further: `tool_results` by the form each result was sent in, `summary`
+    /// into the summary and the compact lines. Absent in receipts written before it existed.
+    #[serde(default, skip_serializing_if = "Parts::is_empty")]
+    pub parts: Parts,
     /// Seqs sent as they are in the log.
     pub verbatim: Vec<SeqRange>,
     /// Result seqs sent as observation + reference.
@@ -125,6 +129,35 @@ pub struct Receipt {
     pub points: u32,
     /// Injected content per hook.
     pub injected: Vec<Injected>,
+}
+
+/// Tokens of the `tool_results` and `summary` tiers by what they are made of; each tier is the
+/// sum of its parts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Parts {
+    /// `tool_results`: the assistant turns themselves (their text and calls, and the
+    /// placeholder of a call without a result), without the results.
+    pub turns: u64,
+    /// `tool_results`: results sent whole.
+    pub verbatim: u64,
+    /// `tool_results`: results sent as their step's observation and a reference.
+    pub stubbed: u64,
+    /// `tool_results`: results sent as head and tail with a reference.
+    pub elided: u64,
+    /// `tool_results`: browser pages sent as a diff against an earlier page.
+    pub diffed: u64,
+    /// `summary`: the summary's text within the compact block.
+    pub summary: u64,
+    /// `summary`: the rest of the compact block (its lines for the folded events, and framing).
+    pub compact: u64,
+}
+
+impl Parts {
+    /// Whether no part holds a token.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl Receipt {
@@ -185,6 +218,7 @@ pub(crate) struct ReceiptInput<'a, 'i> {
     pub(crate) summary: Option<&'a SummaryView>,
     pub(crate) budget: Budget,
     pub(crate) tiers: BTreeMap<Tier, u64>,
+    pub(crate) parts: Parts,
     pub(crate) estimate: u64,
     pub(crate) injected: Vec<Injected>,
     pub(crate) fired: Option<PointRecord>,
@@ -292,6 +326,7 @@ pub(crate) fn build(r: ReceiptInput<'_, '_>) -> Receipt {
         budget: r.budget,
         estimate: r.estimate,
         tiers: r.tiers,
+        parts: r.parts,
         verbatim: ranges(verbatim),
         stubbed: ranges(stubbed),
         elided: ranges(elided),
