@@ -1,5 +1,6 @@
-//! `loom run` and `loom approve`: the offline demo end to end, and a run killed with SIGKILL in
-//! the middle of a tool call and resumed without losing or duplicating the call.
+//! `loom run` and `loom approve`: the offline demo end to end, a run killed with SIGKILL in the
+//! middle of a tool call and resumed without losing or duplicating the call, runs against the
+//! mock provider over HTTP, and their model calls' spans as a collector receives them.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -201,5 +202,147 @@ fn a_run_talks_to_each_provider_api_over_http() {
         );
         let explain = loom.run(["explain", "live", "--event", "2"]).ok().stdout();
         assert!(explain.contains("call 2"), "{api}: {explain}");
+    }
+}
+
+#[test]
+fn a_runs_model_calls_are_spans_with_the_session_agent_turn_and_receipt() {
+    use loom_testkit::otlp::{attributes, Collector, SpanKind};
+
+    let collector = Collector::start().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream = rt
+        .block_on(loom_mock_upstream::Mock::new().serve("127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    let mut seen = 0;
+    for (api, model, system) in [
+        ("chat_completions", "gpt-4o", "openai"),
+        ("messages", "claude-sonnet-4-5", "anthropic"),
+    ] {
+        let loom = Loom::new();
+        let ws = loom.dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let config = loom.file(
+            "run.toml",
+            format!(
+                "[provider]\napi = \"{api}\"\nbase_url = \"{}\"\napi_key_env = \"LOOM_TEST_KEY\"\n",
+                upstream.base_url()
+            ),
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_loom"))
+            .args(["run", "--model", model, "--budget", "8000", "--config"])
+            .arg(&config)
+            .arg("--workspace")
+            .arg(&ws)
+            .args(["--session", "traced", "read the notes please"])
+            .arg("--db")
+            .arg(loom.db())
+            .env("LOOM_TEST_KEY", "sk-test")
+            .env("LOOM_OTLP_ENDPOINT", collector.url())
+            .env_remove("LOOM_DB")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{api}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The mock calls a tool, then answers: two model calls, two spans, sent before the
+        // process exits.
+        let got = collector.wait_for(seen + 2, Duration::from_secs(10));
+        let spans = &got[seen..];
+        seen = got.len();
+        assert_eq!(spans.len(), 2, "{api}: {spans:#?}");
+        let receipts: Vec<serde_json::Value> = loom
+            .run(["log", "traced", "--json"])
+            .ok()
+            .json()
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            receipts.len(),
+            5,
+            "{api}: system, user, call, result, answer"
+        );
+        let mut turns = Vec::new();
+        for received in spans {
+            assert_eq!(received.service, "loom-run", "{api}");
+            let span = &received.span;
+            assert_eq!(
+                span.kind,
+                SpanKind::Client as i32,
+                "{api}: Loom makes the call"
+            );
+            assert_eq!(span.name, format!("chat {model}"));
+            assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
+            let a = attributes(span);
+            for (key, value) in [
+                ("gen_ai.operation.name", "chat"),
+                ("gen_ai.system", system),
+                ("gen_ai.provider.name", system),
+                ("gen_ai.request.model", model),
+                ("session.id", "traced"),
+                ("loom.agent", "main"),
+                ("loom.agent.depth", "0"),
+            ] {
+                assert_eq!(
+                    a.get(key).map(String::as_str),
+                    Some(value),
+                    "{api}: {key} in {a:#?}"
+                );
+            }
+            assert!(
+                a["gen_ai.response.model"].starts_with(model),
+                "{api}: {a:#?}"
+            );
+            assert!(
+                a.contains_key("gen_ai.response.finish_reasons"),
+                "{api}: {a:#?}"
+            );
+            for key in [
+                "gen_ai.usage.input_tokens",
+                "gen_ai.usage.output_tokens",
+                "loom.budget",
+                "loom.estimate",
+                "loom.events.verbatim",
+            ] {
+                assert!(
+                    a.get(key)
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .is_some_and(|n| n > 0),
+                    "{api}: {key} in {a:#?}"
+                );
+            }
+            assert_eq!(a["loom.compaction_point"], "false", "{api}: {a:#?}");
+            assert!(!a.contains_key("error.type"), "{api}: {a:#?}");
+            turns.push((
+                a["loom.turn"].parse::<u32>().unwrap(),
+                a["loom.receipt.id"].parse::<u64>().unwrap(),
+                a["loom.events.verbatim"].parse::<u64>().unwrap(),
+            ));
+        }
+        turns.sort_unstable();
+        // Turn 1 sends the system prompt and the goal; turn 2 also the call and its result,
+        // under the next receipt.
+        assert_eq!(turns.len(), 2);
+        assert_eq!((turns[0].0, turns[1].0), (1, 2), "{api}: {turns:?}");
+        assert!(turns[0].1 < turns[1].1, "{api}: {turns:?}");
+        assert_eq!((turns[0].2, turns[1].2), (2, 4), "{api}: {turns:?}");
+        // Each span's receipt is a model call the goal was sent in, as `loom explain` tells.
+        let explain = loom
+            .run(["explain", "traced", "--event", "2"])
+            .ok()
+            .stdout();
+        for (_, receipt, _) in &turns {
+            assert!(
+                explain.contains(&format!("call {receipt}")),
+                "{api}: {explain}"
+            );
+        }
     }
 }

@@ -1,109 +1,43 @@
-//! OpenTelemetry export and `/metrics`: a test collector (OTLP over HTTP, protobuf, decoded with
-//! the protocol's own types) receives the spans of proxied calls made through the real server
+//! OpenTelemetry export and `/metrics`: the test collector (`loom_testkit::otlp`: OTLP over HTTP,
+//! protobuf, decoded with the protocol's own types) receives the spans of proxied calls made through the real server
 //! against the mock upstream; `/metrics` keeps the names scrapers know.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
 use loom_mock_upstream::Fault;
 use loom_server::AuthMode;
 use loom_store::ProxyMode;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
+use loom_testkit::otlp::{attributes, Collector, Span, SpanKind};
 use serde_json::json;
 
 use super::support::{start_with, text, Server};
 
-/// Spans received by the test collector, with their service's name.
-type Received = Arc<Mutex<Vec<(String, Span)>>>;
-
-/// A collector on loopback accepting `POST /v1/traces`; returns its base URL.
-async fn collector() -> (String, Received) {
-    let received: Received = Arc::default();
-    let app = axum::Router::new()
-        .route(
-            "/v1/traces",
-            post(|State(r): State<Received>, body: Bytes| async move {
-                let req = ExportTraceServiceRequest::decode(body).unwrap();
-                let mut r = r.lock().unwrap();
-                for rs in req.resource_spans {
-                    let service = rs
-                        .resource
-                        .iter()
-                        .flat_map(|res| &res.attributes)
-                        .find(|kv| kv.key == "service.name")
-                        .and_then(|kv| kv.value.as_ref()?.value.clone());
-                    let service = match service {
-                        Some(Any::StringValue(s)) => s,
-                        _ => String::new(),
-                    };
-                    for ss in rs.scope_spans {
-                        for span in ss.spans {
-                            r.push((service.clone(), span));
-                        }
-                    }
-                }
-                // An empty ExportTraceServiceResponse: all accepted.
-                (
-                    [("content-type", "application/x-protobuf")],
-                    Vec::<u8>::new(),
-                )
-            }),
-        )
-        .with_state(Arc::clone(&received));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, received)
-}
-
-/// A span's attributes by key, as text (numbers and booleans written out).
-fn attributes(span: &Span) -> BTreeMap<String, String> {
-    span.attributes
-        .iter()
-        .map(|kv| {
-            let v = match kv.value.as_ref().and_then(|v| v.value.clone()) {
-                Some(Any::StringValue(s)) => s,
-                Some(Any::IntValue(i)) => i.to_string(),
-                Some(Any::BoolValue(b)) => b.to_string(),
-                Some(Any::DoubleValue(d)) => d.to_string(),
-                Some(Any::ArrayValue(a)) => format!("{:?}", a.values),
-                other => format!("{other:?}"),
-            };
-            (kv.key.clone(), v)
-        })
-        .collect()
-}
-
-/// Sends what the server's exporter holds, then waits until `n` spans have arrived.
-async fn spans(s: &Server, received: &Received, n: usize) -> Vec<(String, Span)> {
+/// Sends what the server's exporter holds, then waits until `n` spans have arrived; returns
+/// them with their service's name.
+async fn spans(s: &Server, collector: &Collector, n: usize) -> Vec<(String, Span)> {
     let state = Arc::clone(&s.state);
     tokio::task::spawn_blocking(move || state.telemetry.flush())
         .await
         .unwrap();
     for _ in 0..200 {
-        if received.lock().unwrap().len() >= n {
+        if collector.spans().len() >= n {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    received.lock().unwrap().clone()
+    collector
+        .spans()
+        .into_iter()
+        .map(|r| (r.service, r.span))
+        .collect()
 }
 
 #[tokio::test]
 async fn a_streamed_proxied_call_is_a_span_with_its_attempt_usage_and_receipt() {
-    let (endpoint, received) = collector().await;
+    let collector = Collector::start().unwrap();
     let s = start_with(AuthMode::None, ProxyMode::Fit, |c| {
-        c.telemetry.otlp_endpoint = Some(endpoint);
+        c.telemetry.otlp_endpoint = Some(collector.url().to_owned());
     })
     .await;
     let body = json!({
@@ -140,7 +74,7 @@ async fn a_streamed_proxied_call_is_a_span_with_its_attempt_usage_and_receipt() 
         .find_map(|v| v.get("usage").filter(|u| !u.is_null()).cloned())
         .expect("the stream carries usage");
 
-    let got = spans(&s, &received, 2).await;
+    let got = spans(&s, &collector, 2).await;
     assert_eq!(got.len(), 2, "{got:?}");
     let (service, call) = got
         .iter()
@@ -214,7 +148,7 @@ async fn a_streamed_proxied_call_is_a_span_with_its_attempt_usage_and_receipt() 
         .await;
     assert_eq!(r.status().as_u16(), 529);
     let _ = r.bytes().await;
-    let got = spans(&s, &received, 4).await;
+    let got = spans(&s, &collector, 4).await;
     let failed: Vec<_> = got
         .iter()
         .skip(2)
