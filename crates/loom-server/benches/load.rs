@@ -61,6 +61,8 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
                           a collector in this process that drops them [off]
   --db URL                a PostgreSQL database (postgres://...) instead of a fresh
                           SQLite file per run; its round trips per call are printed
+  --db-dir DIR            where the fresh SQLite file is made (e.g. /dev/shm, to take
+                          the disk's commits out of a comparison) [Cargo's target folder]
   --time-limit SECS       wall-clock bound of each scenario run   [900]
   --seed N                the conversations' seed                 [1]
   --stream                replies as server-sent events (stream: true)
@@ -190,6 +192,9 @@ impl Options {
                 "--live-bytes" => o.live_bytes = Some(number(&flag, &value()?)?),
                 "--otlp" => {
                     let _ = harness::OTLP.set(value()?);
+                }
+                "--db-dir" => {
+                    let _ = harness::DB_DIR.set(value()?.into());
                 }
                 "--memory" => {
                     let on = match value()?.as_str() {

@@ -1,7 +1,7 @@
 //! One run's world: the mock upstream and `loom serve` in this process, on loopback ports, over a
 //! fresh SQLite database with durable commits, and the client pool that drives them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,9 @@ pub(crate) static MEMORY: std::sync::OnceLock<bool> = std::sync::OnceLock::new()
 /// collector in this process (it reads and drops every batch). Off unless set.
 pub(crate) static OTLP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+/// Where the fresh SQLite database is made (`--db-dir`); Cargo's target folder unless set.
+pub(crate) static DB_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 /// The in-process sink collector's URL, started on first use on a thread of its own.
 fn sink_collector() -> Result<String> {
     static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -106,12 +109,17 @@ pub(crate) struct Harness {
 
 impl Harness {
     /// Starts both servers. The database sits under Cargo's target folder, on the project's disk,
-    /// so commits cost what they cost in production (no tmpfs).
+    /// so commits cost what they cost in production (no tmpfs), unless `--db-dir` puts it
+    /// elsewhere.
     pub(crate) async fn start(options: ServerOptions) -> Result<Self> {
         let mock = Mock::spawn().await.context("starting the mock upstream")?;
         let dir = tempfile::Builder::new()
             .prefix("loom-load-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in(
+                DB_DIR
+                    .get()
+                    .map_or(Path::new(env!("CARGO_TARGET_TMPDIR")), PathBuf::as_path),
+            )
             .context("creating the database folder")?;
         let db = dir.path().join("loom.db");
         let mut config = ServeConfig::resolve(
