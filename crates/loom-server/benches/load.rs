@@ -58,7 +58,7 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --memory on|off         agents' memory, indexed in the background (loom serve's
                           default is on; off keeps earlier figures comparable) [off]
   --otlp off|on|URL       spans of every call exported over OTLP/HTTP: on sends them to
-                          a collector in this process that drops them [off]
+                          a collector in this process that counts and drops them [off]
   --db URL                a PostgreSQL database (postgres://...) instead of a fresh
                           SQLite file per run; its round trips per call are printed
   --db-dir DIR            where the fresh SQLite file is made (e.g. /dev/shm, to take

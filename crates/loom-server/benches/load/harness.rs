@@ -58,36 +58,15 @@ pub(crate) static OTLP: std::sync::OnceLock<String> = std::sync::OnceLock::new()
 /// Where the fresh SQLite database is made (`--db-dir`); Cargo's target folder unless set.
 pub(crate) static DB_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// The in-process sink collector's URL, started on first use on a thread of its own.
-fn sink_collector() -> Result<String> {
-    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    if let Some(url) = URL.get() {
-        return Ok(url.clone());
+/// The in-process sink collector (`loom_testkit::otlp`: it decodes and counts every batch's
+/// spans and drops them), started on first use on a thread of its own.
+fn sink_collector() -> Result<&'static loom_testkit::otlp::Collector> {
+    static SINK: std::sync::OnceLock<loom_testkit::otlp::Collector> = std::sync::OnceLock::new();
+    if let Some(c) = SINK.get() {
+        return Ok(c);
     }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding the collector")?;
-    listener.set_nonblocking(true)?;
-    let url = format!("http://{}", listener.local_addr()?);
-    std::thread::Builder::new()
-        .name("otlp-sink".into())
-        .spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
-                };
-                let app = axum::Router::new().route(
-                    "/v1/traces",
-                    axum::routing::post(|_body: axum::body::Bytes| async { "" }),
-                );
-                let _ = axum::serve(listener, app).await;
-            });
-        })?;
-    Ok(URL.get_or_init(|| url).clone())
+    let c = loom_testkit::otlp::Collector::sink().map_err(anyhow::Error::msg)?;
+    Ok(SINK.get_or_init(|| c))
 }
 
 /// The mock, the server and the client.
@@ -104,6 +83,8 @@ pub(crate) struct Harness {
     db: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::result::Result<(), ServeError>>>,
+    /// With `--otlp on`: the sink and the spans it had received when this server started.
+    sink: Option<(&'static loom_testkit::otlp::Collector, u64)>,
     _dir: tempfile::TempDir,
 }
 
@@ -140,9 +121,16 @@ impl Harness {
         if let Some(n) = options.live_sessions {
             config.limits.live_sessions = n;
         }
+        let sink = match OTLP.get().map(String::as_str) {
+            Some("on") => {
+                let c = sink_collector()?;
+                Some((c, c.count()))
+            }
+            _ => None,
+        };
         config.telemetry.otlp_endpoint = match OTLP.get().map(String::as_str) {
             None | Some("off") => None,
-            Some("on") => Some(sink_collector()?),
+            Some("on") => sink.map(|(c, _)| c.url().to_owned()),
             Some(url) => Some(url.to_owned()),
         };
         let (store, blobs, pg): (Arc<dyn Store>, Arc<dyn BlobStore>, _) = match DATABASE.get() {
@@ -203,6 +191,7 @@ impl Harness {
             db,
             stop: Some(stop),
             task: Some(task),
+            sink,
             _dir: dir,
         })
     }
@@ -331,6 +320,16 @@ impl Harness {
         }
         if let Some(t) = self.task.take() {
             t.await.context("the server task failed")??;
+        }
+        // The server's state is gone, so its exporter has sent what it held.
+        if let Some((c, before)) = self.sink {
+            let calls = self.proxied.load(std::sync::atomic::Ordering::Relaxed);
+            let (_, malformed) = c.batches();
+            super::progress(format_args!(
+                "OTLP: the collector received {} spans for {calls} proxied calls ({malformed} \
+                 malformed batches)",
+                c.count().saturating_sub(before)
+            ));
         }
         Ok(())
     }
