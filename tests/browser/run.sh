@@ -3,10 +3,12 @@
 # registry (pinned in package.json; Playwright's own browsers are never downloaded). Starts
 # `loom serve --auth keys` on an ephemeral loopback port with a seeded store (a shared trace
 # rendered at a small budget, so it has compaction points and stubs; a generated session of
-# 1,000 events and 500 model calls for the page-load figures), then runs test.mjs: sign in, find
+# 1,000 events and 500 model calls for the page-load figures; one call proxied to a stand-in
+# upstream, upstream.py, which keeps the bytes it received), then runs test.mjs: sign in, find
 # the session, open a model call and check its budget bar against the receipt, open a stubbed
-# result and check its original bytes against recall, check a second tenant sees none of it,
-# measure page loads (< 300 ms) and save screenshots to docs/images/inspector-*.png.
+# result and check its original bytes against recall, open the proxied call and check the request
+# shown is the one the upstream received, check a second tenant sees none of it, measure page
+# loads (every one of 5 per view < 300 ms) and save screenshots to docs/images/inspector-*.png.
 #
 #   bash tests/browser/run.sh            # what .ci/run runs
 #
@@ -53,8 +55,10 @@ fi
 
 work=$(mktemp -d)
 server=""
+upstream=""
 cleanup() {
     if [[ -n "$server" ]]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
+    if [[ -n "$upstream" ]]; then kill "$upstream" 2>/dev/null || true; wait "$upstream" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -65,9 +69,15 @@ newkey() {
 }
 key=$(newkey alpha)
 other=$(newkey beta)
+# A stand-in upstream that keeps every body it receives, for the request "as sent".
+mkdir -p "$work/received"
+"$python" "$here/upstream.py" "$work/upstream.port" "$work/received" &
+upstream=$!
+for _ in $(seq 100); do [[ -s "$work/upstream.port" ]] && break; sleep 0.1; done
+uport=$(cat "$work/upstream.port")
 port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$loom" serve --db "$db" --auth keys --listen "127.0.0.1:$port" \
-    --upstream-openai http://127.0.0.1:9/v1 --upstream-anthropic http://127.0.0.1:9 \
+LOOM_UPSTREAM_OPENAI_KEY=sk-browser-test "$loom" serve --db "$db" --auth keys --listen "127.0.0.1:$port" \
+    --upstream-openai "http://127.0.0.1:$uport/v1" --upstream-anthropic http://127.0.0.1:9 \
     > "$work/server.log" 2>&1 &
 server=$!
 url="http://127.0.0.1:$port"
@@ -81,13 +91,16 @@ echo "-- seeding: a shared trace at an 8,000-token budget, and a generated sessi
 trace=$("$python" "$here/seed.py" trace "$url" "$key" swe-trace \
     "$root/../shared/traces/miniswe_gemini3pro_swebv.jsonl" 23 8000)
 generated=$("$python" "$here/seed.py" generated "$url" "$key" generated-1000 1000 500)
+proxied=$("$python" "$here/seed.py" proxied "$url" "$key" proxied-call)
 echo "   $trace"
 echo "   $generated"
+echo "   $proxied"
 
 mkdir -p "$shots"
 set +e
 LOOM_URL="$url" LOOM_KEY="$key" LOOM_OTHER_KEY="$other" CHROMIUM="$chromium" \
     LOOM_TRACE="$trace" LOOM_GENERATED="$generated" LOOM_SHOTS="$shots" \
+    LOOM_PROXIED="$proxied" LOOM_RECEIVED="$work/received/received-1.json" \
     timeout 240 node "$here/test.mjs"
 rc=$?
 set -e

@@ -9,6 +9,11 @@ only; no curl on a fresh machine).
     seed.py generated URL KEY SESSION EVENTS CALLS
         A generated session of EVENTS events with CALLS model calls, for the page-load figures.
 
+    seed.py proxied URL KEY SESSION
+        One Chat call through the proxy in fit mode at a small budget, with a tool definition and
+        fields Loom does not model (so the body sent upstream is spliced, not the client's).
+        Prints {"session", "call"}.
+
 Prints one JSON line: {"session", "events", "calls"}.
 """
 import json
@@ -92,7 +97,39 @@ def generated(url, key, session, events, calls):
     return {"session": session, "events": info["event_count"], "calls": made}
 
 
+def proxied(url, key, session):
+    out = "\n".join(f"line {i} of the build log" for i in range(3000))
+    body = {
+        "model": "gpt-4o", "temperature": 0.25, "user": "browser-test",
+        "tools": [{"type": "function", "function": {"name": "bash", "description": "Runs a command.",
+                   "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}],
+        "messages": [
+            {"role": "system", "content": "You are a careful coding agent."},
+            {"role": "user", "content": "Build it."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "bash", "arguments": json.dumps({"command": "make"})}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": out},
+            {"role": "user", "content": "Does it pass now?"},
+        ],
+    }
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
+    for name, value in [("Authorization", "Bearer " + key), ("Content-Type", "application/json"),
+                        ("X-Loom-Session", session), ("X-Loom-Mode", "fit"), ("X-Loom-Budget", "2000")]:
+        req.add_header(name, value)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            r.read()
+            return {"session": session, "call": int(r.headers["x-loom-call"])}
+    except urllib.error.HTTPError as e:
+        sys.exit(f"POST /v1/chat/completions: {e.code} {e.read().decode(errors='replace')[:500]}")
+
+
 if __name__ == "__main__":
     what, url, key, session, *rest = sys.argv[1:]
-    result = trace(url, key, session, *rest) if what == "trace" else generated(url, key, session, *rest)
+    if what == "trace":
+        result = trace(url, key, session, *rest)
+    elif what == "proxied":
+        result = proxied(url, key, session)
+    else:
+        result = generated(url, key, session, *rest)
     print(json.dumps(result))

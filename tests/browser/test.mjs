@@ -2,12 +2,15 @@
 // compares what the page shows with what the API answers for the same key.
 import { chromium } from "playwright";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 
 const url = process.env.LOOM_URL;
 const key = process.env.LOOM_KEY;
 const other = process.env.LOOM_OTHER_KEY;
 const trace = JSON.parse(process.env.LOOM_TRACE);
 const generated = JSON.parse(process.env.LOOM_GENERATED);
+const proxied = JSON.parse(process.env.LOOM_PROXIED);
+const received = readFileSync(process.env.LOOM_RECEIVED);
 const shots = process.env.LOOM_SHOTS;
 const LOAD_TARGET_MS = 300;
 const RUNS = 5;
@@ -110,7 +113,11 @@ try {
   assert.equal((await page.locator("#estimate").textContent()).replace(/,/g, ""), String(receipt.estimate));
   const tiersSum = Object.values(receipt.tiers).reduce((a, b) => a + b, 0);
   assert.equal(tiersSum, receipt.estimate, "the tiers add up to the estimate");
-  assert.match(await page.locator("#request-note").textContent(), /stored one/);
+  // A render's request is the body the render answered.
+  const rendered = (await api(`/loom/v1/inspect/sessions/${trace.session}/calls/${stubCall.id}`)).body.request;
+  assert.equal(rendered.as_sent, true);
+  assert.equal(await page.locator("#request").getAttribute("data-source"), "sent");
+  assert.equal(await page.locator("#request").textContent(), JSON.stringify(JSON.parse(rendered.sent), null, 2));
   await page.screenshot({ path: `${shots}/inspector-call.png` });
 
   step("search the request");
@@ -118,6 +125,20 @@ try {
   await page.waitForFunction(() => /matches/.test(document.querySelector("#matches").textContent));
   const marks = await page.locator("#request mark").count();
   assert.ok(marks > 1, "matches are highlighted");
+
+  step(`open proxied call ${proxied.call}: the request exactly as the upstream received it`);
+  await page.goto(url + `/ui#/session/${proxied.session}/call/${proxied.call}`);
+  await ready("call");
+  const asSent = (await api(`/loom/v1/inspect/sessions/${proxied.session}/calls/${proxied.call}`)).body.request;
+  assert.equal(asSent.as_sent, true);
+  assert.ok(Buffer.from(asSent.sent, "utf8").equals(received), "the API holds the bytes the upstream received");
+  assert.equal(await page.locator("#request").getAttribute("data-source"), "sent");
+  assert.match(await page.locator("#request-title").textContent(), new RegExp(`as sent \\(${received.length.toLocaleString("en-US")} bytes`));
+  const shownRequest = await page.locator("#request").textContent();
+  assert.deepEqual(JSON.parse(shownRequest), JSON.parse(received.toString("utf8")), "the page shows the request the upstream received");
+  assert.equal(shownRequest, JSON.stringify(JSON.parse(received.toString("utf8")), null, 2));
+  assert.ok(!shownRequest.includes("line 2999 of the build log"), "the request sent is the fitted one, not the client's");
+  await page.screenshot({ path: `${shots}/inspector-call-sent.png` });
 
   step("a second tenant's key sees none of it");
   const second = await browser.newContext({ viewport: { width: 1280, height: 800 } });
@@ -135,7 +156,7 @@ try {
   assert.equal((await api(`/loom/v1/sessions/${trace.session}/recall?ref=${encodeURIComponent(target.ref)}`, other, true)).status, 404);
   await second.close();
 
-  step(`page loads: ${generated.events} events, ${generated.calls} model calls (${RUNS} runs each, median)`);
+  step(`page loads: ${generated.events} events, ${generated.calls} model calls (${RUNS} runs each, every one < ${LOAD_TARGET_MS} ms)`);
   const views = [
     ["sessions", "#/sessions"],
     ["session", `#/session/${generated.session}`],
@@ -152,12 +173,13 @@ try {
       // From the start of navigation to the view drawn with its data.
       times.push(await page.evaluate(() => window.__loomTimings.at(-1).since_navigation));
     }
+    console.log(`   ${view}: ${times.map((t) => Math.round(t)).join(", ")} ms`);
     times.sort((a, b) => a - b);
     figures[view] = { median_ms: Math.round(times[RUNS >> 1]), min_ms: Math.round(times[0]), max_ms: Math.round(times.at(-1)) };
   }
   console.log("page loads: " + JSON.stringify(figures));
   for (const [view, f] of Object.entries(figures)) {
-    if (f.median_ms >= LOAD_TARGET_MS) failures.push(`${view}: median load ${f.median_ms} ms, target < ${LOAD_TARGET_MS} ms`);
+    if (f.max_ms >= LOAD_TARGET_MS) failures.push(`${view}: slowest load ${f.max_ms} ms (median ${f.median_ms} ms), target < ${LOAD_TARGET_MS} ms for every load`);
   }
   const policyErrors = consoleErrors.filter((e) => /Content Security Policy|Refused/.test(e));
   assert.deepEqual(policyErrors, [], "nothing the policy refused");

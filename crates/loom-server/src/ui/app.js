@@ -190,12 +190,15 @@ function lineChart(title, series, xs, opts) {
   }
   for (const s of series) {
     if (s.bars) {
+      // One path of every bar: a chart of hundreds of calls stays a handful of elements.
       const bw = Math.max(1, (W - L - R) / Math.max(1, n) - 1);
+      const d = [];
       s.values.forEach((v, i) => {
         if (v === null || !isFinite(v)) return;
         const bx = n <= 1 ? x(i) - bw / 2 : L + (i * (W - L - R - bw)) / (n - 1);
-        root.append(svg("rect", { class: "bar " + (s.cls || ""), x: bx, y: y(v), width: bw, height: Math.max(0, H - B - y(v)) }));
+        d.push(`M${bx.toFixed(1)} ${(H - B).toFixed(1)}V${y(v).toFixed(1)}h${bw.toFixed(1)}V${(H - B).toFixed(1)}Z`);
       });
+      root.append(svg("path", { class: "bar " + (s.cls || ""), d: d.join("") }));
       continue;
     }
     const pts = s.values.map((v, i) => (v === null || !isFinite(v) ? null : `${x(i).toFixed(1)},${y(v).toFixed(1)}`)).filter(Boolean);
@@ -203,14 +206,25 @@ function lineChart(title, series, xs, opts) {
     root.append(svg("polyline", { class: s.cls, points: pts.join(" ") }));
   }
   if (opts.onpick && n) {
+    // One target over the plot: the point under the pointer is worked out from its position,
+    // and the tooltip written when it moves there.
     const step = (W - L - R) / Math.max(1, n);
-    for (let i = 0; i < n; i++) {
-      const tip = series.map((s) => s.name + " " + (opts.percent ? pct(s.values[i]) : n0(s.values[i]))).join(", ");
-      const r = svg("rect", { class: "hit", x: L + i * step, y: T, width: Math.max(1, step), height: H - T - B },
-        svg("title", {}, xs[i] + ": " + tip));
-      r.addEventListener("click", () => opts.onpick(i));
-      root.append(r);
-    }
+    const title = svg("title", {}, "");
+    const hit = svg("rect", { class: "hit", x: L, y: T, width: W - L - R, height: H - T - B }, title);
+    const at = (ev) => {
+      const box = root.getBoundingClientRect();
+      const vx = ((ev.clientX - box.left) / Math.max(1, box.width)) * W;
+      return Math.max(0, Math.min(n - 1, Math.floor((vx - L) / step)));
+    };
+    let shown = -1;
+    hit.addEventListener("mousemove", (ev) => {
+      const i = at(ev);
+      if (i === shown) return;
+      shown = i;
+      title.textContent = xs[i] + ": " + series.map((s) => s.name + " " + (opts.percent ? pct(s.values[i]) : n0(s.values[i]))).join(", ");
+    });
+    hit.addEventListener("click", (ev) => opts.onpick(at(ev)));
+    root.append(hit);
   }
   const legend = el("div.legend", {}, series.map((s) =>
     el("span", {}, el("span.sw", { style: null, dataset: { c: s.cls } }), s.name)));
@@ -346,15 +360,20 @@ function sessionView(id) {
   const canvas = el("canvas.strip");
   tl.append(spacer, rows, canvas);
   const detail = el("div.detail", { id: "event-detail", hidden: true });
-  const callsTable = el("div");
+  const callsTable = el("div.calls-wrap");
   const legend = el("div.fates", {}, FATES.map((f) => el("span", {}, el("span.sw", { dataset: { f } }), f)),
     el("span", {}, el("span.sw", { dataset: { f: "point" } }), "compaction point"));
   legend.querySelectorAll(".sw").forEach((sw) => { sw.style.background = color(sw.dataset.f === "point" ? "dropped" : sw.dataset.f); });
   main.append(head, charts, el("h2", { text: "Timeline: each event's fate in every model call (columns, oldest first)" }),
     legend, pager, tlHead, tl, detail, el("h2", { text: "Model calls" }), callsTable);
 
+  // The timeline's box, measured when the layout is clean (before a load draws, on resize and
+  // scroll), so drawing never forces a layout of the whole page half-way.
+  let box = { width: 0, height: 0, top: 0 };
+  const measure = () => { box = { width: tl.clientWidth, height: tl.clientHeight, top: tl.scrollTop }; };
+
   function stripWidth() {
-    const avail = Math.max(200, Math.min(600, tl.clientWidth * 0.45));
+    const avail = Math.max(200, Math.min(600, box.width * 0.45));
     const n = data ? data.calls.length : 1;
     const cw = Math.max(1, Math.min(14, Math.floor(avail / Math.max(1, n))));
     return { cw, w: Math.max(cw * n, 40) };
@@ -363,8 +382,8 @@ function sessionView(id) {
   function drawRows() {
     if (!data) return;
     const n = data.events.length;
-    const first = Math.max(0, Math.floor(tl.scrollTop / ROW) - 5);
-    const last = Math.min(n, first + Math.ceil(tl.clientHeight / ROW) + 10);
+    const first = Math.max(0, Math.floor(box.top / ROW) - 5);
+    const last = Math.min(n, first + Math.ceil(box.height / ROW) + 10);
     rows.style.top = first * ROW + "px";
     const cuts = new Set(data.calls.filter((c) => c.compaction_at).map((c) => c.compaction_at));
     const kids = [];
@@ -410,7 +429,7 @@ function sessionView(id) {
 
   function drawStripHead() {
     const { cw, w } = stripWidth();
-    document.documentElement.style.setProperty("--strip-w", w + "px");
+    if (document.documentElement.style.getPropertyValue("--strip-w") !== w + "px") document.documentElement.style.setProperty("--strip-w", w + "px");
     const dpr = window.devicePixelRatio || 1;
     stripHead.width = w * dpr; stripHead.height = 18 * dpr;
     stripHead.style.width = w + "px"; stripHead.style.height = "18px";
@@ -502,7 +521,17 @@ function sessionView(id) {
       el("button", { type: "button", text: "later ▶", disabled: data.to >= data.session.event_count, onclick: () => { from = data.to + 1; load(); } }));
   }
 
+  // The table of calls (hundreds of rows, below the timeline) is built when it comes near the
+  // screen, as the timeline draws only the rows in view.
+  let callsNear = false, callsDrawn = false;
+  const nearCalls = new IntersectionObserver((entries) => {
+    callsNear = entries.some((e) => e.isIntersecting);
+    if (callsNear && data && !callsDrawn) drawCalls();
+  }, { rootMargin: "400px" });
+  nearCalls.observe(callsTable);
+
   function drawCalls() {
+    callsDrawn = true;
     const c = data.calls;
     callsTable.replaceChildren(el("table", { id: "calls" },
       el("thead", {}, el("tr", {}, ["call", "at seq", "model", "estimate", "reported", "full history", "cached", "compaction"].map((t, i) => el("th" + (i && i !== 2 && i !== 7 ? ".num" : ""), { text: t })))),
@@ -518,22 +547,24 @@ function sessionView(id) {
     const d = await api("/loom/v1/inspect/sessions/" + enc(id) + "?from=" + from + "&limit=" + PAGE);
     const grew = !data || d.calls.length !== data.calls.length || d.events.length !== data.events.length || d.session.event_count !== data.session.event_count;
     if (quiet && !grew) return;
+    measure();
     data = d;
     codes = fateCodes(data.calls, data.from, data.to);
     spacer.style.height = data.events.length * ROW + "px";
     drawHead();
     drawStripHead();
     drawRows();
-    drawCalls();
+    callsDrawn = false;
+    if (callsNear) drawCalls();
     status("updated " + new Date().toLocaleTimeString());
   }
   let raf = 0;
-  tl.addEventListener("scroll", () => { if (!raf) raf = requestAnimationFrame(() => { raf = 0; drawRows(); }); });
-  const onResize = () => { if (data) { drawStripHead(); drawRows(); } };
+  tl.addEventListener("scroll", () => { if (!raf) raf = requestAnimationFrame(() => { raf = 0; measure(); drawRows(); }); });
+  const onResize = () => { if (data) { measure(); drawStripHead(); drawRows(); } };
   window.addEventListener("resize", onResize);
   const loaded = load().then(() => "session");
   const stop = poller(() => load(true), POLL_MS);
-  return { loaded, stop: () => { stop(); window.removeEventListener("resize", onResize); } };
+  return { loaded, stop: () => { stop(); nearCalls.disconnect(); window.removeEventListener("resize", onResize); } };
 }
 
 // ---------------------------------------------------------------- one model call

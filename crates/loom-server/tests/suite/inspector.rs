@@ -70,6 +70,21 @@ async fn the_page_is_served_with_a_strict_policy() {
         !js.contains("innerHTML"),
         "the script writes data as text only"
     );
+    // The page names its script and style by version, which browsers may keep; unversioned
+    // (or another version) they are checked again each time, as the page is.
+    let page = s.get("/ui", None).await.text().await.unwrap();
+    for name in ["app.js", "app.css"] {
+        let at = page.find(&format!("/ui/{name}?v=")).expect(name);
+        let url = &page[at..at + page[at..].find('"').unwrap()];
+        let cache =
+            |r: &reqwest::Response| r.headers()["cache-control"].to_str().unwrap().to_owned();
+        let r = s.get(url, None).await;
+        assert_eq!(r.status(), 200);
+        assert!(cache(&r).contains("immutable"), "{url}");
+        for other in [format!("/ui/{name}"), format!("/ui/{name}?v=0")] {
+            assert_eq!(cache(&s.get(&other, None).await), "no-cache", "{other}");
+        }
+    }
     s.stop().await;
 }
 
