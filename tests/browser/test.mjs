@@ -100,8 +100,21 @@ try {
   await page.click(`#calls a[href$="/call/${stubCall.id}"]`);
   await ready("call");
   const receipt = (await api(`/loom/v1/sessions/${trace.session}/receipts/${stubCall.id}`)).body.receipt;
-  const expected = { ...receipt.tiers };
-  for (const t of ["system", "tools", "pins", "summary", "dialogue", "tool_results", "injected", "overhead"]) expected[t] = expected[t] || 0;
+  // The receipt's tiers, with summary and tool results split into the receipt's parts, which
+  // add up to their tiers.
+  const expected = {};
+  for (const t of ["system", "tools", "pins", "dialogue", "injected", "overhead"]) expected[t] = receipt.tiers[t] || 0;
+  const parts = receipt.parts;
+  assert.ok(parts, "the receipt has parts");
+  const part = (k) => parts[k] || 0;
+  Object.assign(expected, {
+    summary: part("summary"), compact_block: part("compact"), turns: part("turns"),
+    results_verbatim: part("verbatim"), stubs: part("stubbed"), elided: part("elided"), diffs: part("diffed"),
+  });
+  assert.ok(expected.stubs > 0, "the call sent stubs: " + JSON.stringify(parts));
+  assert.equal(expected.summary + expected.compact_block, receipt.tiers.summary || 0, "summary's parts");
+  assert.equal(expected.turns + expected.results_verbatim + expected.stubs + expected.elided + expected.diffs,
+    receipt.tiers.tool_results || 0, "tool results' parts");
   expected.headroom = Math.max(0, receipt.budget.hard_total - receipt.estimate);
   expected.reserve = receipt.budget.response_reserve;
   const legend = await page.$$eval("#budget-legend [data-tier]", (rows) =>

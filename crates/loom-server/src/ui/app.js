@@ -14,6 +14,33 @@ const TIER_NAMES = {
   dialogue: "verbatim dialogue", tool_results: "tool calls and results (verbatim, stubs, diffs)",
   injected: "injections", overhead: "framing overhead",
 };
+// The budget bar's segments: the receipt's tiers, with `summary` and `tool_results` split by the
+// receipt's `parts` (receipts written before parts existed keep the two tiers whole).
+const PARTS = {
+  summary: [["summary", "summary", "summary"], ["compact", "compact block", "compact"]],
+  tool_results: [
+    ["turns", "assistant turns and calls", "turns"], ["verbatim", "tool results, verbatim", "verbatim"],
+    ["stubbed", "stubs", "stubbed"], ["elided", "elided results", "elided"], ["diffed", "diffs", "diffed"],
+  ],
+};
+const PART_KEYS = { summary: "summary", compact: "compact_block", turns: "turns", verbatim: "results_verbatim",
+  stubbed: "stubs", elided: "elided", diffed: "diffs" };
+
+// The bar's segments for `receipt`: [key, label, tokens, colour] in the order drawn.
+function budgetSegments(receipt) {
+  const tiers = receipt.tiers || {};
+  const parts = receipt.parts;
+  const segs = [];
+  for (const t of TIERS) {
+    const tokens = tiers[t] || 0;
+    if (parts && PARTS[t]) {
+      for (const [part, label, c] of PARTS[t]) segs.push({ key: PART_KEYS[part], label, tokens: parts[part] || 0, c });
+    } else {
+      segs.push({ key: t, label: TIER_NAMES[t], tokens, c: t });
+    }
+  }
+  return segs;
+}
 
 const $ = (sel, root) => (root || document).querySelector(sel);
 const main = $("#main");
@@ -572,7 +599,7 @@ function sessionView(id) {
 function budgetBar(receipt) {
   const b = receipt.budget || {};
   const window_ = b.context_window || 0;
-  const segs = TIERS.map((t) => ({ key: t, label: TIER_NAMES[t], tokens: (receipt.tiers || {})[t] || 0, c: t }));
+  const segs = budgetSegments(receipt);
   const used = segs.reduce((a, s) => a + s.tokens, 0);
   segs.push({ key: "headroom", label: "headroom (hard budget − estimate)", tokens: Math.max(0, (b.hard_total || 0) - receipt.estimate), c: "headroom" });
   segs.push({ key: "reserve", label: "response reserve", tokens: b.response_reserve || 0, c: "reserve" });
