@@ -11,7 +11,8 @@
 //! `cargo bench -p loom-telemetry --bench spans` prints, for rounds of paced calls alternating
 //! off and on, each round's p50, p99 and mean per call and the median of the rounds' figures,
 //! checks that the collector received every span; then criterion's figure for one call, off and
-//! on, run back to back.
+//! on, run back to back. Run without `--bench` (as `cargo test --benches` does), it is one short
+//! round, to check that it works.
 
 #![expect(
     clippy::expect_used,
@@ -27,10 +28,10 @@ use loom_core::render::{PointReason, Receipt};
 use loom_telemetry::{attr, Attribute, CallKind, Reply, Telemetry};
 use serde_json::{json, Value};
 
-/// Calls per round and mode.
-const CALLS: usize = 5_000;
-/// Rounds, each one of calls off then one on.
-const ROUNDS: usize = 5;
+/// Calls per round and mode, and rounds (each one of calls off then one on): measured, and as a
+/// check without `--bench`.
+const MEASURED: (usize, usize) = (5_000, 5);
+const CHECK: (usize, usize) = (200, 1);
 /// The pause between two calls: 5,000 calls a second, more than `loom serve` proxies on this
 /// machine, and slow enough for the batch processor's queue never to fill (a full queue drops
 /// spans, which would make "on" cheaper than it is).
@@ -134,10 +135,10 @@ fn one_call(t: &Telemetry, receipt: &Receipt, call: u64) {
     span.end();
 }
 
-/// `CALLS` paced calls, each timed alone (ns).
-fn round(t: &Telemetry, receipt: &Receipt, first: u64) -> Vec<u64> {
-    let mut times = Vec::with_capacity(CALLS);
-    for i in 0..CALLS as u64 {
+/// `calls` paced calls, each timed alone (ns).
+fn round(t: &Telemetry, receipt: &Receipt, calls: usize, first: u64) -> Vec<u64> {
+    let mut times = Vec::with_capacity(calls);
+    for i in 0..calls as u64 {
         let start = Instant::now();
         one_call(t, receipt, first + i);
         times.push(start.elapsed().as_nanos() as u64);
@@ -160,6 +161,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn bench(c: &mut Criterion) {
+    let (calls, rounds) = if std::env::args().any(|a| a == "--bench") {
+        MEASURED
+    } else {
+        CHECK
+    };
     let receipt = receipt();
     let collector = loom_testkit::otlp::Collector::sink().expect("a collector on loopback");
     let on = Telemetry::otlp(collector.url(), "loom-bench").expect("the exporter");
@@ -173,21 +179,21 @@ fn bench(c: &mut Criterion) {
     let mut by_mode: [(Vec<f64>, Vec<f64>); 2] = Default::default();
     let mut sent = 500_u64;
     println!(
-        "telemetry per proxied call, {ROUNDS} rounds of {CALLS} calls each off then on, one every {} µs:",
+        "telemetry per proxied call: {calls} calls off then {calls} on, {rounds} times, one call every {} µs:",
         PACE.as_micros()
     );
-    for r in 0..ROUNDS {
+    for r in 0..rounds {
         for (m, (name, t)) in [("off", &off), ("on", &on)].into_iter().enumerate() {
             let before = collector.count();
-            let (p50, p99, mean) = figures(round(t, &receipt, sent));
-            sent += CALLS as u64;
+            let (p50, p99, mean) = figures(round(t, &receipt, calls, sent));
+            sent += calls as u64;
             t.flush();
             let received = collector.count().saturating_sub(before);
             println!(
                 "  round {} {name:>3}: p50 {p50:.2} µs, p99 {p99:.2} µs, mean {mean:.2} µs; spans received {received}",
                 r + 1
             );
-            let expected = if t.is_on() { 2 * CALLS as u64 } else { 0 };
+            let expected = if t.is_on() { 2 * calls as u64 } else { 0 };
             assert_eq!(
                 received, expected,
                 "every span of the round reaches the collector"
