@@ -293,6 +293,21 @@ pub struct Reply<'a> {
     pub output_tokens: Option<u64>,
 }
 
+impl<'a> Reply<'a> {
+    /// What a provider's reply, as Loom parsed it, says.
+    pub fn of(reply: &'a loom_wire::AssistantReply) -> Self {
+        let usage = reply.usage.as_ref();
+        Self {
+            model: reply.model.as_deref(),
+            id: reply.id.as_deref(),
+            finish_reason: reply.finish_reason.as_deref(),
+            input_tokens: usage.map(|u| u.input_tokens),
+            cached_input_tokens: usage.and_then(|u| u.cached_input_tokens),
+            output_tokens: usage.and_then(|u| u.output_tokens),
+        }
+    }
+}
+
 impl Reply<'_> {
     fn attributes(&self) -> Vec<KeyValue> {
         let mut a = Vec::with_capacity(6);

@@ -603,15 +603,7 @@ impl<'a> Runner<'a> {
                     }
                 })?;
             if span.is_on() {
-                let u = reply.usage.as_ref();
-                span.reply(&loom_telemetry::Reply {
-                    model: reply.model.as_deref(),
-                    id: reply.id.as_deref(),
-                    finish_reason: reply.finish_reason.as_deref(),
-                    input_tokens: u.map(|u| u.input_tokens),
-                    cached_input_tokens: u.and_then(|u| u.cached_input_tokens),
-                    output_tokens: u.and_then(|u| u.output_tokens),
-                });
+                span.reply(&loom_telemetry::Reply::of(&reply));
             }
             span.end();
             let usage = reply.usage;

@@ -147,6 +147,40 @@ fn approve_refuses_what_is_not_waiting() {
     assert!(bad.stderr.contains("--script"), "{}", bad.stderr);
 }
 
+/// `loom run` of `model` over provider API `api` at `base_url` in a fresh home, as session
+/// `session`, told to read the notes, with `env` set: the home and the process's output.
+fn run_against(
+    base_url: &str,
+    api: &str,
+    model: &str,
+    session: &str,
+    env: &[(&str, &str)],
+) -> (Loom, std::process::Output) {
+    let loom = Loom::new();
+    let ws = loom.dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let config = loom.file(
+        "run.toml",
+        format!(
+            "[provider]\napi = \"{api}\"\nbase_url = \"{base_url}\"\napi_key_env = \"LOOM_TEST_KEY\"\n"
+        ),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_loom"))
+        .args(["run", "--model", model, "--budget", "8000", "--config"])
+        .arg(&config)
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--session", session, "read the notes please"])
+        .arg("--db")
+        .arg(loom.db())
+        .env("LOOM_TEST_KEY", "sk-test")
+        .envs(env.iter().copied())
+        .env_remove("LOOM_DB")
+        .output()
+        .unwrap();
+    (loom, out)
+}
+
 #[test]
 fn a_run_talks_to_each_provider_api_over_http() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -162,28 +196,7 @@ fn a_run_talks_to_each_provider_api_over_http() {
         ("responses", "gpt-4o"),
         ("messages", "claude-sonnet-4-5"),
     ] {
-        let loom = Loom::new();
-        let ws = loom.dir.path().join("ws");
-        std::fs::create_dir_all(&ws).unwrap();
-        let config = loom.file(
-            "run.toml",
-            format!(
-                "[provider]\napi = \"{api}\"\nbase_url = \"{}\"\napi_key_env = \"LOOM_TEST_KEY\"\n",
-                upstream.base_url()
-            ),
-        );
-        let out = Command::new(env!("CARGO_BIN_EXE_loom"))
-            .args(["run", "--model", model, "--budget", "8000", "--config"])
-            .arg(&config)
-            .arg("--workspace")
-            .arg(&ws)
-            .args(["--session", "live", "read the notes please"])
-            .arg("--db")
-            .arg(loom.db())
-            .env("LOOM_TEST_KEY", "sk-test")
-            .env_remove("LOOM_DB")
-            .output()
-            .unwrap();
+        let (loom, out) = run_against(&upstream.base_url(), api, model, "live", &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{api}: {stderr}");
         // The mock calls the first tool offered (with arguments it does not know), gets the
@@ -223,29 +236,13 @@ fn a_runs_model_calls_are_spans_with_the_session_agent_turn_and_receipt() {
         ("chat_completions", "gpt-4o", "openai"),
         ("messages", "claude-sonnet-4-5", "anthropic"),
     ] {
-        let loom = Loom::new();
-        let ws = loom.dir.path().join("ws");
-        std::fs::create_dir_all(&ws).unwrap();
-        let config = loom.file(
-            "run.toml",
-            format!(
-                "[provider]\napi = \"{api}\"\nbase_url = \"{}\"\napi_key_env = \"LOOM_TEST_KEY\"\n",
-                upstream.base_url()
-            ),
+        let (loom, out) = run_against(
+            &upstream.base_url(),
+            api,
+            model,
+            "traced",
+            &[("LOOM_OTLP_ENDPOINT", collector.url())],
         );
-        let out = Command::new(env!("CARGO_BIN_EXE_loom"))
-            .args(["run", "--model", model, "--budget", "8000", "--config"])
-            .arg(&config)
-            .arg("--workspace")
-            .arg(&ws)
-            .args(["--session", "traced", "read the notes please"])
-            .arg("--db")
-            .arg(loom.db())
-            .env("LOOM_TEST_KEY", "sk-test")
-            .env("LOOM_OTLP_ENDPOINT", collector.url())
-            .env_remove("LOOM_DB")
-            .output()
-            .unwrap();
         assert!(
             out.status.success(),
             "{api}: {}",

@@ -287,15 +287,7 @@ pub(crate) async fn log_reply(
     mut reply: AssistantReply,
 ) {
     if target.span.is_on() {
-        let u = reply.usage.as_ref();
-        target.span.reply(&loom_telemetry::Reply {
-            model: reply.model.as_deref(),
-            id: reply.id.as_deref(),
-            finish_reason: reply.finish_reason.as_deref(),
-            input_tokens: u.map(|u| u.input_tokens),
-            cached_input_tokens: u.and_then(|u| u.cached_input_tokens),
-            output_tokens: u.and_then(|u| u.output_tokens),
-        });
+        target.span.reply(&loom_telemetry::Reply::of(&reply));
         // After hidden recall rounds the reply is recorded against the last round's call.
         if let Some(call) = target.call {
             target.span.set(|| {
