@@ -13,8 +13,15 @@
 //!   (a question with four evidence turns weighs four times one with one);
 //! - **per question**: the mean over questions of the share of its evidence turns found.
 //!
+//! With `--baseline`, the same questions go to the simple hybrid that issue 31 measured Loom
+//! against instead of to Loom: BM25 over the raw turns (lowercased words, no stemming) and,
+//! with an embedder, cosine similarity to the question over the raw turns, fused by reciprocal
+//! rank (1/(60 + rank) over each list's first 100), each hit followed by the turns before and
+//! after it in its session, packed greedily under the budget (a turn that does not fit is
+//! skipped).
+//!
 //! `cargo run --release -p loom-memory --example locomo -- [--budget N]... [--data FILE]
-//! [--embedder none|openai:MODEL|local:PATH] [--db FILE]`
+//! [--embedder none|openai:MODEL|local:PATH] [--db FILE] [--baseline]`
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -90,6 +97,8 @@ struct Conversation {
     turns: HashMap<String, (SessionId, Seq)>,
     /// (category, evidence dia_ids, question).
     questions: Vec<(u64, Vec<String>, String)>,
+    /// Every turn's session, seq and text, in order.
+    texts: Vec<(SessionId, Seq, String)>,
 }
 
 fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
@@ -97,6 +106,7 @@ fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
     let agent = AgentId::new(id)?;
     let c = &conv["conversation"];
     let mut turns = HashMap::new();
+    let mut texts = Vec::new();
     let mut n = 1;
     while let Some(list) = c.get(format!("session_{n}")).and_then(Value::as_array) {
         let date = c[format!("session_{n}_date_time")]
@@ -114,6 +124,7 @@ fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
             if let Some(caption) = t.get("blip_caption").and_then(Value::as_str) {
                 text.push_str(&format!(" [shares a photo: {caption}]"));
             }
+            texts.push((session.clone(), i as Seq + 1, text.clone()));
             events.push(NewEvent::new(
                 ts,
                 EventBody::User {
@@ -160,6 +171,7 @@ fn load(store: &MemoryStore, conv: &Value) -> anyhow::Result<Conversation> {
         agent,
         turns,
         questions,
+        texts,
     })
 }
 
@@ -168,6 +180,7 @@ fn main() -> anyhow::Result<()> {
     let mut data = PathBuf::from(DATA);
     let mut embedder = String::from("none");
     let mut db: Option<PathBuf> = None;
+    let mut baseline = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -175,6 +188,7 @@ fn main() -> anyhow::Result<()> {
             "--data" => data = args.next().context("--data FILE")?.into(),
             "--embedder" => embedder = args.next().context("--embedder SPEC")?,
             "--db" => db = Some(args.next().context("--db FILE")?.into()),
+            "--baseline" => baseline = true,
             other => bail!("unknown argument `{other}`"),
         }
     }
@@ -191,18 +205,25 @@ fn main() -> anyhow::Result<()> {
         Some(path) => SqliteMemory::open(path)?,
         None => SqliteMemory::open_in_memory()?,
     };
-    let memory = match embedder_from_spec(&embedder)? {
-        Some(e) => memory.with_embedder(e),
+    let model = embedder_from_spec(&embedder)?;
+    let memory = match &model {
+        Some(e) => memory.with_embedder(e.clone()),
         None => memory,
     };
     let started = Instant::now();
     let mut loaded = Vec::new();
+    let mut baselines = Vec::new();
     let mut items = 0;
     for conv in &convs {
         let c = load(&store, conv)?;
-        for s in store.sessions()? {
-            if s.agent == c.agent {
-                items += index(&store, &memory, &s.id)?.derived;
+        if baseline {
+            baselines.push(Baseline::new(&c.texts, &memory, model.as_deref())?);
+            items += c.texts.len();
+        } else {
+            for s in store.sessions()? {
+                if s.agent == c.agent {
+                    items += index(&store, &memory, &s.id)?.derived;
+                }
             }
         }
         loaded.push(c);
@@ -214,17 +235,23 @@ fn main() -> anyhow::Result<()> {
     // budget → (tokens returned, hits returned)
     let mut spent: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
     let started = Instant::now();
-    for c in &loaded {
+    for (k, c) in loaded.iter().enumerate() {
         for (cat, evidence, question) in &c.questions {
+            let ranked = match baselines.get(k) {
+                Some(b) => Some(b.rank(question, model.as_deref())?),
+                None => None,
+            };
             for &budget in &budgets {
-                let search = Search {
-                    filters: Filters {
-                        agent: Some(c.agent.clone()),
-                        ..Filters::default()
-                    },
-                    ..Search::new(question.clone(), budget)
+                let hits = match (&ranked, baselines.get(k)) {
+                    (Some(ranked), Some(b)) => b.pack(ranked, budget),
+                    _ => memory.search(&Search {
+                        filters: Filters {
+                            agent: Some(c.agent.clone()),
+                            ..Filters::default()
+                        },
+                        ..Search::new(question.clone(), budget)
+                    })?,
                 };
-                let hits = memory.search(&search)?;
                 searches += 1;
                 let used: u64 = hits.iter().map(|h| h.tokens).sum();
                 if used > budget {
@@ -254,6 +281,9 @@ fn main() -> anyhow::Result<()> {
     let search_s = started.elapsed().as_secs_f64();
 
     let mut out = String::new();
+    if baseline {
+        out.push_str("baseline: BM25 over raw turns, + similarity, reciprocal rank, neighbours\n");
+    }
     out.push_str(&format!(
         "embedder: {embedder}\n{} conversations, {items} items indexed in {index_s:.2} s \
          ({:.0} items/s); {searches} searches in {search_s:.2} s\n\n",
@@ -344,5 +374,162 @@ impl Recall {
             ));
         }
         out
+    }
+}
+
+/// The simple hybrid over one conversation's raw turns (see the module's documentation).
+struct Baseline {
+    turns: Vec<(SessionId, Seq, String)>,
+    tokens: Vec<u64>,
+    /// Each turn's words with their counts, and its length in words.
+    bags: Vec<(HashMap<String, u32>, usize)>,
+    /// Turns holding each word.
+    df: HashMap<String, usize>,
+    avg: f64,
+    vectors: Option<Vec<Vec<f32>>>,
+}
+
+/// Lowercased words (runs of letters and digits).
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+}
+
+impl Baseline {
+    fn new(
+        turns: &[(SessionId, Seq, String)],
+        memory: &dyn Memory,
+        model: Option<&dyn loom_memory::Embedder>,
+    ) -> anyhow::Result<Self> {
+        let mut df: HashMap<String, usize> = HashMap::new();
+        let bags: Vec<(HashMap<String, u32>, usize)> = turns
+            .iter()
+            .map(|(_, _, text)| {
+                let mut bag: HashMap<String, u32> = HashMap::new();
+                let mut len = 0;
+                for w in words(text) {
+                    *bag.entry(w).or_default() += 1;
+                    len += 1;
+                }
+                for w in bag.keys() {
+                    *df.entry(w.clone()).or_default() += 1;
+                }
+                (bag, len)
+            })
+            .collect();
+        let avg = bags.iter().map(|b| b.1).sum::<usize>() as f64 / bags.len().max(1) as f64;
+        let vectors = match model {
+            Some(m) => {
+                let texts: Vec<&str> = turns.iter().map(|t| t.2.as_str()).collect();
+                let mut all = Vec::with_capacity(texts.len());
+                for chunk in texts.chunks(256) {
+                    all.extend(m.embed(chunk)?);
+                }
+                Some(all)
+            }
+            None => None,
+        };
+        Ok(Self {
+            tokens: turns.iter().map(|t| memory.count_tokens(&t.2)).collect(),
+            turns: turns.to_vec(),
+            bags,
+            df,
+            avg,
+            vectors,
+        })
+    }
+
+    /// The turns for `question`, best first: BM25 and (with a model) similarity fused by
+    /// reciprocal rank over each list's first 100.
+    fn rank(
+        &self,
+        question: &str,
+        model: Option<&dyn loom_memory::Embedder>,
+    ) -> anyhow::Result<Vec<usize>> {
+        const K1: f64 = 1.2;
+        const B: f64 = 0.75;
+        const DEPTH: usize = 100;
+        let n = self.turns.len() as f64;
+        let mut q: Vec<String> = words(question).collect();
+        q.sort();
+        q.dedup();
+        let mut bm25: Vec<(usize, f64)> = self
+            .bags
+            .iter()
+            .enumerate()
+            .map(|(i, (bag, len))| {
+                let s = q
+                    .iter()
+                    .filter_map(|w| {
+                        let tf = f64::from(*bag.get(w)?);
+                        let df = self.df.get(w).copied().unwrap_or(0) as f64;
+                        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+                        Some(
+                            idf * tf * (K1 + 1.0)
+                                / (tf + K1 * (1.0 - B + B * *len as f64 / self.avg)),
+                        )
+                    })
+                    .sum();
+                (i, s)
+            })
+            .filter(|&(_, s)| s > 0.0)
+            .collect();
+        bm25.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut fused: HashMap<usize, f64> = HashMap::new();
+        for (rank, (i, _)) in bm25.iter().take(DEPTH).enumerate() {
+            *fused.entry(*i).or_default() += 1.0 / (60.0 + rank as f64 + 1.0);
+        }
+        if let (Some(m), Some(vectors)) = (model, &self.vectors) {
+            let v = m.embed(&[question])?.remove(0);
+            let mut near: Vec<(usize, f32)> = vectors
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (i, t.iter().zip(&v).map(|(a, b)| a * b).sum()))
+                .collect();
+            near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (rank, (i, _)) in near.iter().take(DEPTH).enumerate() {
+                *fused.entry(*i).or_default() += 1.0 / (60.0 + rank as f64 + 1.0);
+            }
+        }
+        let mut ranked: Vec<(usize, f64)> = fused.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(ranked.into_iter().map(|(i, _)| i).collect())
+    }
+
+    /// The ranked turns, each followed by its neighbours in its session, packed under
+    /// `budget`, as hits naming their turn.
+    fn pack(&self, ranked: &[usize], budget: u64) -> Vec<loom_memory::Hit> {
+        let mut taken = std::collections::BTreeSet::new();
+        let mut left = budget;
+        let mut hits = Vec::new();
+        for &i in ranked {
+            let same = |j: usize| self.turns.get(j).is_some_and(|t| t.0 == self.turns[i].0);
+            let around = [Some(i), i.checked_sub(1), Some(i + 1)];
+            for j in around.into_iter().flatten().filter(|&j| same(j)) {
+                if taken.contains(&j) || self.tokens[j] > left {
+                    continue;
+                }
+                taken.insert(j);
+                left -= self.tokens[j];
+                let (session, seq, text) = &self.turns[j];
+                hits.push(loom_memory::Hit {
+                    id: j as i64,
+                    text: text.clone(),
+                    tokens: self.tokens[j],
+                    score: 0.0,
+                    tier: loom_memory::Tier::L4,
+                    sources: vec![loom_memory::Source {
+                        session: session.clone(),
+                        seq: *seq,
+                        to_seq: None,
+                    }],
+                });
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        hits
     }
 }
