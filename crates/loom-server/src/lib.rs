@@ -16,6 +16,7 @@ pub mod auth;
 mod caller;
 pub mod config;
 mod conn;
+mod digest;
 pub mod error;
 pub mod locks;
 pub mod memory;

@@ -43,7 +43,7 @@ pub struct AppState {
     /// Request bodies as sent, for the inspector (`[inspector] keep_requests_bytes`).
     pub sent: crate::sent::SentRequests,
     /// What the inspector has read of each session, kept between its polls.
-    pub(crate) digests: crate::api::inspect::Digests,
+    pub(crate) digests: crate::digest::Digests,
     /// Agents' memory and the knowledge base, beside the log (in its SQLite file or its
     /// PostgreSQL database).
     pub memory: Option<Arc<dyn loom_memory::Memory>>,
@@ -54,6 +54,15 @@ pub struct AppState {
 impl AppState {
     /// Queues `session` (of `p`'s tenant) for indexing into memory, when the server keeps it;
     /// returns at once.
+    /// What the inspector's digests read.
+    pub(crate) fn digest_sources(&self) -> crate::digest::Sources<'_> {
+        crate::digest::Sources {
+            store: self.store.as_ref(),
+            blobs: self.blobs.as_ref(),
+            engine: &self.engine,
+        }
+    }
+
     pub(crate) fn index_later(&self, p: &Principal, session: &loom_core::SessionId) {
         if let Some(indexer) = &self.indexer {
             indexer.enqueue(session.clone(), p.tenant.clone());

@@ -13,10 +13,7 @@
 //! `/metrics` counts as they arrive), so it holds across restarts and across servers sharing one
 //! store; what was read is kept between polls (`digest`).
 
-mod digest;
 pub(crate) mod request;
-
-pub(crate) use digest::Digests;
 
 use std::sync::Arc;
 
@@ -31,9 +28,9 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{Caller, Owned, SessionPath};
 use super::{body, schema};
 use crate::auth::Principal;
+use crate::digest::{preview, CallFacts, Digest, StepView};
 use crate::error::{ApiError, Result};
 use crate::state::AppState;
-use digest::{preview, CallFacts, Digest, StepView};
 
 /// Events a timeline page holds by default, and at most.
 const PAGE_DEFAULT: u64 = 1_000;
@@ -115,7 +112,7 @@ pub(crate) async fn sessions(
                 if p.unscope(&info.id).is_none() {
                     continue;
                 }
-                let held = s.digests.read(s, &info, false)?;
+                let held = s.digests.read(&s.digest_sources(), &info, false)?;
                 sessions.push(summary(&p, &info, &held.lock()));
             }
             Ok(SessionSummaries { sessions })
@@ -271,7 +268,7 @@ pub(crate) async fn session(
     let to = from.saturating_add(limit - 1).min(info.event_count);
     let out = state
         .blocking("reading a session for the inspector", move |s| {
-            let held = s.digests.read(s, &info, true)?;
+            let held = s.digests.read(&s.digest_sources(), &info, true)?;
             let events = if from <= to {
                 s.store.read(&sid, from..=to)?
             } else {
@@ -450,7 +447,7 @@ pub(crate) async fn usage(
                 if p.unscope(&info.id).is_none() {
                     continue;
                 }
-                let held = s.digests.read(s, &info, false)?;
+                let held = s.digests.read(&s.digest_sources(), &info, false)?;
                 let d = held.lock();
                 all.extend(d.calls.iter().map(|c| figures(c, &d)));
             }

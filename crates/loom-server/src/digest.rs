@@ -1,4 +1,4 @@
-//! What the inspector has read of each session, kept between reads so that a page polled every
+//! What the inspector (`api::inspect`) has read of each session, kept between reads so that a page polled every
 //! few seconds costs what changed since its last read, not the session's whole log and every
 //! receipt again.
 //!
@@ -14,11 +14,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use loom_core::{Event, EventBody, Ingest, SessionId, SessionInfo, ToolOutput};
-use loom_store::{ModelCall as StoredCall, Offloader, Usage};
+use loom_session::engine::Engine;
+use loom_store::{BlobStore, ModelCall as StoredCall, Offloader, Store, Usage};
 use loom_tokens::CountTokens;
 
 use crate::error::{ApiError, Result};
-use crate::state::AppState;
 
 /// Framing tokens counted per event of the full history (a chat message's role and separators
 /// cost about this much in every provider's count).
@@ -28,7 +28,7 @@ const MESSAGE_FRAMING: u64 = 4;
 const BYTES_PER_TOKEN: u64 = 4;
 
 /// Longest text a timeline row carries; the whole event is one read away.
-pub(super) const PREVIEW_CHARS: usize = 240;
+pub(crate) const PREVIEW_CHARS: usize = 240;
 
 /// Estimated bytes the digests of a server hold at most: enough for thousands of sessions of
 /// hundreds of calls; past it the least recently read go.
@@ -41,7 +41,7 @@ const STEP_BYTES: usize = 128;
 const EVENT_BYTES: usize = 8;
 
 /// The receipt's lists of seqs by fate (`Receipt::lists`), by name.
-pub(super) const FATES: [&str; 9] = [
+pub(crate) const FATES: [&str; 9] = [
     "verbatim",
     "stubbed",
     "elided",
@@ -55,28 +55,28 @@ pub(super) const FATES: [&str; 9] = [
 
 /// What the pages need of one model call, read once from its receipt.
 #[derive(Debug, Clone)]
-pub(super) struct CallFacts {
-    pub(super) id: u64,
-    pub(super) at_seq: u64,
-    pub(super) created_ms: i64,
+pub(crate) struct CallFacts {
+    pub(crate) id: u64,
+    pub(crate) at_seq: u64,
+    pub(crate) created_ms: i64,
     /// `None` for a call proxied in observe mode.
-    pub(super) model: Option<String>,
-    pub(super) estimate: Option<u64>,
+    pub(crate) model: Option<String>,
+    pub(crate) estimate: Option<u64>,
     /// Tokens of the call's tool definitions.
-    pub(super) tools: u64,
+    pub(crate) tools: u64,
     /// The model's price of a cached input token, in uncached ones.
-    pub(super) cached_price: f64,
-    pub(super) compaction: bool,
-    pub(super) compaction_at: Option<u64>,
-    pub(super) points: u32,
-    pub(super) hard_total: Option<u64>,
-    pub(super) usage: Option<Usage>,
+    pub(crate) cached_price: f64,
+    pub(crate) compaction: bool,
+    pub(crate) compaction_at: Option<u64>,
+    pub(crate) points: u32,
+    pub(crate) hard_total: Option<u64>,
+    pub(crate) usage: Option<Usage>,
     /// Runs `[from, to]` of seqs by fate, for the fates the call has.
-    pub(super) fates: BTreeMap<&'static str, Vec<[u64; 2]>>,
+    pub(crate) fates: BTreeMap<&'static str, Vec<[u64; 2]>>,
 }
 
 impl CallFacts {
-    fn of(s: &AppState, c: &StoredCall) -> Self {
+    fn of(s: &Sources<'_>, c: &StoredCall) -> Self {
         let r = &c.call.receipt["receipt"];
         let model = r["model"].as_str().map(str::to_owned);
         let cached_price = model
@@ -117,34 +117,34 @@ impl CallFacts {
 
 /// What the timeline shows of a result's step.
 #[derive(Debug, Clone)]
-pub(super) struct StepView {
+pub(crate) struct StepView {
     /// The start of its observation.
-    pub(super) observation: String,
+    pub(crate) observation: String,
     /// The reference recall takes for its original bytes, when it was offloaded.
-    pub(super) reference: Option<String>,
+    pub(crate) reference: Option<String>,
 }
 
 /// One session as read so far.
 #[derive(Debug, Default)]
-pub(super) struct Digest {
+pub(crate) struct Digest {
     /// Every model call read, in order.
-    pub(super) calls: Vec<CallFacts>,
+    pub(crate) calls: Vec<CallFacts>,
     /// The counter of `prefix` (the newest rendered call's model's).
     meter: String,
     /// `prefix[n]`: tokens of events `1..=n` sent whole, framing included.
     prefix: Vec<u64>,
     /// The steps derived from the events read for them, by call id.
-    pub(super) steps: HashMap<String, StepView>,
+    pub(crate) steps: HashMap<String, StepView>,
     ingest: Ingest,
     /// Events read for the steps.
     stepped: u64,
     /// The time of the last event read.
-    pub(super) last_ms: i64,
+    pub(crate) last_ms: i64,
 }
 
 impl Digest {
     /// Tokens of the log up to `seq` sent whole.
-    pub(super) fn upto(&self, seq: u64) -> u64 {
+    pub(crate) fn upto(&self, seq: u64) -> u64 {
         let i = usize::try_from(seq).unwrap_or(usize::MAX);
         self.prefix
             .get(i)
@@ -166,7 +166,7 @@ impl Digest {
 
     /// Reads what changed since the last read: receipts, usage, and the events the counts (and,
     /// with `steps`, the steps) have not seen.
-    fn refresh(&mut self, s: &AppState, info: &SessionInfo, steps: bool) -> Result<()> {
+    fn refresh(&mut self, s: &Sources<'_>, info: &SessionInfo, steps: bool) -> Result<()> {
         // Calls after the last held, and again from the first whose usage may still come.
         let unreported = self.calls.iter().position(|c| c.usage.is_none());
         let keep = unreported.unwrap_or(self.calls.len());
@@ -217,7 +217,7 @@ impl Digest {
                 .filter(|e| e.seq > self.stepped)
                 .cloned()
                 .collect();
-            let off = Offloader::new(s.store.as_ref(), s.blobs.as_ref(), &s.engine.reduce);
+            let off = Offloader::new(s.store, s.blobs, &s.engine.reduce);
             for step in off.derive_known(&info.id, &mut self.ingest, &new)? {
                 let view = StepView {
                     observation: preview(&step.observation).0,
@@ -233,7 +233,7 @@ impl Digest {
 }
 
 /// The start of `text`, and whether it was cut.
-pub(super) fn preview(text: &str) -> (String, bool) {
+pub(crate) fn preview(text: &str) -> (String, bool) {
     match text.char_indices().nth(PREVIEW_CHARS) {
         Some((i, _)) => (text[..i].to_owned(), true),
         None => (text.to_owned(), false),
@@ -259,6 +259,13 @@ fn event_cost(meter: &dyn CountTokens, e: &Event) -> u64 {
 
 type Key = (SessionId, i64);
 
+/// What a digest reads: the server's store, its blobs, and the engine (models and reducers).
+pub(crate) struct Sources<'a> {
+    pub(crate) store: &'a dyn Store,
+    pub(crate) blobs: &'a dyn BlobStore,
+    pub(crate) engine: &'a Engine,
+}
+
 /// The digests of a server's sessions.
 #[derive(Debug, Default)]
 pub(crate) struct Digests {
@@ -277,7 +284,7 @@ struct Lru {
 impl Digests {
     /// Session `info`'s digest, brought up to date (its steps too, with `steps`), locked: two
     /// reads of one session wait for each other, reads of two sessions do not.
-    pub(super) fn read(&self, s: &AppState, info: &SessionInfo, steps: bool) -> Result<Held> {
+    pub(crate) fn read(&self, s: &Sources<'_>, info: &SessionInfo, steps: bool) -> Result<Held> {
         let key: Key = (info.id.clone(), info.created_ms);
         let digest = {
             let mut lru = lock(&self.inner);
@@ -322,10 +329,10 @@ impl Digests {
 }
 
 /// A digest as read, locked while the page is built from it.
-pub(super) struct Held(Arc<Mutex<Digest>>);
+pub(crate) struct Held(Arc<Mutex<Digest>>);
 
 impl Held {
-    pub(super) fn lock(&self) -> MutexGuard<'_, Digest> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Digest> {
         lock_arc(&self.0)
     }
 }
