@@ -147,6 +147,20 @@ fn approve_refuses_what_is_not_waiting() {
     assert!(bad.stderr.contains("--script"), "{}", bad.stderr);
 }
 
+/// The mock provider on a loopback port, served by the runtime returned with it (which must
+/// outlive it).
+fn mock_upstream() -> (tokio::runtime::Runtime, loom_mock_upstream::MockHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream = rt
+        .block_on(loom_mock_upstream::Mock::new().serve("127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    (rt, upstream)
+}
+
 /// `loom run` of `model` over provider API `api` at `base_url` in a fresh home, as session
 /// `session`, told to read the notes, with `env` set: the home and the process's output.
 fn run_against(
@@ -183,14 +197,7 @@ fn run_against(
 
 #[test]
 fn a_run_talks_to_each_provider_api_over_http() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let upstream = rt
-        .block_on(loom_mock_upstream::Mock::new().serve("127.0.0.1:0".parse().unwrap()))
-        .unwrap();
+    let (_rt, upstream) = mock_upstream();
     for (api, model) in [
         ("chat_completions", "gpt-4o"),
         ("responses", "gpt-4o"),
@@ -223,14 +230,7 @@ fn a_runs_model_calls_are_spans_with_the_session_agent_turn_and_receipt() {
     use loom_testkit::otlp::{attributes, Collector, SpanKind};
 
     let collector = Collector::start().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let upstream = rt
-        .block_on(loom_mock_upstream::Mock::new().serve("127.0.0.1:0".parse().unwrap()))
-        .unwrap();
+    let (_rt, upstream) = mock_upstream();
     let mut seen = 0;
     for (api, model, system) in [
         ("chat_completions", "gpt-4o", "openai"),
