@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use loom_core::{Event, EventBody, Ingest, SessionId, SessionInfo, ToolOutput};
 use loom_session::engine::Engine;
+use loom_session::lru::Lru;
 use loom_store::{BlobStore, ModelCall as StoredCall, Offloader, Store, Usage};
 use loom_tokens::CountTokens;
 
@@ -269,16 +270,7 @@ pub(crate) struct Sources<'a> {
 /// The digests of a server's sessions.
 #[derive(Debug, Default)]
 pub(crate) struct Digests {
-    inner: Mutex<Lru>,
-}
-
-#[derive(Debug, Default)]
-struct Lru {
-    /// Each digest, when it was last read, and its size then.
-    map: HashMap<Key, (Arc<Mutex<Digest>>, u64, usize)>,
-    order: BTreeMap<u64, Key>,
-    tick: u64,
-    bytes: usize,
+    inner: Mutex<Lru<Key, Digest>>,
 }
 
 impl Digests {
@@ -288,19 +280,11 @@ impl Digests {
         let key: Key = (info.id.clone(), info.created_ms);
         let digest = {
             let mut lru = lock(&self.inner);
-            lru.tick += 1;
-            let tick = lru.tick;
-            let (digest, used) = match lru.map.get_mut(&key) {
-                Some((d, used, _)) => (Arc::clone(d), std::mem::replace(used, tick)),
-                None => {
-                    let d = Arc::new(Mutex::new(Digest::default()));
-                    lru.map.insert(key.clone(), (Arc::clone(&d), tick, 0));
-                    (d, 0)
-                }
-            };
-            lru.order.remove(&used);
-            lru.order.insert(tick, key.clone());
-            digest
+            lru.touch(&key).unwrap_or_else(|| {
+                let d = Arc::new(Mutex::new(Digest::default()));
+                lru.insert(key.clone(), Arc::clone(&d), 0);
+                d
+            })
         };
         let mut held = lock_arc(&digest);
         if let Err(e) = held.refresh(s, info, steps) {
@@ -310,18 +294,8 @@ impl Digests {
         }
         let size = held.bytes();
         let mut lru = lock(&self.inner);
-        if let Some((_, _, was)) = lru.map.get_mut(&key) {
-            let was = std::mem::replace(was, size);
-            lru.bytes = lru.bytes - was + size;
-        }
-        while lru.map.len() > 1 && lru.bytes > DIGEST_BYTES {
-            let Some((_, oldest)) = lru.order.pop_first() else {
-                break;
-            };
-            if let Some((_, _, size)) = lru.map.remove(&oldest) {
-                lru.bytes -= size;
-            }
-        }
+        lru.measured(&key, size);
+        lru.evict(usize::MAX, DIGEST_BYTES);
         drop(lru);
         drop(held);
         Ok(Held(digest))

@@ -17,6 +17,7 @@ pub mod explain;
 pub mod history;
 pub mod import;
 pub mod live;
+pub mod lru;
 mod memo;
 pub mod state;
 

@@ -12,7 +12,6 @@
 //! many sessions a server sees.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use loom_core::render::{Audience, CompactionState, StepIndex};
@@ -24,6 +23,7 @@ use loom_store::{
 
 use crate::counts::Counts;
 use crate::error::Result;
+use crate::lru::Lru;
 use crate::memo::BodyMemo;
 use crate::state::{SessionState, View};
 
@@ -515,45 +515,7 @@ impl Live {
 pub struct LiveSessions {
     capacity: usize,
     byte_limit: usize,
-    inner: Mutex<Lru>,
-}
-
-#[derive(Debug, Default)]
-struct Lru {
-    /// Each session's state, when it was last used, and its size when it was last measured.
-    map: HashMap<SessionId, (Arc<Mutex<Live>>, u64, usize)>,
-    order: BTreeMap<u64, SessionId>,
-    tick: u64,
-    /// The sum of the sizes in `map`.
-    bytes: usize,
-}
-
-impl Lru {
-    /// Records `id`'s size as `bytes`.
-    fn measured(&mut self, id: &SessionId, bytes: usize) {
-        if let Some((_, _, size)) = self.map.get_mut(id) {
-            self.bytes = self.bytes - *size + bytes;
-            *size = bytes;
-        }
-    }
-
-    /// Drops the least recently used sessions until both bounds hold. The session just used
-    /// has the newest tick, so it goes last, and never when it is alone (even over the bytes).
-    fn evict(&mut self, capacity: usize, byte_limit: usize) {
-        while self.map.len() > 1 && (self.map.len() > capacity || self.bytes > byte_limit) {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            self.drop_session(&oldest);
-        }
-    }
-
-    fn drop_session(&mut self, id: &SessionId) {
-        if let Some((_, used, size)) = self.map.remove(id) {
-            self.bytes -= size;
-            self.order.remove(&used);
-        }
-    }
+    inner: Mutex<Lru<SessionId, Live>>,
 }
 
 /// A live session, locked for one call.
@@ -577,22 +539,22 @@ impl LiveSessions {
 
     /// The estimated bytes the live sessions hold (as last measured).
     pub fn bytes(&self) -> usize {
-        self.lock().bytes
+        self.lock().bytes()
     }
 
     /// How many sessions are live.
     pub fn len(&self) -> usize {
-        self.lock().map.len()
+        self.lock().len()
     }
 
     /// Whether session `id` is live (without touching its place in the order).
     pub fn contains(&self, id: &SessionId) -> bool {
-        self.lock().map.contains_key(id)
+        self.lock().contains_key(id)
     }
 
     /// Drops session `id`'s state, if it is live (the session was deleted).
     pub fn forget(&self, id: &SessionId) {
-        self.lock().drop_session(id);
+        self.lock().remove(id);
     }
 
     /// Whether none is.
@@ -600,27 +562,14 @@ impl LiveSessions {
         self.len() == 0
     }
 
-    fn lock(&self) -> MutexGuard<'_, Lru> {
+    fn lock(&self) -> MutexGuard<'_, Lru<SessionId, Live>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The live session `id`, loaded from the store when it is not cached, and caught up with
     /// the store; `None` when the session does not exist.
     pub fn get(&self, b: Backend<'_>, id: &SessionId) -> Result<Option<Arc<Mutex<Live>>>> {
-        let cached = {
-            let mut lru = self.lock();
-            lru.tick += 1;
-            let tick = lru.tick;
-            let found = lru.map.get_mut(id).map(|(live, used, _)| {
-                let old = std::mem::replace(used, tick);
-                (Arc::clone(live), old)
-            });
-            if let Some((_, old)) = &found {
-                lru.order.remove(old);
-                lru.order.insert(tick, id.clone());
-            }
-            found.map(|(live, _)| live)
-        };
+        let cached = self.lock().touch(id);
         // A state whose turn was never written (its call failed between the two) holds events
         // the log may not: it is dropped and read again.
         let cached = cached.filter(|live| {
@@ -644,11 +593,9 @@ impl LiveSessions {
         let bytes = live.bytes();
         let live = Arc::new(Mutex::new(live));
         let mut lru = self.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
         // Another call may have loaded it meanwhile: keep the first, so both use one state
         // (unless it is one being dropped for a failed turn).
-        if let Some((existing, _, _)) = lru.map.get(id) {
+        if let Some(existing) = lru.peek(id) {
             // Never waits for a session's lock while holding the cache's: one in use is kept.
             let usable = match existing.try_lock() {
                 Ok(state) => !(state.broken || state.pending.is_some()),
@@ -661,11 +608,8 @@ impl LiveSessions {
             if usable {
                 return Ok(Some(Arc::clone(existing)));
             }
-            lru.drop_session(id);
         }
-        lru.map.insert(id.clone(), (Arc::clone(&live), tick, bytes));
-        lru.bytes += bytes;
-        lru.order.insert(tick, id.clone());
+        lru.insert(id.clone(), Arc::clone(&live), bytes);
         lru.evict(self.capacity, self.byte_limit);
         Ok(Some(live))
     }
