@@ -41,19 +41,6 @@ const CALL_BYTES: usize = 256;
 const STEP_BYTES: usize = 128;
 const EVENT_BYTES: usize = 8;
 
-/// The receipt's lists of seqs by fate (`Receipt::lists`), by name.
-pub(crate) const FATES: [&str; 9] = [
-    "verbatim",
-    "stubbed",
-    "elided",
-    "thinned",
-    "diffed",
-    "grouped",
-    "summarized",
-    "dropped",
-    "replaced",
-];
-
 /// What the pages need of one model call, read once from its receipt.
 #[derive(Debug, Clone)]
 pub(crate) struct CallFacts {
@@ -84,7 +71,7 @@ impl CallFacts {
             .as_deref()
             .and_then(|m| s.engine.model_info(m).ok())
             .map_or(1.0, |info| info.cached_read);
-        let fates = FATES
+        let fates = loom_core::render::Receipt::FATES
             .iter()
             .filter_map(|name| {
                 let runs: Vec<[u64; 2]> = r[*name]

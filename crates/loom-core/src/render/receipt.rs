@@ -163,18 +163,33 @@ impl Parts {
 impl Receipt {
     /// The receipt's lists of seqs by fate, with their names, in the order they are shown.
     pub fn lists(&self) -> [(&'static str, &[SeqRange]); 9] {
+        let [a, b, c, d, e, f, g, h, i] = Self::FATES;
         [
-            ("verbatim", &self.verbatim),
-            ("stubbed", &self.stubbed),
-            ("elided", &self.elided),
-            ("thinned", &self.thinned),
-            ("diffed", &self.diffed),
-            ("grouped", &self.grouped),
-            ("summarized", &self.summarized),
-            ("dropped", &self.dropped),
-            ("replaced", &self.replaced),
+            (a, &self.verbatim),
+            (b, &self.stubbed),
+            (c, &self.elided),
+            (d, &self.thinned),
+            (e, &self.diffed),
+            (f, &self.grouped),
+            (g, &self.summarized),
+            (h, &self.dropped),
+            (i, &self.replaced),
         ]
     }
+
+    /// The names of [`Self::lists`], in their order: the receipt's JSON fields, for readers of
+    /// stored receipts that do not build a `Receipt`.
+    pub const FATES: [&'static str; 9] = [
+        "verbatim",
+        "stubbed",
+        "elided",
+        "thinned",
+        "diffed",
+        "grouped",
+        "summarized",
+        "dropped",
+        "replaced",
+    ];
 
     /// Checks that every seq of the log up to `at_seq` is in exactly one list; returns the
     /// first that is not, with how many lists hold it (a range outside the log counts as the
