@@ -12,9 +12,14 @@
 //! [`otlp`] is a trace collector on loopback (OTLP over HTTP) that the tests of Loom's spans read
 //! and its benchmarks export to.
 //!
+//! [`generate`] builds valid requests from the same descriptions (and from
+//! [`OpenApi::anthropic`], a description of Anthropic Messages requests written from the
+//! Anthropic SDK's types), for the conformance suite that sends them through Loom.
+//!
 //! Errors are plain strings (a path and a reason each): they are read by people looking at a
 //! failed test, never matched on by code.
 
+pub mod generate;
 pub mod otlp;
 pub mod pg;
 mod schema;
@@ -87,6 +92,25 @@ impl OpenApi {
             root,
             patterns: schema::Patterns::default(),
         })
+    }
+
+    /// Anthropic Messages requests (`MessageCreateParams`) as a description of the same form,
+    /// written for these tests from the Anthropic SDK's request types (Anthropic publishes
+    /// none); built into the crate, so it is always there.
+    pub fn anthropic() -> Result<Self, String> {
+        let root: Value = serde_json::from_str(include_str!("generate/anthropic-messages.json"))
+            .map_err(|e| format!("parsing the Anthropic description: {e}"))?;
+        Self::from_value(root)
+    }
+
+    /// A walk that generates instances of this description's schemas, for `seed`.
+    pub fn walker(&self, seed: u64) -> generate::Walker<'_> {
+        generate::Walker::new(&self.root, &self.patterns, seed)
+    }
+
+    /// The description itself.
+    pub fn root(&self) -> &Value {
+        &self.root
     }
 
     /// Checks `body` against the component schema named `schema` (`CreateChatCompletionRequest`,

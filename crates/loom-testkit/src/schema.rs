@@ -24,7 +24,7 @@ pub(crate) struct Patterns(Mutex<HashMap<String, Option<Regex>>>);
 impl Patterns {
     /// Whether `text` matches `pattern`; `None` when the pattern does not compile (it is then not
     /// checked, and the error says so).
-    fn matches(&self, pattern: &str, text: &str) -> Option<bool> {
+    pub(crate) fn matches(&self, pattern: &str, text: &str) -> Option<bool> {
         let mut cache = self.0.lock().ok()?;
         let re = cache
             .entry(pattern.to_owned())
