@@ -29,6 +29,10 @@ The figures (keys of figures.json):
   orphans                tool calls without their result or results without their call in what
                          reached the mock (check.py's pairing findings)
   fallbacks              fit replies that came back with X-Loom-Mode: observe
+  fit_check_failed       Loom's counter loom_upstream_errors_total{kind="fit_check_failed"} (its
+                         /metrics, saved by run.sh as metrics.txt before Loom stops): fitted
+                         bodies that failed Loom's own check and went unfitted; check_failed_log
+                         the lines of loom.log saying so ("failed Loom's check")
   receipts, loom_estimate_max, over_budget
                          fit receipts in the database, the largest of Loom's estimates, and the
                          receipts whose estimate is over the budget (`budget = N` in the config,
@@ -128,6 +132,28 @@ def receipts(db):
     return out
 
 
+def metric_sum(path, label):
+    """The sum of the Prometheus samples whose labels include `label`; None without the file."""
+    if not os.path.exists(path):
+        return None
+    total = 0
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            if not line.startswith("#") and label in line:
+                try:
+                    total += int(float(line.rsplit(None, 1)[-1]))
+                except ValueError:
+                    pass
+    return total
+
+
+def count_lines(path, needle):
+    if not os.path.exists(path):
+        return None
+    with open(path, errors="replace") as fh:
+        return sum(1 for line in fh if needle in line)
+
+
 def run_figures(args):
     d = args.dir
     name, count = tokenizer()
@@ -178,6 +204,8 @@ def run_figures(args):
             f["sessions"] = len(sess)
             f["forks"] = sum(1 for s in sess if re.search(r"~\d+$", s["id"]))
             f["session_ids"] = [s["id"] for s in sess][:20]
+        f["fit_check_failed"] = metric_sum(os.path.join(d, "metrics.txt"), 'kind="fit_check_failed"')
+        f["check_failed_log"] = count_lines(os.path.join(d, "loom.log"), "failed Loom's check")
         f["receipts"] = len(recs)
         f["loom_estimate_max"] = max((r["estimate"] for _, _, r in recs), default=None)
         over = []
@@ -203,7 +231,7 @@ def summary(args):
         return
     cols = [("run", 24), ("ok", 4), ("budget", 7), ("reqs", 5), ("input tok", 10), ("largest", 8),
             ("loom est", 8), ("sess", 5), ("forks", 5), ("4xx", 4), ("409", 4), ("orph", 5), (">budg", 6),
-            (">b body", 7), (">win", 5), ("fallb", 5)]
+            (">b body", 7), (">win", 5), ("fallb", 5), ("chkfail", 7)]
     print(" ".join(c.ljust(w) for c, w in cols))
 
     def cell(v):
@@ -213,7 +241,7 @@ def summary(args):
         vals = [f["id"], "yes" if f.get("passed") else "NO", f.get("budget"), f["upstream_requests"],
                 f["input_tokens"], f["largest_request"], f.get("loom_estimate_max"), f.get("sessions"), f.get("forks"),
                 f.get("loom_4xx"), f.get("loom_409"), f.get("orphans"), f.get("over_budget"),
-                f.get("over_budget_by_body"), f.get("over_window"), f.get("fallbacks")]
+                f.get("over_budget_by_body"), f.get("over_window"), f.get("fallbacks"), f.get("fit_check_failed")]
         print(" ".join(cell(v).ljust(w) for v, (_, w) in zip(vals, cols)))
     by = {(f["id"].rsplit("-", 2)[0], f["mode"], f["id"].rsplit("-", 1)[1]): f for f in rows}
     lines = []

@@ -3,7 +3,8 @@
 # (default target/clients, ignored by git). Idempotent: a client whose installed version matches
 # the pin is left as it is. Every step is bounded with `timeout`.
 #
-#   npm:  @anthropic-ai/claude-code (Claude Code), @openai/codex (Codex CLI), opencode-ai (opencode)
+#   npm:  @anthropic-ai/claude-code (Claude Code), @openai/codex (Codex CLI), opencode-ai (opencode),
+#         @qwen-code/qwen-code (qwen-code)
 #   PyPI: aider-chat (aider), mini-swe-agent (mini-swe-agent), each in a venv of its own because
 #         they pin different litellm versions.
 #
@@ -21,12 +22,13 @@ CODEX_VERSION=0.171.0
 OPENCODE_VERSION=1.18.33
 AIDER_VERSION=0.86.2        # Requires-Python >=3.10,<3.13
 MINI_SWE_AGENT_VERSION=2.4.6
+QWEN_CODE_VERSION=0.24.4
 
 npm_timeout=900
 pip_timeout=900
 probe_timeout=60
 
-only=${LOOM_CLIENTS_ONLY:-claude codex opencode aider mini}
+only=${LOOM_CLIENTS_ONLY:-claude codex opencode aider mini qwen}
 wanted() { case " $only " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if [ -z "${PYTHON:-}" ]; then
@@ -42,7 +44,7 @@ if ! command -v npm >/dev/null 2>&1; then
         timeout 600 apt-get update -qq
         DEBIAN_FRONTEND=noninteractive timeout "$npm_timeout" apt-get install -y -qq nodejs npm >/dev/null
     else
-        echo "npm is needed for Claude Code, Codex and opencode; install Node.js (>= 20)" >&2
+        echo "npm is needed for Claude Code, Codex, opencode and qwen-code; install Node.js (>= 20)" >&2
         exit 1
     fi
 fi
@@ -111,4 +113,9 @@ if wanted mini; then
     venv_install mini "mini-swe-agent==$MINI_SWE_AGENT_VERSION"
     v=$(MSWEA_GLOBAL_CONFIG_DIR=$dir/mini-probe MSWEA_SILENT_STARTUP=1 timeout "$probe_timeout" "$dir/venv/mini/bin/python" -c "import minisweagent; print(minisweagent.__version__)" 2>/dev/null | tail -n 1 || true)
     report mini "$v" "$dir/venv/mini/bin/mini"
+fi
+if wanted qwen; then
+    npm_install qwen @qwen-code/qwen-code "$QWEN_CODE_VERSION" qwen
+    v=$(HOME=$dir/home-probe timeout "$probe_timeout" "$dir/npm/qwen/node_modules/.bin/qwen" --version 2>/dev/null | head -n1 || true)
+    report qwen "$v" "$dir/npm/qwen/node_modules/.bin/qwen"
 fi

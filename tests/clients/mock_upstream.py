@@ -291,6 +291,20 @@ def system_text(fmt, body):
                      if m.get("role") in ("system", "developer"))
 
 
+# Loom's compact block (loom-core's render::layout::COMPACT_HEADER): earlier steps, each a
+# `[step_NNN] ...` line, in place of their calls and results.
+COMPACT_HEADER = "Earlier steps, compacted (each original is recoverable by its reference):"
+COMPACT_STEP = re.compile(r"^\[step_(\d+)\]", re.M)
+
+
+def compacted_steps(fmt, body):
+    """The number of steps a compact block in the request stands for."""
+    text = all_text(fmt, body)
+    if COMPACT_HEADER not in text:
+        return 0
+    return len(set(COMPACT_STEP.findall(text)))
+
+
 def conversation_seed(fmt, body):
     """Stable per conversation: the first user message's text."""
     if fmt == "responses":
@@ -328,6 +342,11 @@ def flavour(fmt, body, names):
         return "codex"
     if fmt == "chat" and {"bash", "read", "edit"} <= set(names):
         return "opencode"
+    if (fmt == "chat" and {"run_shell_command", "read_file", "edit"} <= set(names)
+            and "You are Qwen Code" in system_text(fmt, body)):
+        # qwen-code's main agent; its background subagents (the managed-memory extraction, with
+        # read_file/edit/run_shell_command too) have other system prompts and get a side reply.
+        return "qwen"
     if fmt == "chat" and "bash" in names:
         return "mini"
     if fmt == "chat" and not names and "SEARCH/REPLACE" in system_text(fmt, body):
@@ -350,7 +369,8 @@ def plan(fmt, body, scenario, workdir_default):
         return aider_turn(fmt, body, scenario, seed), "aider"
     results = tool_results(fmt, body)
     script = steps(scenario)
-    k = len(results)
+    # Steps Loom compacted into one block count as done (their calls and results are gone).
+    k = len(results) + compacted_steps(fmt, body)
     if k >= len(script):
         k = len(script) - 1
     step = script[k]
@@ -431,6 +451,8 @@ def tool_call(kind, fmt, names, step, workdir, sid):
             return tool_part("Read", sid, {"file_path": step[1]}, prefix)
         if kind == "opencode":
             return tool_part("read", sid, {"filePath": step[1]}, prefix)
+        if kind == "qwen":
+            return tool_part("read_file", sid, {"file_path": step[1]}, prefix)
         op, step = "read", ("read", step[1])
     if kind == "claude":
         if op == "list":
@@ -450,6 +472,15 @@ def tool_call(kind, fmt, names, step, workdir, sid):
             return tool_part("edit", sid, {"filePath": absolute(step[1]), "oldString": step[2],
                                            "newString": step[3]}, prefix)
         return tool_part("bash", sid, {"command": TEST_COMMAND, "description": "Run the test"}, prefix)
+    if kind == "qwen":
+        if op == "list":
+            return tool_part("run_shell_command", sid, {"command": "ls -la", "description": "List files"}, prefix)
+        if op == "read":
+            return tool_part("read_file", sid, {"file_path": absolute(step[1])}, prefix)
+        if op == "edit":
+            return tool_part("edit", sid, {"file_path": absolute(step[1]), "old_string": step[2],
+                                           "new_string": step[3]}, prefix)
+        return tool_part("run_shell_command", sid, {"command": TEST_COMMAND, "description": "Run the test"}, prefix)
     # Shell-driven clients: codex and mini.
     if op == "list":
         cmd = "ls -la"

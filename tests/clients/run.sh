@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The real-client suite: real agent CLIs (Claude Code, Codex, opencode, aider, mini-swe-agent)
-# doing a short coding task against a scripted mock provider, directly and through `loom serve`.
+# The real-client suite: real agent CLIs (Claude Code, Codex, opencode, aider, mini-swe-agent,
+# qwen-code) doing a short coding task against a scripted mock provider, directly and through
+# `loom serve`.
 #
 # For every client x mode x scenario it makes a scratch git repo (calc.py with two bugs and
 # test_calc.py), starts the mock upstream (tests/clients/mock_upstream.py) and, in the `observe`
@@ -15,7 +16,7 @@
 # and input tokens, the largest request, Loom's sessions and forks, its 4xx/409 replies, orphaned
 # tool calls, requests over the budget or the window), and a table of them ends the output.
 #
-# Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini]
+# Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini,qwen]
 #            [--modes direct,observe,fit,files] [--scenarios short,long,edits,recall]
 #            [--budget N|auto]
 #            [--capture] [--no-install]
@@ -40,7 +41,7 @@ dir=${LOOM_CLIENTS_DIR:-$root/target/clients}
 loom_bin=${LOOM_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/loom}
 python=${PYTHON:-python3}
 
-clients=${LOOM_CLIENTS:-claude,codex,opencode,aider,mini}
+clients=${LOOM_CLIENTS:-claude,codex,opencode,aider,mini,qwen}
 modes=${LOOM_CLIENTS_MODES:-direct,observe,fit}
 scenarios=${LOOM_CLIENTS_SCENARIOS:-short,long,edits}
 capture=${LOOM_CLIENTS_CAPTURE:-0}
@@ -54,7 +55,7 @@ while [ $# -gt 0 ]; do
         --budget) budget=$2; shift 2 ;;
         --capture) capture=1; shift ;;
         --no-install) install=0; shift ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -68,8 +69,11 @@ declare -A fixture_limit=([short]=0 [long]=4 [edits]=10 [recall]=4)   # requests
 # `--budget auto`: about 30% of each client's whole `long` conversation, i.e. of the largest
 # request of its `observe` run (o200k_base tokens of the body, figures.json `largest_request`:
 # Claude Code 387,821, Codex 377,290, opencode 378,572, aider 348,274, mini-swe-agent 95,095 on
-# 2026-11-28). The same budget serves every scenario (short and edits stay under it).
-declare -A auto_budget=([claude]=115000 [codex]=113000 [opencode]=113000 [aider]=104000 [mini]=28000)
+# 2026-11-28; qwen-code 159,103 on 2026-12-07: its read_file stops at ~25 KB of a 40 KB note and it
+# clears old tool results itself past 500,000 characters of them). The same budget serves every
+# scenario (short and edits stay under it). qwen-code's first request is 17,585 tokens (system
+# prompt 6.5k, 14 tools 8.9k, harness context 2.9k), so its 48,000 leaves room for ~4 notes.
+declare -A auto_budget=([claude]=115000 [codex]=113000 [opencode]=113000 [aider]=104000 [mini]=28000 [qwen]=48000)
 case $budget in
     ''|auto) ;;
     *[!0-9]*|0) echo "--budget takes a positive number of tokens or auto, not $budget" >&2; exit 2 ;;
@@ -142,6 +146,7 @@ bin_codex=$dir/npm/codex/node_modules/.bin/codex
 bin_opencode=$dir/npm/opencode/node_modules/.bin/opencode
 bin_aider=$dir/venv/aider/bin/aider
 bin_mini=$dir/venv/mini/bin/mini
+bin_qwen=$dir/npm/qwen/node_modules/.bin/qwen
 
 case ",$modes," in
     *,observe,*|*,fit,*|*,files,*)
@@ -232,8 +237,29 @@ run_mini() {
         "$bin_mini" -m openai/gpt-4.1 -t "$task" -y --exit-immediately -l 0 -o "$d/mini-trajectory.json"
 }
 
-export -f run_claude run_codex run_opencode run_aider run_mini
-export bin_claude bin_codex bin_opencode bin_aider bin_mini task task_aider
+run_qwen() {
+    local base=$1 d=$2
+    # qwen-code's OpenAI-compatible provider (--auth-type openai) has no default model: it takes
+    # OPENAI_MODEL. Its own table gives every gpt-* but gpt-5 a 128k window, and it compacts the
+    # conversation at 85% of it (in `long`, every ~100k tokens, which restarts the mock's script):
+    # contextWindowSize gives gpt-4.1's real window instead. Usage statistics (Aliyun RUM),
+    # telemetry and update checks are off.
+    mkdir -p "$d/home/.qwen"
+    cat >"$d/home/.qwen/settings.json" <<EOF
+{
+  "general": {"enableAutoUpdate": false},
+  "privacy": {"usageStatisticsEnabled": false},
+  "telemetry": {"enabled": false},
+  "model": {"generationConfig": {"contextWindowSize": 1047576}}
+}
+EOF
+    OPENAI_API_KEY=dummy OPENAI_BASE_URL=$base/v1 OPENAI_MODEL=gpt-4.1 \
+        QWEN_USAGE_STATISTICS_ENABLED=false QWEN_CODE_SUPPRESS_YOLO_WARNING=1 \
+        "$bin_qwen" --auth-type openai --yolo "$task"
+}
+
+export -f run_claude run_codex run_opencode run_aider run_mini run_qwen
+export bin_claude bin_codex bin_opencode bin_aider bin_mini bin_qwen task task_aider
 
 # What the mock must see in a request for the test to count as run: the passing test's output, or
 # for aider (which reports only a failing test back to the model) the failing one's.
@@ -254,7 +280,7 @@ run_one() {
     local d=$work/$id
     mkdir -p "$d/home"
     local t0=$SECONDS
-    local run_pids=() problems=()
+    local run_pids=() problems=() loom_url=""
     local run_budget=$budget
     [ "$budget" = auto ] && run_budget=${auto_budget[$client]:-}
     [ "$mode" = fit ] || [ "$mode" = files ] || run_budget=""
@@ -277,6 +303,7 @@ run_one() {
         if start loom "$d" "$loom_bin" serve --db "$d/loom.db" --listen 127.0.0.1:0 --config "$d/loom.toml" \
             --upstream-openai "$base/v1" --upstream-anthropic "$base" --auth none; then
             run_pids+=("$started")
+            loom_url=$url
             start recorder "$d" "$python" "$here/recorder.py" --listen 127.0.0.1:0 --upstream "$url" \
                 --record "$d/client" || problems+=("recorder did not start")
             run_pids+=("$started")
@@ -304,6 +331,12 @@ run_one() {
         if ! grep -qsF -- "$m" "$d"/mock/[0-9][0-9][0-9][0-9].json; then
             problems+=("the test's output never reached the model")
         fi
+    fi
+    # Loom's counters (fit_check_failed among them) for figures.py, before it stops.
+    if [ -n "$loom_url" ]; then
+        timeout 20 "$python" -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=10).read().decode())' \
+            "$loom_url" >"$d/metrics.txt" 2>/dev/null || rm -f "$d/metrics.txt"
     fi
     for pid in "${run_pids[@]}"; do stop_pid "$pid"; done
     if [ "$mode" != direct ] && [ -d "$d/client" ]; then
@@ -348,6 +381,10 @@ PY
     local info=""
     [ -f "$d/check.txt" ] && info=$(sed -n 's/^  sessions: //p' "$d/check.txt" | head -n 1)
     [ -n "$info" ] && info="; $info"
+    # Not a failure either: fitted bodies that failed Loom's own check and went unfitted.
+    local unfitted=0
+    [ -f "$d/loom.log" ] && unfitted=$(grep -c "failed Loom's check" "$d/loom.log" || true)
+    [ "${unfitted:-0}" -gt 0 ] && info="$info; $unfitted fitted bodies failed Loom's check, sent unfitted"
     if [ ${#problems[@]} -eq 0 ]; then
         results+=("PASS  $id (${secs}s, $calls upstream requests$info)")
         echo "PASS  $id (${secs}s, $calls upstream requests$info)"
