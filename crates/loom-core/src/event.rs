@@ -108,6 +108,15 @@ pub struct SessionInfo {
 #[serde(try_from = "String", into = "String")]
 pub struct BlobRef(String);
 
+/// A blob's reference and the stats of its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobInfo {
+    /// Its reference.
+    pub blob: BlobRef,
+    /// Stats of the bytes (the hash among them).
+    pub stats: ContentStats,
+}
+
 impl BlobRef {
     const PREFIX: &'static str = "sha256:";
 

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use crate::error::{LogError, Result};
-use crate::event::{EventBody, Seq};
+use crate::event::{EventBody, Seq, ToolCall};
 
 /// Where a tool call stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +165,43 @@ impl Ledger {
                 Ok(())
             }
         }
+    }
+
+    /// The id a call made now gets in the log: its own when no call has used it (in this
+    /// ledger or in `turn`, the ids already given to the same turn's calls), otherwise
+    /// `<id>_r<n>` with the smallest `n` from 2 that is free.
+    ///
+    /// Providers that number calls per turn (`call_0` in every turn) and models that repeat an
+    /// id are valid on the wire, but the log needs one id per call. The alias depends only on
+    /// the ids used before, so the same history read again, or a reply read into the log and
+    /// then sent back by the client, gets the same aliases.
+    pub fn fresh_id(&self, id: &str, turn: &[String]) -> String {
+        let free = |candidate: &str| {
+            !self.calls.contains_key(candidate) && !turn.iter().any(|t| t == candidate)
+        };
+        if free(id) {
+            return id.to_owned();
+        }
+        (2u64..)
+            .map(|n| format!("{id}_r{n}"))
+            .find(|candidate| free(candidate))
+            .unwrap_or_else(|| id.to_owned())
+    }
+
+    /// Gives the calls of one new assistant turn their log ids ([`Ledger::fresh_id`]); returns
+    /// whether any was renamed.
+    pub fn alias_calls(&self, calls: &mut [ToolCall]) -> bool {
+        let mut turn: Vec<String> = Vec::with_capacity(calls.len());
+        let mut renamed = false;
+        for call in calls.iter_mut() {
+            let id = self.fresh_id(&call.id, &turn);
+            if id != call.id {
+                call.id = id.clone();
+                renamed = true;
+            }
+            turn.push(id);
+        }
+        renamed
     }
 
     /// Every call and its state, sorted by call id.

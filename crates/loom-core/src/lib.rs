@@ -25,9 +25,9 @@ pub use compact::{
 };
 pub use error::{LogError, Result};
 pub use event::{
-    conversation, joined_text, AgentId, BlobRef, ContentPart, Event, EventBody, EventKind,
-    MessageContent, NativeReasoning, NewEvent, Said, Seq, SessionId, SessionInfo, ToolCall,
-    ToolOutput, DEFAULT_PRIORITY,
+    conversation, joined_text, AgentId, BlobInfo, BlobRef, ContentPart, Event, EventBody,
+    EventKind, MessageContent, NativeReasoning, NewEvent, Said, Seq, SessionId, SessionInfo,
+    ToolCall, ToolOutput, DEFAULT_PRIORITY,
 };
 pub use ledger::{CallState, Ledger};
 pub use reduce::{

@@ -207,7 +207,7 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, content: Option<Content>) -> Resu
             _ => parts.push(text_or_image(b, spot, &field, block, "assistant")?),
         }
     }
-    b.assign_ids(spot, "content", &mut calls)?;
+    b.assign_ids(&mut calls);
     let body = EventBody::Assistant {
         content: (!parts.is_empty()).then_some(MessageContent::Parts(parts)),
         reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),

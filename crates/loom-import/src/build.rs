@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 use std::io::Read;
 
+use crate::sink::BlobSink;
 use loom_core::{
     Api, ContentPart, ContentStats, EventBody, Ledger, LogError, MessageContent, NewEvent, Seq,
     StatsBuilder, ToolCall, ToolOutput,
 };
-use loom_store::BlobStore;
 use serde_json::value::RawValue;
 
 use crate::error::{ImportError, Location, Result};
@@ -20,15 +20,16 @@ use crate::raw::{Content, ItemsKey, RawBlock, Text};
 /// Builds the events of one session.
 #[derive(Debug)]
 pub(crate) struct Builder<'a> {
-    blobs: &'a dyn BlobStore,
+    blobs: &'a dyn BlobSink,
     inline_limit: usize,
     ts_ms: i64,
     at: Location,
     items_key: ItemsKey,
     events: Vec<NewEvent>,
     ledger: Ledger,
-    /// The id each source call id has in the log (they differ when the source reused an id).
-    ids: HashMap<String, String>,
+    /// The log ids of the calls made with each source call id, oldest first (they differ from
+    /// it when the source reused an id).
+    ids: HashMap<String, Vec<String>>,
     assistant_seen: bool,
     offloaded: u64,
     /// The index of the first item read in the whole conversation.
@@ -85,12 +86,12 @@ impl<'a> Builder<'a> {
     }
 
     /// The blob store content is offloaded to.
-    pub(crate) fn blobs(&self) -> &'a dyn BlobStore {
+    pub(crate) fn blobs(&self) -> &'a dyn BlobSink {
         self.blobs
     }
 
     pub(crate) fn new(
-        blobs: &'a dyn BlobStore,
+        blobs: &'a dyn BlobSink,
         inline_limit: usize,
         ts_ms: i64,
         at: Location,
@@ -190,63 +191,43 @@ impl<'a> Builder<'a> {
 
     /// Gives the calls of one assistant turn their log ids.
     ///
-    /// Real agents sometimes reuse a call id once its result is in (tau-bench and SWE-agent
-    /// traces do). The log needs ids unique per session, and such a reuse is unambiguous, so the
-    /// later call gets the id `<id>_r<n>` and later results naming `<id>` go to it. A reuse
-    /// while the earlier call is still pending is ambiguous and stays an error.
-    pub(crate) fn assign_ids(
-        &mut self,
-        spot: &Spot,
-        field: &str,
-        calls: &mut [ToolCall],
-    ) -> Result<()> {
+    /// Real agents and servers reuse call ids: once a result is in (tau-bench and SWE-agent
+    /// traces do), in every turn (`call_0`, as some OpenAI-compatible servers number them),
+    /// even twice in one turn. The provider accepts it, and the log needs ids unique per
+    /// session, so a reused id gets an alias ([`Ledger::fresh_id`]: `<id>_r<n>`) and a result
+    /// naming `<id>` answers the oldest call with that id still waiting for one.
+    pub(crate) fn assign_ids(&mut self, calls: &mut [ToolCall]) {
         let mut turn: Vec<String> = Vec::with_capacity(calls.len());
-        for (i, call) in calls.iter_mut().enumerate() {
-            let original = call.id.clone();
-            if turn.contains(&original) {
-                return Err(self.invalid(
-                    spot,
-                    &format!("{field}[{i}].id"),
-                    format!("duplicate tool call id `{original}` within one assistant turn"),
-                ));
-            }
-            turn.push(original.clone());
-            if let Some(state) = self.ledger.get(&self.log_id(&original)) {
-                if matches!(state, loom_core::CallState::Pending { .. }) {
-                    return Err(self.invalid(
-                        spot,
-                        &format!("{field}[{i}].id"),
-                        format!(
-                            "duplicate tool call id `{original}`: the call made at seq {} with \
-                             this id has no result yet",
-                            state.call_seq()
-                        ),
-                    ));
-                }
-                let mut n = 2u32;
-                let renamed = loop {
-                    let candidate = format!("{original}_r{n}");
-                    if self.ledger.get(&candidate).is_none() && !turn.contains(&candidate) {
-                        break candidate;
-                    }
-                    n += 1;
-                };
-                call.id = renamed;
-            }
+        for call in calls.iter_mut() {
+            let id = self.ledger.fresh_id(&call.id, &turn);
+            let made = self.ids.entry(call.id.clone()).or_default();
+            // Calls answered long ago need not be remembered: only the newest few can match.
+            made.retain(|log_id| {
+                matches!(
+                    self.ledger.get(log_id),
+                    Some(loom_core::CallState::Pending { .. }) | None
+                )
+            });
+            made.push(id.clone());
+            call.id = id.clone();
+            turn.push(id);
         }
-        for (call, original) in calls.iter().zip(turn) {
-            if call.id != original {
-                self.ids.insert(original, call.id.clone());
-            } else {
-                self.ids.remove(&original);
-            }
-        }
-        Ok(())
     }
 
+    /// The log id a result naming `source_id` answers: the oldest call made with that id that
+    /// still waits for its result, else the newest one (whose state then names the error).
     fn log_id(&self, source_id: &str) -> String {
-        self.ids
-            .get(source_id)
+        let Some(made) = self.ids.get(source_id) else {
+            return source_id.to_owned();
+        };
+        made.iter()
+            .find(|id| {
+                matches!(
+                    self.ledger.get(id),
+                    Some(loom_core::CallState::Pending { .. })
+                )
+            })
+            .or(made.last())
             .cloned()
             .unwrap_or_else(|| source_id.to_owned())
     }
@@ -300,10 +281,10 @@ impl<'a> Builder<'a> {
             Text::Spilled(info) => {
                 let bytes = self
                     .blobs
-                    .get(&info.blob)
+                    .fetch(&info.blob)
                     .map_err(|source| ImportError::Blob {
                         at: Box::new(self.at.clone()),
-                        source: Box::new(source),
+                        source,
                     })?;
                 String::from_utf8(bytes)
                     .map_err(|_| self.invalid(spot, field, "offloaded text is not UTF-8"))
@@ -493,13 +474,13 @@ impl<'a> Builder<'a> {
                 current: std::io::Cursor::new(Vec::new()),
                 first: true,
             };
-            let info = self
-                .blobs
-                .put_reader(&mut reader)
-                .map_err(|source| ImportError::Blob {
-                    at: Box::new(self.at.clone()),
-                    source: Box::new(source),
-                })?;
+            let info =
+                self.blobs
+                    .offload_reader(&mut reader)
+                    .map_err(|source| ImportError::Blob {
+                        at: Box::new(self.at.clone()),
+                        source,
+                    })?;
             self.offloaded += 1;
             return Ok((ToolOutput::Blob(info.blob), info.stats));
         }
@@ -527,7 +508,7 @@ impl<'a> Builder<'a> {
 
 /// Reads text segments joined by newlines, fetching offloaded ones one at a time.
 struct Joined<'a, I> {
-    blobs: &'a dyn BlobStore,
+    blobs: &'a dyn BlobSink,
     segments: I,
     current: std::io::Cursor<Vec<u8>>,
     first: bool,
@@ -553,7 +534,11 @@ impl<I: Iterator<Item = Segment>> Read for Joined<'_, I> {
             match text {
                 Text::Inline(s) => bytes.extend_from_slice(s.as_bytes()),
                 Text::Spilled(info) => {
-                    bytes.extend(self.blobs.get(&info.blob).map_err(std::io::Error::other)?);
+                    bytes.extend(
+                        self.blobs
+                            .fetch(&info.blob)
+                            .map_err(std::io::Error::other)?,
+                    );
                 }
             }
             self.current = std::io::Cursor::new(bytes);

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
+use crate::sink::SinkError;
 use loom_core::{Seq, SessionId};
-use loom_store::StoreError;
 
 /// A `Result` whose error is an [`ImportError`].
 pub type Result<T, E = ImportError> = std::result::Result<T, E>;
@@ -144,7 +144,7 @@ pub enum ImportError {
         at: Box<Location>,
         /// The blob store's error.
         #[source]
-        source: Box<StoreError>,
+        source: SinkError,
     },
     /// The store refused or failed to write a session.
     #[error("{at}: storing session `{session}`: {source}")]
@@ -155,7 +155,9 @@ pub enum ImportError {
         session: SessionId,
         /// The store's error.
         #[source]
-        source: Box<StoreError>,
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// Whether the store refused the input (rather than failed).
+        bad_input: bool,
     },
 }
 
@@ -188,7 +190,7 @@ impl ImportError {
             | Self::DuplicateSession { .. }
             | Self::Conflict { .. } => true,
             Self::Blob { .. } => false,
-            Self::Store { source, .. } => source.is_bad_input(),
+            Self::Store { bad_input, .. } => *bad_input,
         }
     }
 }

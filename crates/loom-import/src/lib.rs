@@ -6,7 +6,7 @@
 //! ([`ParseOptions::format`] `None`) they are told apart from the content. The mapping of every field is documented in `docs/formats.md`.
 //!
 //! Every event is checked by a [`loom_core::Ledger`] while it is built. Reading stores nothing but
-//! long tool outputs, streamed into the blob store straight from the parser's buffer (never held
+//! long tool outputs, streamed into a [`BlobSink`] (a blob store implements it) straight from the parser's buffer (never held
 //! twice in memory): sessions come out as events, and storing them is the session engine's
 //! (`loom_session::import`, which reads and checks every input before the first write).
 
@@ -20,6 +20,7 @@ mod openai;
 mod parse;
 mod raw;
 mod responses;
+mod sink;
 
 use loom_core::Api;
 
@@ -28,6 +29,7 @@ pub use parse::{
     parse_file, parse_reader, parse_slice, ParseOptions, ParsedSession, DEFAULT_AGENT,
     DEFAULT_INLINE_LIMIT,
 };
+pub use sink::{BlobSink, SinkError};
 
 /// The names a requested format is given by (`--format`, the API's `format` parameter): `auto`,
 /// the importer's short names, and each API's own name.

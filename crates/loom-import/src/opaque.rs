@@ -7,14 +7,14 @@
 //! unchanged to the API it came from. Text that was long enough to be offloaded while reading is
 //! read back from the blob store, so the rebuilt value holds what the client sent.
 
+use crate::sink::BlobSink;
 use loom_core::{Api, ContentPart, MessageContent};
-use loom_store::BlobStore;
 use serde_json::{Map, Value};
 
 use crate::raw::{Content, RawBlock, RawItem, Text};
 
 /// A block as the client sent it.
-pub(crate) fn block_value(blobs: &dyn BlobStore, b: RawBlock) -> Value {
+pub(crate) fn block_value(blobs: &dyn BlobSink, b: RawBlock) -> Value {
     let mut m = b.extra;
     put(&mut m, "type", b.kind.map(Value::String));
     put(&mut m, "text", b.text.map(|t| text_value(blobs, t)));
@@ -40,7 +40,7 @@ pub(crate) fn block_value(blobs: &dyn BlobStore, b: RawBlock) -> Value {
 
 /// An item (a message of a role Loom does not model, a Responses item of a type it does not
 /// model) as the client sent it.
-pub(crate) fn item_value(blobs: &dyn BlobStore, it: RawItem) -> Value {
+pub(crate) fn item_value(blobs: &dyn BlobSink, it: RawItem) -> Value {
     let mut m = it.extra;
     put(&mut m, "type", it.kind.map(Value::String));
     put(&mut m, "role", it.role.map(Value::String));
@@ -106,7 +106,7 @@ pub(crate) fn item_value(blobs: &dyn BlobStore, it: RawItem) -> Value {
 }
 
 /// A block as an opaque content part of `api`.
-pub(crate) fn part(blobs: &dyn BlobStore, api: Api, b: RawBlock) -> ContentPart {
+pub(crate) fn part(blobs: &dyn BlobSink, api: Api, b: RawBlock) -> ContentPart {
     ContentPart::Opaque {
         api,
         whole: false,
@@ -115,7 +115,7 @@ pub(crate) fn part(blobs: &dyn BlobStore, api: Api, b: RawBlock) -> ContentPart 
 }
 
 /// A whole item as the content of a user-side event that sends it back as it came.
-pub(crate) fn whole(blobs: &dyn BlobStore, api: Api, it: RawItem) -> MessageContent {
+pub(crate) fn whole(blobs: &dyn BlobSink, api: Api, it: RawItem) -> MessageContent {
     MessageContent::Parts(vec![ContentPart::Opaque {
         api,
         whole: true,
@@ -133,12 +133,12 @@ fn raw_value(raw: &serde_json::value::RawValue) -> Option<Value> {
     serde_json::from_str(raw.get()).ok()
 }
 
-fn text_value(blobs: &dyn BlobStore, t: Text) -> Value {
+fn text_value(blobs: &dyn BlobSink, t: Text) -> Value {
     match t {
         Text::Inline(s) => Value::String(s),
         Text::Spilled(info) => {
             let text = blobs
-                .get(&info.blob)
+                .fetch(&info.blob)
                 .ok()
                 .and_then(|bytes| String::from_utf8(bytes).ok())
                 .unwrap_or_else(|| format!("[offloaded: {}]", info.blob));
@@ -147,7 +147,7 @@ fn text_value(blobs: &dyn BlobStore, t: Text) -> Value {
     }
 }
 
-fn content_value(blobs: &dyn BlobStore, c: Content) -> Value {
+fn content_value(blobs: &dyn BlobSink, c: Content) -> Value {
     match c {
         Content::Null => Value::Null,
         Content::Text(t) => text_value(blobs, t),

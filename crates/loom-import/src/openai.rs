@@ -136,7 +136,7 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, index: usize, item: RawItem) -> R
             arguments: arguments_text(function.arguments.as_deref()),
         });
     }
-    b.assign_ids(spot, "tool_calls", &mut calls)?;
+    b.assign_ids(&mut calls);
     b.push(
         spot,
         "tool_calls",

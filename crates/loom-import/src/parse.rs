@@ -9,8 +9,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
+use crate::sink::BlobSink;
 use loom_core::{AgentId, NewEvent, SessionId};
-use loom_store::BlobStore;
 use serde::de::DeserializeSeed;
 
 use crate::build::Builder;
@@ -99,7 +99,7 @@ pub struct ParsedSession {
 pub fn parse_file(
     path: &Path,
     opts: &ParseOptions,
-    blobs: &dyn BlobStore,
+    blobs: &dyn BlobSink,
 ) -> Result<Vec<ParsedSession>> {
     let name = path.display().to_string();
     let mut file = File::open(path).map_err(|source| ImportError::Io {
@@ -132,7 +132,7 @@ fn parse_lines(
     name: &str,
     bytes: &[u8],
     opts: &ParseOptions,
-    blobs: &dyn BlobStore,
+    blobs: &dyn BlobSink,
 ) -> Option<Vec<Draft>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -183,7 +183,7 @@ pub fn parse_reader(
     stem: &str,
     reader: impl Read,
     opts: &ParseOptions,
-    blobs: &dyn BlobStore,
+    blobs: &dyn BlobSink,
 ) -> Result<Vec<ParsedSession>> {
     let tracker = Tracker::new();
     let mut input = Input::new(reader, &tracker);
@@ -240,7 +240,7 @@ pub fn parse_slice(
     stem: &str,
     bytes: &[u8],
     opts: &ParseOptions,
-    blobs: &dyn BlobStore,
+    blobs: &dyn BlobSink,
 ) -> Result<Vec<ParsedSession>> {
     let tracker = Tracker::new();
     let ctx = Ctx::new(blobs, opts.inline_limit, &tracker).keeping_unknown(opts.keep_unknown);
@@ -398,7 +398,7 @@ fn convert(
     format: Api,
     at: &Location,
     opts: &ParseOptions,
-    blobs: &dyn BlobStore,
+    blobs: &dyn BlobSink,
 ) -> Result<(Vec<NewEvent>, u64)> {
     let items = raw.items.unwrap_or_default();
     let key = raw.items_key;
@@ -464,7 +464,7 @@ fn json_error(e: serde_json::Error, ctx: &Ctx<'_>, record: &Location) -> ImportE
     if let Some(source) = ctx.take_blob_error() {
         return ImportError::Blob {
             at: Box::new(record.clone()),
-            source: Box::new(source),
+            source,
         };
     }
     if e.is_io() {

@@ -10,7 +10,8 @@
 use std::cell::RefCell;
 use std::fmt;
 
-use loom_store::{BlobInfo, BlobStore, StoreError};
+use crate::sink::{BlobSink, SinkError};
+use loom_core::BlobInfo;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -158,18 +159,18 @@ enum Seg {
 /// What every visitor needs: where to offload long strings, and where it is.
 #[derive(Debug)]
 pub(crate) struct Ctx<'a> {
-    blobs: &'a dyn BlobStore,
+    blobs: &'a dyn BlobSink,
     inline_limit: usize,
     tracker: &'a Tracker,
     path: RefCell<Vec<Seg>>,
-    blob_error: RefCell<Option<StoreError>>,
+    blob_error: RefCell<Option<SinkError>>,
     /// Whether fields the raw shapes do not name are kept (`extra`), for blocks and items Loom
     /// does not model; a reader held to a named format skips them, as it always did.
     keep_unknown: bool,
 }
 
 impl<'a> Ctx<'a> {
-    pub(crate) fn new(blobs: &'a dyn BlobStore, inline_limit: usize, tracker: &'a Tracker) -> Self {
+    pub(crate) fn new(blobs: &'a dyn BlobSink, inline_limit: usize, tracker: &'a Tracker) -> Self {
         Self {
             blobs,
             inline_limit,
@@ -213,7 +214,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The blob store's error, if that is why parsing stopped.
-    pub(crate) fn take_blob_error(&self) -> Option<StoreError> {
+    pub(crate) fn take_blob_error(&self) -> Option<SinkError> {
         self.blob_error.borrow_mut().take()
     }
 
@@ -230,7 +231,7 @@ impl<'a> Ctx<'a> {
         if s.len() <= self.inline_limit {
             return Ok(Text::Inline(s.to_owned()));
         }
-        match self.blobs.put(s.as_bytes()) {
+        match self.blobs.offload(s.as_bytes()) {
             Ok(info) => Ok(Text::Spilled(info)),
             Err(e) => {
                 *self.blob_error.borrow_mut() = Some(e);
@@ -672,7 +673,40 @@ fn scalar_text(v: serde_json::Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loom_store::MemoryBlobStore;
+    use crate::sink::BlobSink;
+    use loom_core::BlobRef;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// Blobs in a map, keyed by their hash (the unit tests cannot use a store's: `loom-store`
+    /// links this crate's library, not this test build).
+    #[derive(Debug, Default)]
+    struct MemoryBlobStore(Mutex<HashMap<BlobRef, Vec<u8>>>);
+
+    impl MemoryBlobStore {
+        fn new() -> Self {
+            Self::default()
+        }
+
+        fn get(&self, blob: &BlobRef) -> Option<Vec<u8>> {
+            self.0.lock().unwrap().get(blob).cloned()
+        }
+    }
+
+    impl BlobSink for MemoryBlobStore {
+        fn offload_reader(&self, reader: &mut dyn std::io::Read) -> Result<BlobInfo, SinkError> {
+            let mut bytes = Vec::new();
+            reader.read_to_end(&mut bytes)?;
+            let stats = loom_core::ContentStats::of(&bytes);
+            let blob = BlobRef::from_hex(&stats.sha256)?;
+            self.0.lock().unwrap().insert(blob.clone(), bytes);
+            Ok(BlobInfo { blob, stats })
+        }
+
+        fn fetch(&self, blob: &BlobRef) -> Result<Vec<u8>, SinkError> {
+            self.get(blob).ok_or_else(|| "no such blob".into())
+        }
+    }
 
     fn parse(json: &str, limit: usize, blobs: &MemoryBlobStore) -> Result<RawRecord, String> {
         let tracker = Tracker::new();

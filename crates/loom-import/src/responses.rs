@@ -44,7 +44,7 @@ fn flush(b: &mut Builder<'_>, turn: &mut Option<Turn>) -> Result<()> {
     let Some(mut t) = turn.take() else {
         return Ok(());
     };
-    b.assign_ids(&t.spot, "call_id", &mut t.calls)?;
+    b.assign_ids(&mut t.calls);
     let body = EventBody::Assistant {
         content: t.content,
         reasoning: (!t.reasoning.is_empty()).then(|| t.reasoning.join("\n\n")),

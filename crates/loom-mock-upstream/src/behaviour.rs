@@ -194,17 +194,31 @@ pub(crate) fn signature(text: &str) -> String {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ids {
     serial: u64,
+    /// Whether tool calls are numbered within the reply only (`call_0` in every reply).
+    calls_per_reply: bool,
 }
 
 impl Ids {
     /// Ids for the reply numbered `serial`.
-    pub(crate) fn new(serial: u64) -> Self {
-        Self { serial }
+    pub(crate) fn new(serial: u64, calls_per_reply: bool) -> Self {
+        Self {
+            serial,
+            calls_per_reply,
+        }
     }
 
     /// The id of the `index`th object of kind `prefix` (`call_`, `toolu_`, `msg_`, ...).
     pub(crate) fn id(&self, prefix: &str, index: usize) -> String {
         format!("{prefix}{:020}{index:04}", self.serial)
+    }
+
+    /// The id of the reply's `index`th tool call (`call_`, `toolu_`).
+    pub(crate) fn call_id(&self, prefix: &str, index: usize) -> String {
+        if self.calls_per_reply {
+            format!("{prefix}{index}")
+        } else {
+            self.id(prefix, index)
+        }
     }
 }
 

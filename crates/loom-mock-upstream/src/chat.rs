@@ -77,7 +77,7 @@ impl ChatReply<'_> {
                 .enumerate()
                 .map(|(i, call)| {
                     json!({
-                        "id": self.ids.id("call_", i),
+                        "id": self.ids.call_id("call_", i),
                         "type": "function",
                         "function": { "name": call.name, "arguments": call.arguments },
                     })
@@ -142,7 +142,7 @@ impl ChatReply<'_> {
             let mut start = json!({
                 "tool_calls": [{
                     "index": i,
-                    "id": self.ids.id("call_", i),
+                    "id": self.ids.call_id("call_", i),
                     "type": "function",
                     "function": { "name": call.name, "arguments": "" },
                 }],

@@ -64,6 +64,8 @@ struct Inner {
     serial: u64,
     /// Input counts are this many times the mock's own ([`Mock::set_input_scale`]).
     input_scale: Option<f64>,
+    /// Tool call ids numbered within each reply ([`Mock::set_call_ids_per_reply`]).
+    ids_per_reply: bool,
 }
 
 /// One request as the mock received it, so tests can check exactly what a client sent.
@@ -189,6 +191,13 @@ impl Mock {
         self.lock().input_scale = (scale > 0.0 && scale.is_finite()).then_some(scale);
     }
 
+    /// Numbers the tool calls of each reply from 0 (`call_0`, `call_1`, ... in every reply), as
+    /// some OpenAI-compatible servers do, instead of ids unique over the mock's life. The ids
+    /// of messages, responses and items stay unique.
+    pub fn set_call_ids_per_reply(&self, per_reply: bool) {
+        self.lock().ids_per_reply = per_reply;
+    }
+
     /// Back to a fresh mock: no requests, no faults, an empty simulated cache. Ids keep
     /// counting so that they stay unique over the mock's life.
     pub fn reset(&self) {
@@ -198,6 +207,7 @@ impl Mock {
         inner.default_fault = None;
         inner.previous.clear();
         inner.input_scale = None;
+        inner.ids_per_reply = false;
     }
 
     /// The state, even if a panicking holder poisoned the lock: every update is a single
@@ -286,10 +296,14 @@ impl Mock {
         let (common, serial) = self.remember(api, &prompt.cache_key);
         let reply = behaviour::decide(&prompt);
         let mut usage = behaviour::usage(&prompt, common, &reply);
-        if let Some(scale) = self.lock().input_scale {
+        let (scale, per_reply) = {
+            let inner = self.lock();
+            (inner.input_scale, inner.ids_per_reply)
+        };
+        if let Some(scale) = scale {
             usage.scale_input(scale);
         }
-        let ids = Ids::new(serial);
+        let ids = Ids::new(serial, per_reply);
         let created = unix_seconds();
         let rid = request_id(serial);
         match api {

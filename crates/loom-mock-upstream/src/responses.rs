@@ -156,7 +156,7 @@ impl ResponsesReply<'_> {
         for (i, call) in self.reply.calls.iter().enumerate() {
             items.push(Item::Call {
                 id: self.ids.id("fc_", i),
-                call_id: self.ids.id("call_", i),
+                call_id: self.ids.call_id("call_", i),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
             });

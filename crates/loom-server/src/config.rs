@@ -201,6 +201,16 @@ pub struct TenantUpstreams {
     pub anthropic: Option<String>,
 }
 
+impl TenantUpstreams {
+    /// Its key for `provider`.
+    pub fn key(&self, provider: loom_wire::Provider) -> Option<&String> {
+        match provider {
+            loom_wire::Provider::OpenAi => self.openai.as_ref(),
+            loom_wire::Provider::Anthropic => self.anthropic.as_ref(),
+        }
+    }
+}
+
 /// The command line's part, all optional so the file can fill the gaps.
 #[derive(Debug, Clone, Default)]
 pub struct ServeArgs {
@@ -348,6 +358,14 @@ pub const OPENAI_KEY_ENV: &str = "LOOM_UPSTREAM_OPENAI_KEY";
 pub const ANTHROPIC_KEY_ENV: &str = "LOOM_UPSTREAM_ANTHROPIC_KEY";
 
 impl ServeConfig {
+    /// The upstream that serves `provider`'s APIs.
+    pub fn upstream(&self, provider: loom_wire::Provider) -> &Upstream {
+        match provider {
+            loom_wire::Provider::OpenAi => &self.openai,
+            loom_wire::Provider::Anthropic => &self.anthropic,
+        }
+    }
+
     /// Resolves the command line and the config file it names; `env` reads environment
     /// variables (the process environment in `loom serve`, a map in tests).
     pub fn resolve(

@@ -202,9 +202,10 @@ fn plan_with(store: &dyn Store, sessions: Vec<ParsedSession>, extend: bool) -> R
     }
     let mut out = Vec::with_capacity(kept.len());
     for s in kept {
-        let store_err = |source| ImportError::Store {
+        let store_err = |source: loom_store::StoreError| ImportError::Store {
             at: Box::new(s.at.clone()),
             session: s.id.clone(),
+            bad_input: source.is_bad_input(),
             source: Box::new(source),
         };
         let (outcome, stored_len) = match store.session(&s.id).map_err(store_err)? {
@@ -292,6 +293,7 @@ impl Plan {
                     .map_err(|source| ImportError::Store {
                         at: Box::new(s.at.clone()),
                         session: s.id.clone(),
+                        bad_input: source.is_bad_input(),
                         source: Box::new(source),
                     })?;
                 report.sessions.push(SessionReport {
@@ -388,6 +390,7 @@ fn write_batch(
             return Err(ImportError::Store {
                 at: Box::new(at),
                 session,
+                bad_input: source.is_bad_input(),
                 source: Box::new(source),
             });
         }

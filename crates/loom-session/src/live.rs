@@ -191,6 +191,25 @@ impl Live {
         self.state.last_seq()
     }
 
+    /// Gives the calls of new events their log ids, as reading them from a client's history
+    /// would ([`Ledger::fresh_id`]): a model that repeats an id (`call_0` every turn) gets an
+    /// alias, never a refused write. `prefix` goes before each id first (Loom's own hidden
+    /// calls take one, so that their ids never shift the aliases of the calls a client sees).
+    pub fn alias_calls(&self, events: &mut [NewEvent], prefix: &str) {
+        let mut taken: Vec<String> = Vec::new();
+        for e in events {
+            if let loom_core::EventBody::Assistant { tool_calls, .. } = &mut e.body {
+                for call in tool_calls {
+                    let id = self
+                        .ledger
+                        .fresh_id(&format!("{prefix}{}", call.id), &taken);
+                    call.id = id.clone();
+                    taken.push(id);
+                }
+            }
+        }
+    }
+
     /// The log as held (written or not), in seq order.
     pub fn events(&self) -> &[Event] {
         self.state.events()

@@ -18,14 +18,7 @@ use crate::{Result, StoreError};
 /// Read and write buffer size for streaming blobs.
 const CHUNK: usize = 64 * 1024;
 
-/// A blob's reference and the stats of its bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlobInfo {
-    /// Its reference.
-    pub blob: BlobRef,
-    /// Stats of the bytes (the hash among them).
-    pub stats: ContentStats,
-}
+pub use loom_core::BlobInfo;
 
 /// A human-readable name for a blob inside a session, like `outputs/search_001.json`.
 ///
@@ -90,7 +83,10 @@ pub fn parse_blob_ref(reference: &str) -> Result<BlobRef> {
 }
 
 /// Content-addressed storage for large and binary outputs.
-pub trait BlobStore: Send + Sync + std::fmt::Debug {
+///
+/// Every blob store is also the sink `loom-import` offloads long outputs to
+/// ([`loom_import::BlobSink`]), so a reader can be handed any store.
+pub trait BlobStore: loom_import::BlobSink + Send + Sync + std::fmt::Debug {
     /// Stores everything `reader` yields; storing the same bytes twice stores them once.
     fn put_reader(&self, reader: &mut dyn Read) -> Result<BlobInfo>;
 
@@ -388,3 +384,27 @@ mod tests {
         assert_eq!(parse_blob_ref(&format!("sha256:{hex}")).unwrap().hex(), hex);
     }
 }
+
+/// A store as `loom-import`'s sink: offloading is storing, fetching is reading back checked.
+macro_rules! sink_of_store {
+    ($($store:ty),*) => {$(
+        impl loom_import::BlobSink for $store {
+            fn offload_reader(
+                &self,
+                reader: &mut dyn std::io::Read,
+            ) -> std::result::Result<BlobInfo, loom_import::SinkError> {
+                BlobStore::put_reader(self, reader).map_err(Into::into)
+            }
+
+            fn fetch(
+                &self,
+                blob: &BlobRef,
+            ) -> std::result::Result<Vec<u8>, loom_import::SinkError> {
+                BlobStore::get(self, blob).map_err(Into::into)
+            }
+        }
+    )*};
+}
+pub(crate) use sink_of_store;
+
+sink_of_store!(MemoryBlobStore, FsBlobStore);

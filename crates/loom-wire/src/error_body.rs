@@ -13,21 +13,24 @@ use loom_core::Api;
 /// has a field for it; Anthropic has none, so there it opens the message the way Anthropic's own
 /// errors do (`messages.3.content: …`, here with the path as given).
 pub fn error_body(api: Api, status: u16, message: &str, param: Option<&str>) -> Value {
+    crate::dialect(api).error_body(status, message, param)
+}
+
+/// OpenAI's error body (both APIs).
+pub(crate) fn openai(status: u16, message: &str, param: Option<&str>) -> Value {
     // A [`crate::RequestError`] about the body itself has an empty field: no param to name.
     let param = param.filter(|p| !p.is_empty());
-    match api {
-        Api::OpenaiChat | Api::OpenaiResponses => {
-            let (kind, code) = openai_type(status);
-            json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
-        }
-        Api::Anthropic => {
-            let message = match param {
-                Some(p) => format!("{p}: {message}"),
-                None => message.to_owned(),
-            };
-            json!({"type": "error", "error": {"type": anthropic_type(status), "message": message}})
-        }
-    }
+    let (kind, code) = openai_type(status);
+    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+}
+
+/// Anthropic's error body: the field at fault opens the message.
+pub(crate) fn anthropic(status: u16, message: &str, param: Option<&str>) -> Value {
+    let message = match param.filter(|p| !p.is_empty()) {
+        Some(p) => format!("{p}: {message}"),
+        None => message.to_owned(),
+    };
+    json!({"type": "error", "error": {"type": anthropic_type(status), "message": message}})
 }
 
 /// OpenAI's `type` and `code` for a status.

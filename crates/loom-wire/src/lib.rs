@@ -2,6 +2,8 @@
 //! Responses, Anthropic Messages), as pure functions over their JSON (no I/O, no async), so that
 //! the proxy, the HTTP client, the agent runtime and the summarizers share one reading of each:
 //!
+//! - [`Dialect`] is one API's wire knowledge ([`dialect`] gives it): endpoints, credentials,
+//!   the conversation's field, where a conversation may be continued, error bodies;
 //! - [`Api`] names the APIs (defined in `loom-core`, whose log events name the API of the
 //!   provider items they keep; this is the same enum);
 //! - [`check_request`] refuses a client request that the provider would refuse, naming the field,
@@ -41,6 +43,7 @@
 //! ```
 
 mod check;
+mod dialect;
 mod error;
 mod error_body;
 mod json;
@@ -48,6 +51,7 @@ mod reply;
 mod sse;
 
 pub use check::{check_continuation, check_request, CallIds, RequestError};
+pub use dialect::{dialect, Dialect, Header, ItemHead, Provider, ProviderEnv, ANTHROPIC_VERSION};
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;
 pub use json::kind as json_kind;

@@ -62,19 +62,6 @@ fn a_result_for_an_unknown_call() {
 }
 
 #[test]
-fn duplicate_call_ids() {
-    refused(
-        "dup.jsonl",
-        format!("{{\"id\": \"d\", \"messages\": [{USER}, {CALL}, {CALL}]}}\n"),
-        &[
-            "dup.jsonl:1 (record 1)",
-            "`messages[2].tool_calls[0].id`",
-            "duplicate tool call id `c1`",
-        ],
-    );
-}
-
-#[test]
 fn a_tool_message_before_any_assistant() {
     refused(
         "early.json",

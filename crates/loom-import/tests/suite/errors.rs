@@ -63,22 +63,59 @@ fn a_result_for_an_unknown_call_is_refused() {
 }
 
 #[test]
-fn duplicate_call_ids_are_refused_while_the_first_is_pending() {
-    let e = parse_err(&jsonl(&[traj("a", &[USER, CALL, CALL])]));
-    assert!(e.contains("field `messages[2].tool_calls[0].id`"), "{e}");
-    assert!(
-        e.contains("duplicate tool call id `c1`") && e.contains("seq 2"),
-        "{e}"
-    );
-
+fn reused_call_ids_are_aliased_and_results_answer_the_oldest_waiting_call() {
+    let result = |id: &str, text: &str| {
+        format!(r#"{{"role": "tool", "tool_call_id": "{id}", "content": "{text}"}}"#)
+    };
+    // `call_0` in every turn, as some OpenAI-compatible servers number calls; twice in one
+    // turn too. The provider accepts both; the log gives each call an id of its own.
     let twice = r#"{"role": "assistant", "tool_calls": [
-        {"id": "d", "type": "function", "function": {"name": "a", "arguments": "{}"}},
-        {"id": "d", "type": "function", "function": {"name": "b", "arguments": "{}"}}]}"#;
-    let e = parse_err(&format!("[{USER}, {twice}]"));
-    assert!(
-        e.contains("`[1].tool_calls[1].id`") && e.contains("within one assistant turn"),
-        "{e}"
+        {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+        {"id": "c1", "type": "function", "function": {"name": "b", "arguments": "{}"}}]}"#;
+    let text = format!(
+        "[{USER}, {CALL}, {}, {CALL}, {}, {twice}, {}, {}]",
+        result("c1", "first"),
+        result("c1", "second"),
+        result("c1", "third"),
+        result("c1", "fourth"),
     );
+    let sessions = super::parse_ok(&text);
+    let events = super::json_bodies(&sessions[0].events);
+    let ids: Vec<String> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            let calls = e["tool_calls"].as_array().cloned().unwrap_or_default();
+            calls
+                .into_iter()
+                .map(|c| c["id"].as_str().unwrap().to_owned())
+                .chain(e["call_id"].as_str().map(|id| format!("result:{id}")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "c1",
+            "result:c1",
+            "c1_r2",
+            "result:c1_r2",
+            "c1_r3",
+            "c1_r4",
+            "result:c1_r3",
+            "result:c1_r4"
+        ],
+        "{events:#}"
+    );
+    // The two calls of one turn are answered in order: `a` first, then `b`.
+    let names: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["tool_name"].as_str())
+        .collect();
+    assert_eq!(names, ["bash", "bash", "a", "b"]);
 }
 
 #[test]

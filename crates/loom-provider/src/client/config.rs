@@ -13,13 +13,16 @@ use super::error::CallError;
 use loom_core::Api;
 
 /// The Anthropic API version Loom speaks, sent as `anthropic-version`.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub const ANTHROPIC_VERSION: &str = loom_wire::ANTHROPIC_VERSION;
 
 /// OpenAI's base URL, as its SDKs take it (with the version).
-pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const OPENAI_BASE_URL: &str = OPENAI_ENV.default_base_url;
 
 /// Anthropic's base URL, as its SDKs take it (without the version).
-pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+pub const ANTHROPIC_BASE_URL: &str = ANTHROPIC_ENV.default_base_url;
+
+const OPENAI_ENV: loom_wire::ProviderEnv = loom_wire::Provider::OpenAi.env();
+const ANTHROPIC_ENV: loom_wire::ProviderEnv = loom_wire::Provider::Anthropic.env();
 
 /// How long to wait between attempts when the provider does not say.
 ///
@@ -99,16 +102,8 @@ impl std::fmt::Debug for ProviderConfig {
 
 /// The environment variables of an API's key and base URL, and its default base URL.
 fn env_names(api: Api) -> (&'static str, &'static str, &'static str) {
-    match api {
-        Api::OpenaiChat | Api::OpenaiResponses => {
-            ("OPENAI_API_KEY", "OPENAI_BASE_URL", OPENAI_BASE_URL)
-        }
-        Api::Anthropic => (
-            "ANTHROPIC_API_KEY",
-            "ANTHROPIC_BASE_URL",
-            ANTHROPIC_BASE_URL,
-        ),
-    }
+    let env = loom_wire::dialect(api).provider().env();
+    (env.key, env.base_url, env.default_base_url)
 }
 
 impl ProviderConfig {
@@ -287,21 +282,7 @@ pub fn endpoint(api: Api, base_url: &str) -> Result<Url, CallError> {
             format!("`{trimmed}` is not an http(s) URL"),
         ));
     }
-    let bare = matches!(url.path(), "" | "/");
-    let full = match api {
-        Api::Anthropic => {
-            let base = trimmed.strip_suffix("/v1").unwrap_or(trimmed);
-            format!("{base}/v1{}", api.endpoint())
-        }
-        Api::OpenaiChat | Api::OpenaiResponses => {
-            let path = api.endpoint();
-            if bare {
-                format!("{trimmed}/v1{path}")
-            } else {
-                format!("{trimmed}{path}")
-            }
-        }
-    };
+    let full = loom_wire::dialect(api).url(trimmed);
     Url::parse(&full)
         .map_err(|e| CallError::config("base_url", format!("`{full}` is not a URL: {e}")))
 }
@@ -323,27 +304,15 @@ pub fn credential_headers(api: Api, key: Option<&str>) -> Result<HeaderMap, Call
         value.set_sensitive(true);
         Ok::<_, CallError>(value)
     };
-    match api {
-        Api::OpenaiChat | Api::OpenaiResponses => {
-            if let Some(key) = key {
-                headers.insert(
-                    reqwest::header::AUTHORIZATION,
-                    secret(format!("Bearer {key}"))?,
-                );
-            }
-        }
-        Api::Anthropic => {
-            headers.insert(
-                HeaderName::from_static("anthropic-version"),
-                HeaderValue::from_static(ANTHROPIC_VERSION),
-            );
-            if let Some(key) = key {
-                headers.insert(
-                    HeaderName::from_static("x-api-key"),
-                    secret(key.to_owned())?,
-                );
-            }
-        }
+    for header in loom_wire::dialect(api).credential_headers(key) {
+        let value = if header.secret {
+            secret(header.value)?
+        } else {
+            HeaderValue::from_str(&header.value).map_err(|_| {
+                CallError::config(header.name, "holds characters a header cannot carry")
+            })?
+        };
+        headers.insert(HeaderName::from_static(header.name), value);
     }
     Ok(headers)
 }

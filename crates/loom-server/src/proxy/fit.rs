@@ -206,7 +206,7 @@ pub(crate) fn meaning_hash(item: &Value) -> u64 {
 /// (the API has no mid-conversation system role outside a beta).
 const SYSTEM_LABEL: &str = "[system]\n";
 
-/// A message or item reduced to what it says: no ids, statuses or cache breakpoints, no null
+/// A message or item reduced to what it says: no ids but calls', no statuses or cache breakpoints, no null
 /// or `false` fields, a lone text block as its text, `developer` as `system`, a custom tool's
 /// call and output as a function's, Loom's labelled system text as a system message, keys in
 /// order.
@@ -222,12 +222,17 @@ fn meaning(item: &Value) -> Value {
                     return Value::Object(system);
                 }
             }
+            // A call's id is what its result names, so it is part of what the call says (the
+            // log's alias of a reused id must not pass for the client's id); other ids are not.
+            let call = matches!(
+                m.get("type").and_then(Value::as_str),
+                Some("function" | "custom" | "tool_use")
+            );
             let mut out = Map::new();
             for (k, v) in m {
-                if matches!(
-                    k.as_str(),
-                    "id" | "status" | "cache_control" | "annotations"
-                ) || matches!(v, Value::Null | Value::Bool(false))
+                if (k == "id" && !call)
+                    || matches!(k.as_str(), "status" | "cache_control" | "annotations")
+                    || matches!(v, Value::Null | Value::Bool(false))
                 {
                     continue;
                 }

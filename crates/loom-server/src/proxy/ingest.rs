@@ -202,6 +202,11 @@ impl RequestBody {
         check.insert(key.into(), Value::Array(parsed));
         let mut calls = memo.calls.clone();
         check_continuation(self.api, &Value::Object(check), &mut calls).ok()?;
+        // A reused call id is given its alias from every call before it (`Ledger::fresh_id`),
+        // which only the whole conversation holds.
+        if calls.reused() {
+            return None;
+        }
         let mut doc = Vec::with_capacity(new.iter().map(|r| r.len() + 1).sum::<usize>() + 16);
         doc.extend_from_slice(b"{\"");
         doc.extend_from_slice(key.as_bytes());
@@ -326,22 +331,13 @@ struct ItemHead {
     kind: Option<String>,
 }
 
-/// Whether a conversation ending with `last` ends where a continuation can be read on its own:
-/// after a message from the user's side or a tool's result, never inside an assistant turn.
+/// Whether a conversation ending with `last` ends where a continuation can be read on its own
+/// ([`loom_wire::Dialect::ends_cleanly`]).
 fn ends_cleanly(api: Api, last: &ItemHead) -> bool {
-    let role = last.role.as_deref();
-    match api {
-        Api::OpenaiChat => matches!(
-            role,
-            Some("user" | "tool" | "function" | "system" | "developer")
-        ),
-        Api::Anthropic => role == Some("user"),
-        Api::OpenaiResponses => match last.kind.as_deref() {
-            Some(kind) if kind.ends_with("_output") => true,
-            None | Some("message") => matches!(role, Some("user" | "system" | "developer")),
-            Some(_) => false,
-        },
-    }
+    loom_wire::dialect(api).ends_cleanly(loom_wire::ItemHead {
+        role: last.role.as_deref(),
+        kind: last.kind.as_deref(),
+    })
 }
 
 /// Deserializes a body's top level: the items under `key` as raw text, the rest as values.

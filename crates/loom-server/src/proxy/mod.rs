@@ -91,7 +91,7 @@ pub(crate) fn provider_error(api: Api, e: &ApiError) -> Response {
     let field = e
         .field
         .as_deref()
-        .filter(|f| !(api == Api::Anthropic && e.message.starts_with(&format!("{f}: "))));
+        .filter(|f| !e.message.starts_with(&format!("{f}: ")));
     let body = error_body(api, e.status.as_u16(), &e.message, field);
     (e.status, Json(body)).into_response()
 }
@@ -355,11 +355,7 @@ fn without_url(e: &reqwest::Error) -> String {
 }
 
 pub(crate) fn route(api: Api) -> &'static str {
-    match api {
-        Api::OpenaiChat => "/v1/chat/completions",
-        Api::OpenaiResponses => "/v1/responses",
-        Api::Anthropic => "/v1/messages",
-    }
+    loom_wire::dialect(api).route()
 }
 
 fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {

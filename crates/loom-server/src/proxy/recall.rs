@@ -268,6 +268,9 @@ pub(crate) async fn ask_again(
     Ok(sent)
 }
 
+/// What goes before the id of each `loom_recall` call logged in a hidden round.
+const HIDDEN_ID_PREFIX: &str = "loom_";
+
 /// Logs one hidden round (the turn with its recall calls, their answers, the `hidden` record,
 /// the round's usage and the next render's receipt, as one turn) and renders the next request;
 /// returns the next call and its body.
@@ -302,6 +305,11 @@ async fn hidden_round(
             let (meter, policy) = s.engine.prepare(&spec)?;
             let cap = loom_store::recall::answer_cap(max_tokens, policy.budget().oversized);
             let mut held = loom_session::live::lock_live(&live);
+            // The hidden calls get ids of their own: the model may repeat one it used before,
+            // and the client's history, which never holds them, must alias its calls the same.
+            let mut asked = [asked];
+            held.alias_calls(&mut asked, HIDDEN_ID_PREFIX);
+            let [asked] = asked;
             let mut recalls = Vec::new();
             let events = loom_store::recall::hidden_round(
                 s.store.as_ref(),

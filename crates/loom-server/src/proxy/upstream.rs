@@ -97,10 +97,7 @@ pub(crate) struct LogTarget {
 
 /// The provider's name in metrics.
 pub(crate) fn provider(api: Api) -> &'static str {
-    match api {
-        Api::OpenaiChat | Api::OpenaiResponses => "openai",
-        Api::Anthropic => "anthropic",
-    }
+    loom_wire::dialect(api).provider().as_str()
 }
 
 pub(super) fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
@@ -332,7 +329,7 @@ pub(crate) async fn log_reply(
         .blocking("logging a reply", move |s| {
             let report = call.zip(usage.as_ref());
             // Output items Loom does not model are read as the client will send them back.
-            let events = match reply_events(s.backend(), &session, &items) {
+            let mut events = match reply_events(s.backend(), &session, &items) {
                 Some(events) => events,
                 None => vec![event],
             };
@@ -342,6 +339,7 @@ pub(crate) async fn log_reply(
             // its next use).
             if let Some(live) = live {
                 let mut live = loom_session::live::lock_live(&live);
+                live.alias_calls(&mut events, "");
                 let staged = live.stage(s.backend(), &events);
                 if staged.is_ok() && live.commit(s.backend(), None, report).is_ok() {
                     return Ok(());
@@ -404,10 +402,7 @@ pub(super) fn upstream_request(
     query: Option<&str>,
     body: Bytes,
 ) -> Result<reqwest::RequestBuilder, ApiError> {
-    let base = match api {
-        Api::OpenaiChat | Api::OpenaiResponses => &state.config.openai,
-        Api::Anthropic => &state.config.anthropic,
-    };
+    let base = state.config.upstream(loom_wire::dialect(api).provider());
     // The config checked the URL at start-up; this only fails if that check and the client's
     // rules ever disagree.
     let mut url = endpoint(api, &base.base_url)
@@ -449,14 +444,10 @@ pub(super) fn credentials(
         .tenant
         .as_ref()
         .and_then(|t| state.config.tenant_keys.get(t));
-    let key = match api {
-        Api::OpenaiChat | Api::OpenaiResponses => tenant
-            .and_then(|t| t.openai.clone())
-            .or_else(|| state.config.openai.key.clone()),
-        Api::Anthropic => tenant
-            .and_then(|t| t.anthropic.clone())
-            .or_else(|| state.config.anthropic.key.clone()),
-    };
+    let provider = loom_wire::dialect(api).provider();
+    let key = tenant
+        .and_then(|t| t.key(provider).cloned())
+        .or_else(|| state.config.upstream(provider).key.clone());
     let Some(key) = key else {
         return Ok(req);
     };

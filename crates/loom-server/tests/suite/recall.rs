@@ -263,3 +263,82 @@ async fn a_streamed_reply_that_recalls_reaches_the_client_as_one_stream() {
     assert_eq!(r.headers()["x-loom-session"], "rcs");
     assert_forwarded_valid(&s, "/v1/chat/completions", "CreateChatCompletionRequest");
 }
+
+/// The ids of the calls in `session`'s log, in order.
+fn logged_call_ids(s: &Server, session: &str) -> Vec<String> {
+    s.store()
+        .read(&SessionId::new(session).unwrap(), 1..=u64::MAX)
+        .unwrap()
+        .into_iter()
+        .flat_map(|e| match e.body {
+            EventBody::Assistant { tool_calls, .. } => {
+                tool_calls.into_iter().map(|c| c.id).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// Some OpenAI-compatible servers number the calls of every reply from 0, so `call_0` comes
+/// back every turn, and a model may repeat an id in a recall round. The provider takes such a
+/// history; Loom must too, in both modes: no error reaches the client, every request extends
+/// the one session, and the log gives each call an alias of its own.
+#[tokio::test]
+async fn call_ids_reused_in_every_turn_are_aliased_in_both_modes_and_in_recall_rounds() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        let s = start(AuthMode::None, mode).await;
+        s.mock.mock().set_call_ids_per_reply(true);
+        let mut messages = vec![json!({"role": "system", "content": "You build things."})];
+        let ask = async |s: &Server, messages: &mut Vec<Value>| {
+            let r = send(s, "ids", messages).await;
+            assert_eq!(r.status(), 200, "{mode:?}");
+            assert!(r.headers().get("x-loom-diverged").is_none(), "{mode:?}");
+            assert!(
+                r.headers().get("x-loom-warning").is_none(),
+                "{mode:?}: {:?}",
+                r.headers()
+            );
+            assert_eq!(r.headers()["x-loom-session"], "ids");
+            let v: Value = r.json().await.unwrap();
+            let msg = v["choices"][0]["message"].clone();
+            messages.push(msg.clone());
+            msg
+        };
+        for n in 0..4 {
+            messages.push(json!({"role": "user", "content": format!("run build {n}")}));
+            let msg = ask(&s, &mut messages).await;
+            assert_eq!(msg["tool_calls"][0]["id"], "call_0", "{msg}");
+            messages.push(json!({"role": "tool", "tool_call_id": "call_0", "content": output(n)}));
+            ask(&s, &mut messages).await;
+        }
+        assert_eq!(
+            logged_call_ids(&s, "ids"),
+            ["call_0", "call_0_r2", "call_0_r3", "call_0_r4"],
+            "{mode:?}"
+        );
+        if mode == ProxyMode::Fit {
+            // The model calls `loom_recall` as `call_0` again: Loom answers it under an id of
+            // its own, and the client's next request still extends the session.
+            s.mock.clear();
+            messages.push(json!({"role": "user", "content": "recall that output, please"}));
+            let msg = ask(&s, &mut messages).await;
+            assert!(msg.get("tool_calls").is_none(), "{msg}");
+            assert_eq!(s.mock.requests().len(), 2, "one hidden round");
+            messages.push(json!({"role": "user", "content": "now run build 9"}));
+            let msg = ask(&s, &mut messages).await;
+            assert_eq!(msg["tool_calls"][0]["id"], "call_0", "{msg}");
+            messages.push(json!({"role": "tool", "tool_call_id": "call_0", "content": output(9)}));
+            ask(&s, &mut messages).await;
+            let ids = logged_call_ids(&s, "ids");
+            assert_eq!(
+                ids[4..],
+                ["loom_call_0", "call_0_r5"],
+                "the hidden call is Loom's own; the client's next call is aliased as the \
+                 client's history alone gives it"
+            );
+            assert_forwarded_valid(&s, "/v1/chat/completions", "CreateChatCompletionRequest");
+            let metrics = s.get("/metrics", None).await.text().await.unwrap();
+            assert!(!metrics.contains("fit_check_failed"), "{metrics}");
+        }
+    }
+}

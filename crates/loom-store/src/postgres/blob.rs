@@ -406,3 +406,5 @@ impl BlobStore for PgBlobStore {
         }
     }
 }
+
+crate::blob::sink_of_store!(PgBlobStore);

@@ -43,17 +43,28 @@ pub fn check_request(api: Api, body: &Value) -> Result<(), RequestError> {
 /// The call ids a conversation has used, carried from the check of its beginning to the check
 /// of its continuation (see [`check_continuation`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallIds(HashSet<String>);
+pub struct CallIds {
+    ids: HashSet<String>,
+    /// Whether the body checked last made a call with an id used before it.
+    reused: bool,
+}
 
 impl CallIds {
     /// How many ids.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.ids.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.ids.is_empty()
+    }
+
+    /// Whether the body checked last reused a call id (one of its own, or an earlier body's).
+    /// The APIs that allow it read a result as answering the oldest call with its id still
+    /// waiting, so such a body's calls can only be told apart knowing every call before it.
+    pub fn reused(&self) -> bool {
+        self.reused
     }
 }
 
@@ -74,13 +85,18 @@ pub fn check_continuation(
         streaming(obj).map_err(RequestError::from)?;
     }
     let mut calls = Calls::after(earlier);
+    // Anthropic refuses a request whose `tool_use` ids repeat; OpenAI's APIs take an id used
+    // again (some servers number calls `call_0` in every turn), a result answering the oldest
+    // call with its id that waits for one.
+    calls.unique = crate::dialect(api).unique_call_ids();
     match api {
         Api::OpenaiChat => chat::check(body, &mut calls),
         Api::OpenaiResponses => responses::check(body, &mut calls),
         Api::Anthropic => messages::check(body, &mut calls),
     }
     .map_err(RequestError::from)?;
-    earlier.0.extend(calls.made.into_keys());
+    earlier.reused = calls.reused;
+    earlier.ids.extend(calls.made.into_keys());
     Ok(())
 }
 
@@ -160,6 +176,10 @@ struct Calls {
     made: HashMap<String, String>,
     /// Calls without a result yet, in the order they were made: (id, path of the id).
     pending: Vec<(String, String)>,
+    /// Whether an id may be used once only (else a reuse is allowed and noted).
+    unique: bool,
+    /// Whether an id was used again.
+    reused: bool,
 }
 
 impl Calls {
@@ -167,23 +187,27 @@ impl Calls {
     fn after(earlier: &CallIds) -> Self {
         Self {
             made: earlier
-                .0
+                .ids
                 .iter()
                 .map(|id| (id.clone(), "an earlier message".to_owned()))
                 .collect(),
-            pending: Vec::new(),
+            ..Self::default()
         }
     }
 
-    /// A call made at `path`; ids must be unique, or a result could not say which call it answers.
+    /// A call made at `path`. Where ids must be unique, a reuse is refused.
     fn call(&mut self, id: &str, path: String) -> Checked {
         if let Some(first) = self.made.get(id) {
-            return Err(FieldError::new(
-                path,
-                format!("duplicate call id `{id}` (first used at {first})"),
-            ));
+            if self.unique {
+                return Err(FieldError::new(
+                    path,
+                    format!("duplicate call id `{id}` (first used at {first})"),
+                ));
+            }
+            self.reused = true;
+        } else {
+            self.made.insert(id.to_owned(), path.clone());
         }
-        self.made.insert(id.to_owned(), path.clone());
         self.pending.push((id.to_owned(), path));
         Ok(())
     }
@@ -241,16 +265,18 @@ mod tests {
         ]);
         check_continuation(Api::OpenaiChat, &first, &mut ids).unwrap();
         assert_eq!(ids.len(), 1);
+        assert!(!ids.reused());
+        // OpenAI takes an id used again once its call is answered; the check notes it.
         let reused = body(vec![call("c1"), result("c1")]);
-        let e = check_continuation(Api::OpenaiChat, &reused, &mut ids).unwrap_err();
-        assert_eq!(e.field, "messages[0].tool_calls[0].id");
-        assert!(e.reason.contains("an earlier message"), "{e}");
-        assert_eq!(ids.len(), 1, "a refused body adds nothing");
-        let unanswered = body(vec![result("c1")]);
+        check_continuation(Api::OpenaiChat, &reused, &mut ids).unwrap();
+        assert!(ids.reused());
+        assert_eq!(ids.len(), 1);
+        let unanswered = body(vec![json!({"role": "user", "content": "x"}), result("zz")]);
         assert!(check_continuation(Api::OpenaiChat, &unanswered, &mut ids).is_err());
         let next = body(vec![call("c2"), result("c2")]);
         check_continuation(Api::OpenaiChat, &next, &mut ids).unwrap();
         assert_eq!(ids.len(), 2);
+        assert!(!ids.reused(), "the flag is the last body's");
     }
 
     #[test]
@@ -263,8 +289,44 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_ids_are_unique_and_openai_ids_may_repeat() {
+        let turn = |ids: [&str; 2]| {
+            json!({"model": "m", "max_tokens": 5, "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": ids[0], "name": "f", "input": {}},
+                    {"type": "tool_use", "id": ids[1], "name": "f", "input": {}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": ids[0], "content": "a"},
+                    {"type": "tool_result", "tool_use_id": ids[1], "content": "b"}]}]})
+        };
+        check_request(Api::Anthropic, &turn(["t1", "t2"])).unwrap();
+        let e = check_request(Api::Anthropic, &turn(["t1", "t1"])).unwrap_err();
+        assert!(e.reason.contains("duplicate call id `t1`"), "{e}");
+        let chat = json!({"model": "m", "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "call_0", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "a"},
+            {"role": "tool", "tool_call_id": "call_0", "content": "b"},
+            {"role": "tool", "tool_call_id": "call_0", "content": "c"}]});
+        let e = check_request(Api::OpenaiChat, &chat).unwrap_err();
+        assert_eq!(
+            e.field, "messages[4].tool_call_id",
+            "a third result answers nothing"
+        );
+        let mut two = chat.clone();
+        two["messages"].as_array_mut().unwrap().pop();
+        check_request(Api::OpenaiChat, &two).unwrap();
+    }
+
+    #[test]
     fn calls_are_answered_once_and_in_time() {
-        let mut calls = Calls::default();
+        let mut calls = Calls {
+            unique: true,
+            ..Calls::default()
+        };
         calls.call("a", "m[0].a".into()).unwrap();
         calls.call("b", "m[0].b".into()).unwrap();
         assert!(calls.call("a", "m[1]".into()).is_err());

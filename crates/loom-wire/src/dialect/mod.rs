@@ -1,0 +1,203 @@
+//! One dialect per provider API: what Loom knows of how that API spells a request, where it is
+//! sent and with which credentials, where a client's conversation sits in it and where it may be
+//! continued, which rules the provider holds a request to, and how its errors look.
+//!
+//! Code outside this crate asks the API's [`Dialect`] ([`dialect`]) instead of matching on
+//! [`Api`]: a new API, or a new shape of an old one, is then a change here rather than in every
+//! crate that speaks to providers.
+
+mod chat;
+mod messages;
+mod responses;
+
+pub use messages::ANTHROPIC_VERSION;
+
+use serde_json::Value;
+
+use loom_core::Api;
+
+/// Who serves an API: the family of base URL, key and environment variables it shares with the
+/// provider's other APIs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// OpenAI (and every server compatible with its APIs).
+    OpenAi,
+    /// Anthropic.
+    Anthropic,
+}
+
+impl Provider {
+    /// The provider's name in metrics, configuration and logs (`openai`, `anthropic`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// The environment variables of the provider's key and base URL, and its default base URL.
+    pub const fn env(self) -> ProviderEnv {
+        match self {
+            Self::OpenAi => ProviderEnv {
+                key: "OPENAI_API_KEY",
+                base_url: "OPENAI_BASE_URL",
+                default_base_url: "https://api.openai.com/v1",
+            },
+            Self::Anthropic => ProviderEnv {
+                key: "ANTHROPIC_API_KEY",
+                base_url: "ANTHROPIC_BASE_URL",
+                default_base_url: "https://api.anthropic.com",
+            },
+        }
+    }
+}
+
+/// Where a provider's key and base URL are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderEnv {
+    /// The variable holding the key.
+    pub key: &'static str,
+    /// The variable holding the base URL.
+    pub base_url: &'static str,
+    /// The base URL when none is given.
+    pub default_base_url: &'static str,
+}
+
+/// A header a request carries: its name, its value, and whether the value is a secret (to be
+/// kept out of logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Lowercase name.
+    pub name: &'static str,
+    /// Value.
+    pub value: String,
+    /// Whether the value is a credential.
+    pub secret: bool,
+}
+
+/// The first two fields of a conversation item, which say who it is from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemHead<'a> {
+    /// `role`, when the item has one.
+    pub role: Option<&'a str>,
+    /// `type`, when the item has one.
+    pub kind: Option<&'a str>,
+}
+
+/// All that Loom knows of one provider API's wire.
+pub trait Dialect: Send + Sync + std::fmt::Debug {
+    /// The API.
+    fn api(&self) -> Api;
+
+    /// Who serves it.
+    fn provider(&self) -> Provider;
+
+    /// The path the provider serves the API on, and so does the proxy (`/v1/chat/completions`).
+    fn route(&self) -> &'static str;
+
+    /// The path a request is posted to, below the base URL's `/v1` (`/chat/completions`).
+    fn endpoint(&self) -> &'static str {
+        self.route().trim_start_matches("/v1")
+    }
+
+    /// The request URL for a base URL that is already checked to be an http(s) URL (without a
+    /// trailing slash). OpenAI's clients put the `/v1` in the base URL and Anthropic's do not;
+    /// a bare host gets it either way.
+    fn url(&self, base: &str) -> String;
+
+    /// The request field holding the conversation (`messages`, `input`).
+    fn history_field(&self) -> &'static str {
+        self.api().history_field()
+    }
+
+    /// The headers that carry `key`, and the API's version header when it needs one (sent even
+    /// without a key). A caller forwarding a client's own version header sends that instead.
+    fn credential_headers(&self, key: Option<&str>) -> Vec<Header>;
+
+    /// Whether a request may use a call id only once (Anthropic refuses a repeated `tool_use`
+    /// id; OpenAI's APIs take one used again, a result answering the oldest call waiting with it).
+    fn unique_call_ids(&self) -> bool {
+        false
+    }
+
+    /// Whether a conversation ending with an item headed `last` ends where a continuation can be
+    /// read on its own: after a message from the user's side or a tool's result, never inside an
+    /// assistant turn.
+    fn ends_cleanly(&self, last: ItemHead<'_>) -> bool;
+
+    /// The error body the API's clients expect for an HTTP `status`, with the request field at
+    /// fault when there is one.
+    fn error_body(&self, status: u16, message: &str, param: Option<&str>) -> Value;
+}
+
+/// The dialect of `api`.
+pub fn dialect(api: Api) -> &'static dyn Dialect {
+    match api {
+        Api::OpenaiChat => &chat::Chat,
+        Api::OpenaiResponses => &responses::Responses,
+        Api::Anthropic => &messages::Messages,
+    }
+}
+
+/// The URL of an OpenAI-style API at `base`: the path below `base`, with `/v1` added to a bare
+/// host.
+fn openai_url(base: &str, endpoint: &str) -> String {
+    let bare = base
+        .split_once("://")
+        .map_or(base, |(_, rest)| rest)
+        .find('/')
+        .is_none();
+    if bare {
+        format!("{base}/v1{endpoint}")
+    } else {
+        format!("{base}{endpoint}")
+    }
+}
+
+/// OpenAI's credentials: a bearer token.
+fn bearer(key: Option<&str>) -> Vec<Header> {
+    key.map(|key| Header {
+        name: "authorization",
+        value: format!("Bearer {key}"),
+        secret: true,
+    })
+    .into_iter()
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_api_has_its_dialect() {
+        for api in Api::ALL {
+            assert_eq!(dialect(api).api(), api);
+        }
+        assert_eq!(dialect(Api::OpenaiChat).route(), "/v1/chat/completions");
+        assert_eq!(dialect(Api::Anthropic).route(), "/v1/messages");
+    }
+
+    #[test]
+    fn urls_follow_each_clients_convention() {
+        let chat = dialect(Api::OpenaiChat);
+        assert_eq!(
+            chat.url("https://api.openai.com/v1"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            chat.url("http://127.0.0.1:8080"),
+            "http://127.0.0.1:8080/v1/chat/completions"
+        );
+        assert_eq!(
+            dialect(Api::OpenaiResponses).url("http://h/openai/v1"),
+            "http://h/openai/v1/responses"
+        );
+        let messages = dialect(Api::Anthropic);
+        assert_eq!(
+            messages.url("https://api.anthropic.com"),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(messages.url("http://h/v1"), "http://h/v1/messages");
+    }
+}
