@@ -79,6 +79,27 @@ fn str_field<'a>(v: &'a Value, key: &str, index: usize) -> Result<&'a str, Viola
         .ok_or_else(|| malformed(index, format!("`{key}` must be a string")))
 }
 
+/// A tool message's `content`: a string, or a non-empty list of text parts (Chat Completions
+/// takes both; qwen-code sends the parts).
+fn text_or_parts(content: Option<&Value>, index: usize) -> Result<(), Violation> {
+    match content {
+        Some(Value::String(_)) => Ok(()),
+        Some(Value::Array(parts))
+            if !parts.is_empty()
+                && parts.iter().all(|p| {
+                    p.get("type").and_then(Value::as_str) == Some("text")
+                        && p.get("text").is_some_and(Value::is_string)
+                }) =>
+        {
+            Ok(())
+        }
+        _ => Err(malformed(
+            index,
+            "`content` must be a string or a list of text parts",
+        )),
+    }
+}
+
 /// OpenAI Chat: each assistant message's calls are answered by the tool messages that follow it
 /// immediately, one each; no tool message without such a call.
 pub fn check_chat(body: &Value) -> Result<(), Violation> {
@@ -104,7 +125,15 @@ pub fn check_chat(body: &Value) -> Result<(), Violation> {
             }
             "assistant" => {
                 let calls = m.get("tool_calls").and_then(Value::as_array);
-                if m.get("content").is_none_or(Value::is_null) && calls.is_none_or(Vec::is_empty) {
+                // A refusal, an earlier audio reply or a legacy `function_call` stands for the
+                // content (the client's own message, sent as it came).
+                let stands_in = ["refusal", "audio", "function_call"]
+                    .iter()
+                    .any(|k| m.get(*k).is_some_and(|v| !v.is_null()));
+                if m.get("content").is_none_or(Value::is_null)
+                    && calls.is_none_or(Vec::is_empty)
+                    && !stands_in
+                {
                     return Err(malformed(
                         i,
                         "assistant message with neither content nor calls",
@@ -113,11 +142,16 @@ pub fn check_chat(body: &Value) -> Result<(), Violation> {
                 let mut seen = BTreeSet::new();
                 for c in calls.into_iter().flatten() {
                     let id = str_field(c, "id", i)?.to_owned();
+                    // A call to a custom (freeform) tool holds `custom.input`, not arguments.
+                    let (key, input) = match c.get("type").and_then(Value::as_str) {
+                        Some("custom") => ("custom", "input"),
+                        _ => ("function", "arguments"),
+                    };
                     let f = c
-                        .get("function")
-                        .ok_or_else(|| malformed(i, "call without function"))?;
+                        .get(key)
+                        .ok_or_else(|| malformed(i, format!("call without `{key}`")))?;
                     str_field(f, "name", i)?;
-                    str_field(f, "arguments", i)?;
+                    str_field(f, input, i)?;
                     if !seen.insert(id.clone()) {
                         return Err(malformed(i, format!("call id `{id}` repeated")));
                     }
@@ -138,7 +172,7 @@ pub fn check_chat(body: &Value) -> Result<(), Violation> {
                         })
                     }
                 }
-                str_field(m, "content", i)?;
+                text_or_parts(m.get("content"), i)?;
             }
             // A role Loom does not model is sent as the client sent it: the provider judges.
             _ => {}
@@ -197,7 +231,13 @@ pub fn check_responses(body: &Value) -> Result<(), Violation> {
                         })
                     }
                 }
-                str_field(item, "output", i)?;
+                // A string, or a list of parts (text, images, files).
+                if !item
+                    .get("output")
+                    .is_some_and(|o| o.is_string() || o.is_array())
+                {
+                    return Err(malformed(i, "`output` must be a string or a list of parts"));
+                }
             }
             // Items Loom does not model travel as they came.
             _ => {}
@@ -355,6 +395,40 @@ mod tests {
             check_chat(&orphan_result),
             Err(Violation::OrphanResult { index: 1, .. })
         ));
+    }
+
+    /// qwen-code sends a tool message's content as text parts, which Chat Completions takes:
+    /// `fit` fell back on every request because this check wanted a string.
+    #[test]
+    fn chat_tool_content_as_text_parts() {
+        let body = |content: Value| {
+            json!({"messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                    {"id": "b", "type": "custom", "custom": {"name": "g", "input": "x"}}]},
+                {"role": "tool", "tool_call_id": "a", "content": content},
+                {"role": "tool", "tool_call_id": "b", "content": "y"},
+                {"role": "assistant", "content": null, "refusal": "no"},
+                {"role": "assistant", "content": null, "audio": {"id": "audio_1"}},
+            ]})
+        };
+        check_chat(&body(json!([{"type": "text", "text": "x"}]))).unwrap();
+        check_chat(&body(json!("x"))).unwrap();
+        assert!(check_chat(&body(json!([]))).is_err());
+        assert!(check_chat(&body(json!([{"type": "image_url"}]))).is_err());
+        assert!(check_chat(&body(json!(null))).is_err());
+    }
+
+    /// A Responses `function_call_output` may be a list of parts.
+    #[test]
+    fn responses_output_as_parts() {
+        let body = json!({"input": [
+            {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "a",
+             "output": [{"type": "input_text", "text": "x"}]},
+        ]});
+        check_responses(&body).unwrap();
     }
 
     #[test]

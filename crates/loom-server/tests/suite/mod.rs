@@ -1,5 +1,6 @@
 mod api;
 mod clients;
+mod conformance;
 mod connections;
 mod consistency;
 mod corpus;
