@@ -87,16 +87,12 @@ pub fn delete_session(b: crate::Backend<'_>, id: &SessionId) -> Result<loom_core
 
 /// The log's form of a reply (the proxy's, and the agent runtime's for its own model calls).
 pub fn assistant_event(api: Api, reply: AssistantReply) -> NewEvent {
-    let native = match api {
-        _ if reply.native.is_empty() => None,
-        Api::Anthropic => Some(Api::Anthropic),
-        Api::OpenaiResponses => Some(Api::OpenaiResponses),
-        Api::OpenaiChat => None,
-    }
-    .map(|api| NativeReasoning {
-        api,
-        items: reply.native.clone(),
-    });
+    let native = (!reply.native.is_empty() && loom_wire::dialect(api).replays_reasoning())
+        .then_some(api)
+        .map(|api| NativeReasoning {
+            api,
+            items: reply.native.clone(),
+        });
     NewEvent::new(
         now_ms(),
         EventBody::Assistant {

@@ -5,10 +5,10 @@ use serde_json::Value;
 
 use loom_core::Api;
 
-use loom_wire::{AssistantReply, SseEvent};
+use crate::{AssistantReply, SseEvent};
 
-/// A piece of a reply as it arrives, for a progress line; the complete turn is in
-/// [`super::Completion::reply`].
+/// A piece of a reply as it arrives, for a progress line; the complete turn is what the
+/// [`crate::StreamAssembler`] builds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Delta {
@@ -25,7 +25,7 @@ pub enum Delta {
 
 /// The deltas one stream event carries. Events that are not JSON, or not of a known shape, carry
 /// none here: the assembler, which reads the same events, reports them.
-pub(crate) fn of_event(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
+pub fn stream_deltas(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
     let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
         return;
     };
@@ -121,7 +121,7 @@ pub(crate) fn of_event(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
 
 /// The deltas of a reply read whole: its thinking, its text, its calls, each in one piece, so a
 /// progress line works the same whether the call streamed or not.
-pub(crate) fn of_reply(reply: &AssistantReply) -> Vec<Delta> {
+pub fn reply_deltas(reply: &AssistantReply) -> Vec<Delta> {
     let mut out = Vec::new();
     out.extend(reply.reasoning.clone().map(Delta::Thinking));
     out.extend(reply.content.clone().map(Delta::Text));
@@ -141,7 +141,7 @@ mod tests {
             event: event.map(str::to_owned),
             data: data.to_owned(),
         };
-        of_event(api, &event, &mut out);
+        stream_deltas(api, &event, &mut out);
         out
     }
 

@@ -43,6 +43,7 @@
 //! ```
 
 mod check;
+mod delta;
 mod dialect;
 mod error;
 mod error_body;
@@ -51,6 +52,7 @@ mod reply;
 mod sse;
 
 pub use check::{check_continuation, check_request, CallIds, RequestError};
+pub use delta::{reply_deltas, stream_deltas, Delta};
 pub use dialect::{dialect, Dialect, Header, ItemHead, Provider, ProviderEnv, ANTHROPIC_VERSION};
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;

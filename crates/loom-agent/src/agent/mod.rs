@@ -275,10 +275,7 @@ impl std::fmt::Debug for Runner<'_> {
 
 /// The provider a run's API names, as `gen_ai.system` says it.
 fn system(api: loom_core::Api) -> &'static str {
-    match api {
-        loom_core::Api::Anthropic => "anthropic",
-        _ => "openai",
-    }
+    loom_wire::dialect(api).provider().as_str()
 }
 
 /// What a turn's span says beyond the GenAI basics: the session and agent, the turn, and the

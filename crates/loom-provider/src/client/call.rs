@@ -10,11 +10,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::time::{sleep, timeout_at, Instant};
 
-use super::delta::{self, Delta};
 use super::error::{retryable_status, CallError};
 use super::retry;
 use super::{Client, Completion};
 use loom_core::Api;
+use loom_wire::{reply_deltas, stream_deltas, Delta};
 
 use loom_wire::{parse_reply, ProviderError, SseParser, StreamAssembler};
 
@@ -76,7 +76,7 @@ pub(super) async fn run<F: FnMut(&Delta) + ?Sized>(
             attempts,
             source,
         })?;
-        for d in delta::of_reply(&reply) {
+        for d in reply_deltas(&reply) {
             on_delta(&d);
         }
         reply
@@ -170,7 +170,7 @@ fn prepare(api: Api, model: Option<&str>, body: &[u8], stream: bool) -> Result<V
         }
     }
     map.insert("stream".into(), raw(&stream)?);
-    if api == Api::OpenaiChat {
+    if loom_wire::dialect(api).stream_usage_on_request() {
         if stream {
             // Options the caller gave are kept, with the usage asked for.
             let mut options = map
@@ -432,7 +432,7 @@ impl Reader<'_> {
                 None => parser.finish(),
             };
             for event in &events {
-                delta::of_event(api, event, &mut deltas);
+                stream_deltas(api, event, &mut deltas);
                 for d in deltas.drain(..) {
                     on_delta(&d);
                 }
@@ -468,7 +468,7 @@ mod tests {
             None => assert!(map.get("model").is_some_and(Value::is_string)),
         }
         map.insert("stream".into(), Value::Bool(stream));
-        if api == Api::OpenaiChat {
+        if loom_wire::dialect(api).stream_usage_on_request() {
             if stream {
                 let options = map
                     .entry("stream_options")

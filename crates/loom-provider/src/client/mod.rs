@@ -34,7 +34,6 @@
 
 mod call;
 mod config;
-mod delta;
 mod embed;
 mod error;
 mod retry;
@@ -49,9 +48,9 @@ pub use config::{
     credential_headers, endpoint, Backoff, ProviderConfig, RawProviderConfig, ANTHROPIC_BASE_URL,
     ANTHROPIC_VERSION, OPENAI_BASE_URL,
 };
-pub use delta::Delta;
 pub use embed::{embeddings_endpoint, Embeddings};
 pub use error::CallError;
+pub use loom_wire::Delta;
 
 use loom_wire::AssistantReply;
 

@@ -126,15 +126,7 @@ pub(crate) fn count_in(state: &AppState, session: &SessionId, spec: &mut RenderS
 /// Adds the tool to a request in `api`'s shape, after the client's own.
 pub(crate) fn offer(api: Api, request: &mut Value) {
     let (name, description, parameters) = tool_definition();
-    let tool = match api {
-        Api::OpenaiChat => json!({"type": "function", "function": {
-            "name": name, "description": description, "parameters": parameters}}),
-        Api::OpenaiResponses => json!({"type": "function", "name": name,
-            "description": description, "parameters": parameters, "strict": false}),
-        Api::Anthropic => {
-            json!({"name": name, "description": description, "input_schema": parameters})
-        }
-    };
+    let tool = loom_wire::dialect(api).tool(name, description, &parameters);
     if let Some(obj) = request.as_object_mut() {
         match obj
             .entry("tools")
@@ -169,7 +161,7 @@ pub(crate) async fn run(
         if round >= rounds.max_rounds {
             let mut doc: Value = serde_json::from_slice(&body)
                 .map_err(|_| ApiError::internal("re-reading the reply"))?;
-            strip_recall(api, &mut doc);
+            loom_wire::dialect(api).drop_calls(&mut doc, RECALL_TOOL);
             body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
             reply = parse_reply(api, &body).map_err(|e| ApiError::internal(e.to_string()))?;
             break;
@@ -190,7 +182,7 @@ pub(crate) async fn run(
     if !before.is_empty() {
         let mut doc: Value = serde_json::from_slice(&body)
             .map_err(|_| ApiError::internal("re-reading the reply"))?;
-        prepend_text(api, &mut doc, &before.concat());
+        loom_wire::dialect(api).prepend_text(&mut doc, &before.concat());
         body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
         reply = parse_reply(api, &body).map_err(|e| ApiError::internal(e.to_string()))?;
     }
@@ -352,98 +344,4 @@ async fn hidden_round(
             Ok((next, bytes))
         })
         .await
-}
-
-/// Removes the `loom_recall` calls from a reply body (the rounds ran out).
-fn strip_recall(api: Api, doc: &mut Value) {
-    let is_recall = |v: &Value, key: &str| v.pointer(key) == Some(&json!(RECALL_TOOL));
-    match api {
-        Api::OpenaiChat => {
-            if let Some(msg) = doc.pointer_mut("/choices/0/message") {
-                if let Some(Value::Array(calls)) = msg.get_mut("tool_calls") {
-                    calls.retain(|c| !is_recall(c, "/function/name"));
-                    if calls.is_empty() {
-                        msg.as_object_mut().map(|m| m.remove("tool_calls"));
-                        doc["choices"][0]["finish_reason"] = json!("stop");
-                    }
-                }
-            }
-        }
-        Api::Anthropic => {
-            if let Some(Value::Array(blocks)) = doc.get_mut("content") {
-                blocks.retain(|b| !(b["type"] == "tool_use" && is_recall(b, "/name")));
-                if !blocks.iter().any(|b| b["type"] == "tool_use") {
-                    doc["stop_reason"] = json!("end_turn");
-                }
-            }
-        }
-        Api::OpenaiResponses => {
-            if let Some(Value::Array(items)) = doc.get_mut("output") {
-                items.retain(|i| !(i["type"] == "function_call" && is_recall(i, "/name")));
-            }
-        }
-    }
-}
-
-/// Puts `text` (what the model wrote in the hidden rounds) in front of the reply's own text.
-fn prepend_text(api: Api, doc: &mut Value, text: &str) {
-    match api {
-        Api::OpenaiChat => {
-            if let Some(msg) = doc.pointer_mut("/choices/0/message") {
-                let own = msg.get("content").and_then(Value::as_str).unwrap_or("");
-                msg["content"] = json!(format!("{text}{own}"));
-            }
-        }
-        Api::Anthropic => {
-            if let Some(Value::Array(blocks)) = doc.get_mut("content") {
-                let first_text = blocks.iter_mut().find(|b| b["type"] == "text");
-                match first_text {
-                    Some(b) => {
-                        let own = b["text"].as_str().unwrap_or("").to_owned();
-                        b["text"] = json!(format!("{text}{own}"));
-                    }
-                    None => {
-                        // After the thinking blocks, which come first.
-                        let at = blocks
-                            .iter()
-                            .position(|b| {
-                                !matches!(
-                                    b["type"].as_str(),
-                                    Some("thinking" | "redacted_thinking")
-                                )
-                            })
-                            .unwrap_or(blocks.len());
-                        blocks.insert(at, json!({"type": "text", "text": text}));
-                    }
-                }
-            }
-        }
-        Api::OpenaiResponses => {
-            if let Some(Value::Array(items)) = doc.get_mut("output") {
-                let part = items
-                    .iter_mut()
-                    .filter(|i| i["type"] == "message")
-                    .flat_map(|i| i["content"].as_array_mut().into_iter().flatten())
-                    .find(|p| p["type"] == "output_text");
-                match part {
-                    Some(p) => {
-                        let own = p["text"].as_str().unwrap_or("").to_owned();
-                        p["text"] = json!(format!("{text}{own}"));
-                    }
-                    None => {
-                        let at = items
-                            .iter()
-                            .position(|i| i["type"] != "reasoning")
-                            .unwrap_or(items.len());
-                        items.insert(
-                            at,
-                            json!({"type": "message", "id": "msg_loom_recall", "status": "completed",
-                                "role": "assistant", "content": [
-                                    {"type": "output_text", "text": text, "annotations": []}]}),
-                        );
-                    }
-                }
-            }
-        }
-    }
 }

@@ -1,6 +1,6 @@
 //! OpenAI Chat Completions, `POST /v1/chat/completions`.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{bearer, openai_url, Dialect, Header, ItemHead, Provider};
 use loom_core::Api;
@@ -35,6 +35,35 @@ impl Dialect for Chat {
             last.role,
             Some("user" | "tool" | "function" | "system" | "developer")
         )
+    }
+
+    fn stream_usage_on_request(&self) -> bool {
+        true
+    }
+
+    fn tool(&self, name: &str, description: &str, parameters: &Value) -> Value {
+        json!({"type": "function", "function": {
+            "name": name, "description": description, "parameters": parameters}})
+    }
+
+    fn drop_calls(&self, reply: &mut Value, name: &str) {
+        let Some(msg) = reply.pointer_mut("/choices/0/message") else {
+            return;
+        };
+        if let Some(Value::Array(calls)) = msg.get_mut("tool_calls") {
+            calls.retain(|c| c.pointer("/function/name") != Some(&json!(name)));
+            if calls.is_empty() {
+                msg.as_object_mut().map(|m| m.remove("tool_calls"));
+                reply["choices"][0]["finish_reason"] = json!("stop");
+            }
+        }
+    }
+
+    fn prepend_text(&self, reply: &mut Value, text: &str) {
+        if let Some(msg) = reply.pointer_mut("/choices/0/message") {
+            let own = msg.get("content").and_then(Value::as_str).unwrap_or("");
+            msg["content"] = json!(format!("{text}{own}"));
+        }
     }
 
     fn error_body(&self, status: u16, message: &str, param: Option<&str>) -> Value {

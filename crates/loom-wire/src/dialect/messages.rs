@@ -1,6 +1,6 @@
 //! Anthropic Messages, `POST /v1/messages`.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{Dialect, Header, ItemHead, Provider};
 use loom_core::Api;
@@ -50,6 +50,45 @@ impl Dialect for Messages {
 
     fn ends_cleanly(&self, last: ItemHead<'_>) -> bool {
         last.role == Some("user")
+    }
+
+    fn replays_reasoning(&self) -> bool {
+        true
+    }
+
+    fn tool(&self, name: &str, description: &str, parameters: &Value) -> Value {
+        json!({"name": name, "description": description, "input_schema": parameters})
+    }
+
+    fn drop_calls(&self, reply: &mut Value, name: &str) {
+        if let Some(Value::Array(blocks)) = reply.get_mut("content") {
+            blocks.retain(|b| !(b["type"] == "tool_use" && b["name"] == name));
+            if !blocks.iter().any(|b| b["type"] == "tool_use") {
+                reply["stop_reason"] = json!("end_turn");
+            }
+        }
+    }
+
+    fn prepend_text(&self, reply: &mut Value, text: &str) {
+        let Some(Value::Array(blocks)) = reply.get_mut("content") else {
+            return;
+        };
+        match blocks.iter_mut().find(|b| b["type"] == "text") {
+            Some(b) => {
+                let own = b["text"].as_str().unwrap_or("").to_owned();
+                b["text"] = json!(format!("{text}{own}"));
+            }
+            None => {
+                // After the thinking blocks, which come first.
+                let at = blocks
+                    .iter()
+                    .position(|b| {
+                        !matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking"))
+                    })
+                    .unwrap_or(blocks.len());
+                blocks.insert(at, json!({"type": "text", "text": text}));
+            }
+        }
     }
 
     fn error_body(&self, status: u16, message: &str, param: Option<&str>) -> Value {

@@ -125,6 +125,29 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// assistant turn.
     fn ends_cleanly(&self, last: ItemHead<'_>) -> bool;
 
+    /// Whether the API's reasoning items or blocks are sent back in later requests as they came
+    /// (Anthropic's signed thinking, Responses' encrypted reasoning), so the log keeps them.
+    fn replays_reasoning(&self) -> bool {
+        false
+    }
+
+    /// Whether a streamed reply carries its usage only when the request asks for it
+    /// (`stream_options.include_usage`).
+    fn stream_usage_on_request(&self) -> bool {
+        false
+    }
+
+    /// A function tool in the API's `tools` shape.
+    fn tool(&self, name: &str, description: &str, parameters: &Value) -> Value;
+
+    /// Removes the calls to the tool `name` from a whole (not streamed) reply body; a reply left
+    /// with no call ends its turn.
+    fn drop_calls(&self, reply: &mut Value, name: &str);
+
+    /// Puts `text` in front of a whole reply body's own text (a text part of its own when the
+    /// reply has none, after any reasoning).
+    fn prepend_text(&self, reply: &mut Value, text: &str);
+
     /// The error body the API's clients expect for an HTTP `status`, with the request field at
     /// fault when there is one.
     fn error_body(&self, status: u16, message: &str, param: Option<&str>) -> Value;
