@@ -15,13 +15,16 @@ use crate::json::{
 pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
     let obj = object(body, "")?;
     model(obj)?;
+    // `0` warms the prompt cache without a reply (Anthropic's SDK documents it).
     match obj.get("max_tokens") {
-        Some(v) if v.as_u64().is_some_and(|n| n >= 1) => {}
-        None | Some(Value::Null) => return Err(missing("", "max_tokens", "a positive integer")),
+        Some(v) if v.as_u64().is_some() => {}
+        None | Some(Value::Null) => {
+            return Err(missing("", "max_tokens", "a non-negative integer"))
+        }
         Some(v) => {
             return Err(FieldError::new(
                 "max_tokens",
-                format!("expected a positive integer, got {v}"),
+                format!("expected a non-negative integer, got {v}"),
             ))
         }
     }

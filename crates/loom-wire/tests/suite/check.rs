@@ -140,6 +140,13 @@ fn realistic_requests_pass() {
     let cont = json!({"model": "o4-mini", "previous_response_id": "resp_1",
         "input": [{"type": "function_call_output", "call_id": "call_9", "output": "ok"}]});
     check_request(Api::OpenaiResponses, &cont).unwrap();
+    // `max_tokens: 0` warms Anthropic's prompt cache without a reply (the conformance suite's
+    // generated requests found it refused).
+    check_request(
+        Api::Anthropic,
+        &edit(messages(), "/max_tokens", Some(json!(0))),
+    )
+    .unwrap();
     // Chat: calls still pending at the end are refused, as OpenAI refuses them (each call must
     // be followed by its result).
     let pending = edit(
@@ -367,7 +374,7 @@ fn messages_refusals_name_the_field() {
         (edit(messages(), "/model", Some(json!(""))), "model"),
         (edit(messages(), "/max_tokens", None), "max_tokens"),
         (
-            edit(messages(), "/max_tokens", Some(json!(0))),
+            edit(messages(), "/max_tokens", Some(json!(-1))),
             "max_tokens",
         ),
         (
