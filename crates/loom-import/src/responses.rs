@@ -82,6 +82,8 @@ pub(crate) fn convert(
             (Some(kind), _) => kind.to_owned(),
             // Easy input messages carry a role and no type.
             (None, true) => "message".to_owned(),
+            // So may an item reference (`{"id": ...}`): kept as it came, below.
+            (None, false) if b.keep_unknown && item.id.is_some() => "item_reference".to_owned(),
             (None, false) => {
                 return Err(b.invalid(
                     &spot,

@@ -200,6 +200,10 @@ pub fn check_responses(body: &Value) -> Result<(), Violation> {
         // An "easy input message" has a role and no type (a client's own, sent as it came).
         let kind = match item.get("type") {
             None if item.get("role").is_some() => "message",
+            // An item reference may leave out its `type` too (`{"id": ...}`).
+            None | Some(Value::Null) if item.get("id").is_some_and(Value::is_string) => {
+                "item_reference"
+            }
             _ => str_field(item, "type", i)?,
         };
         match kind {
@@ -418,6 +422,13 @@ mod tests {
         assert!(check_chat(&body(json!([]))).is_err());
         assert!(check_chat(&body(json!([{"type": "image_url"}]))).is_err());
         assert!(check_chat(&body(json!(null))).is_err());
+    }
+
+    /// An item reference may leave out its `type`.
+    #[test]
+    fn responses_item_reference_without_type() {
+        check_responses(&json!({"input": [{"role": "user", "content": "hi"}, {"id": "msg_1"}]}))
+            .unwrap();
     }
 
     /// A Responses `function_call_output` may be a list of parts.

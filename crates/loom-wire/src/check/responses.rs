@@ -75,10 +75,12 @@ pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
 
 fn item(item: &Value, path: &str, calls: &mut Calls, continues: bool) -> Checked {
     let it = object(item, path)?;
-    // A message may leave out `type` (the "easy input message" form).
+    // A message may leave out `type` (the "easy input message" form), and so may an item
+    // reference (`{"id": ...}`, its `type` optional and nullable).
     let ty = match opt_str(it, path, "type")? {
         Some(ty) => ty,
         None if it.contains_key("role") => "message",
+        None if it.get("id").is_some_and(Value::is_string) => "item_reference",
         None => return Err(missing(path, "type", "a string")),
     };
     match ty {

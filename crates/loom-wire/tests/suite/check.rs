@@ -147,6 +147,13 @@ fn realistic_requests_pass() {
         &edit(messages(), "/max_tokens", Some(json!(0))),
     )
     .unwrap();
+    // An item reference may leave out its `type` (found refused the same way).
+    check_request(
+        Api::OpenaiResponses,
+        &json!({"model": "gpt-5", "input": [
+            {"role": "user", "content": "hi"}, {"id": "msg_0123"}]}),
+    )
+    .unwrap();
     // Chat: calls still pending at the end are refused, as OpenAI refuses them (each call must
     // be followed by its result).
     let pending = edit(
@@ -333,7 +340,7 @@ fn responses_refusals_name_the_field() {
             "input[4].output",
         ),
         (
-            edit(responses(), "/input/6", Some(json!({"id": "x"}))),
+            edit(responses(), "/input/6", Some(json!({"status": "x"}))),
             "input[6].type",
         ),
         (
