@@ -237,6 +237,10 @@ fn text_or_image(
     match block.kind.as_deref() {
         Some("text" | "image") => match b.common_part(spot, field, block)? {
             Ok(part) => Ok(part),
+            // An image from a source Loom does not model (a file id) is kept as it came.
+            Err(block) if b.keep_unknown => {
+                Ok(crate::opaque::part(b.blobs(), Api::Anthropic, block))
+            }
             Err(block) => Err(unsupported(b, spot, field, &block, role)),
         },
         Some(_) if b.keep_unknown => Ok(crate::opaque::part(b.blobs(), Api::Anthropic, block)),

@@ -341,8 +341,8 @@ impl<'a> Builder<'a> {
                 text: block.refusal.unwrap_or_default(),
             })),
             "image_url" | "input_image" => {
-                let (url, detail) = match block.image_url {
-                    Some(serde_json::Value::String(url)) => (url, block.detail),
+                let (url, detail) = match &block.image_url {
+                    Some(serde_json::Value::String(url)) => (url.clone(), block.detail.clone()),
                     Some(serde_json::Value::Object(o)) => (
                         o.get("url")
                             .and_then(|u| u.as_str())
@@ -353,16 +353,20 @@ impl<'a> Builder<'a> {
                     _ => (String::new(), None),
                 };
                 if url.is_empty() {
-                    return Err(self.invalid(
-                        spot,
-                        &format!("{field}.image_url"),
-                        "an image needs a URL (file ids are not supported)",
-                    ));
+                    // An image by file id (or by nothing but its `detail`): not an image Loom
+                    // models; the caller keeps it as it came.
+                    return Ok(Err(block));
                 }
                 Ok(Ok(ContentPart::Image { url, detail }))
             }
             "image" => {
-                let source = block.source.unwrap_or_default();
+                let Some(source) = block.source.as_ref() else {
+                    return Err(self.invalid(
+                        spot,
+                        &format!("{field}.source"),
+                        "an image needs a source",
+                    ));
+                };
                 let url = match source.get("type").and_then(|t| t.as_str()) {
                     Some("base64") => {
                         let media = source.get("media_type").and_then(|m| m.as_str());
@@ -377,11 +381,8 @@ impl<'a> Builder<'a> {
                 };
                 match url {
                     Some(url) => Ok(Ok(ContentPart::Image { url, detail: None })),
-                    None => Err(self.invalid(
-                        spot,
-                        &format!("{field}.source"),
-                        "an image needs a `base64` source (media_type, data) or a `url` source",
-                    )),
+                    // A source Loom does not model (a file id, a kind added later).
+                    None => Ok(Err(block)),
                 }
             }
             _ => Ok(Err(block)),

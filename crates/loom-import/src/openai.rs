@@ -181,6 +181,9 @@ fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<Co
         // A part Loom does not model (`input_audio`, `file`, types added later) is kept as it
         // came.
         Some(_) if b.keep_unknown => Ok(crate::opaque::part(b.blobs(), Api::OpenaiChat, block)),
+            Err(block) if b.keep_unknown => {
+                Ok(crate::opaque::part(b.blobs(), Api::OpenaiChat, block))
+            }
         _ => Err(unsupported(b, spot, field, &block)),
     }
 }

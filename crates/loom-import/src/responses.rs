@@ -287,6 +287,10 @@ fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<Co
         Some("input_text" | "output_text" | "text" | "refusal" | "input_image") => {
             match b.common_part(spot, field, block)? {
                 Ok(part) => Ok(part),
+                // An image by file id is kept as it came.
+                Err(block) if b.keep_unknown => {
+                    Ok(crate::opaque::part(b.blobs(), Api::OpenaiResponses, block))
+                }
                 Err(block) => Err(unsupported(b, spot, field, &block)),
             }
         }
