@@ -117,7 +117,13 @@ pub(crate) fn restore(
             .and_then(|i| Some((i, items.value(i)?)));
         match found {
             Some((i, theirs)) => {
-                if theirs.get("type").and_then(Value::as_str) == Some("custom_tool_call") {
+                // A custom call is known by its call or its output: either may be the one
+                // restored (the other rendered by Loom, a field it does not model aside), and
+                // both must go back as the same kind.
+                if matches!(
+                    theirs.get("type").and_then(Value::as_str),
+                    Some("custom_tool_call" | "custom_tool_call_output")
+                ) {
                     if let Some(id) = theirs.get("call_id").and_then(Value::as_str) {
                         custom.insert(id.to_owned());
                     }
@@ -401,6 +407,33 @@ mod tests {
             &mut body,
         );
         assert_eq!(body["messages"][1], items[1], "{body}");
+    }
+
+    /// A custom call with a field Loom does not model (`namespace`) is rendered by Loom while its
+    /// output is restored as the client's: the call went as a `function_call`, its output as a
+    /// `custom_tool_call_output`, and `fit` fell back (found by the conformance suite).
+    #[test]
+    fn a_custom_call_rendered_beside_its_restored_output_keeps_its_kind() {
+        let client = json!({"model": "gpt-6", "input": [
+            {"type": "message", "role": "user", "content": "task"},
+            {"type": "custom_tool_call", "call_id": "c1", "name": "exec", "input": "ls", "namespace": "tools"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "a.rs"}
+        ]});
+        let mut items = client["input"].as_array().unwrap().clone();
+        let mut body = json!({"model": "gpt-6", "input": [
+            {"type": "message", "role": "user", "content": "task"},
+            {"type": "function_call", "call_id": "c1", "name": "exec", "arguments": "ls"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.rs"}
+        ]});
+        restore(
+            Api::OpenaiResponses,
+            client.as_object().unwrap(),
+            &mut items,
+            &mut body,
+        );
+        assert_eq!(body["input"][2], items[2], "{body}");
+        assert_eq!(body["input"][1]["type"], "custom_tool_call", "{body}");
+        assert_eq!(body["input"][1]["input"], "ls", "{body}");
     }
 
     #[test]
