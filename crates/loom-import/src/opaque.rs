@@ -62,6 +62,17 @@ pub(crate) fn item_value(blobs: &dyn BlobSink, it: RawItem) -> Value {
                         let mut call = Map::new();
                         put(&mut call, "id", c.id.map(Value::String));
                         call.insert("type".into(), "function".into());
+                        if let Some(custom) = c.custom {
+                            call.insert("type".into(), "custom".into());
+                            let mut body = Map::new();
+                            put(&mut body, "name", custom.name.map(Value::String));
+                            put(
+                                &mut body,
+                                "input",
+                                custom.input.and_then(|raw| raw_value(&raw)),
+                            );
+                            call.insert("custom".into(), Value::Object(body));
+                        }
                         if let Some(f) = c.function {
                             let mut function = Map::new();
                             put(&mut function, "name", f.name.map(Value::String));

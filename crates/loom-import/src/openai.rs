@@ -114,16 +114,21 @@ fn assistant(b: &mut Builder<'_>, spot: &Spot, index: usize, item: RawItem) -> R
         let Some(id) = call.id.filter(|id| !id.is_empty()) else {
             return Err(b.invalid(spot, &format!("{field}.id"), "missing"));
         };
-        let Some(function) = call.function else {
-            return Err(b.invalid(spot, &format!("{field}.function"), "missing"));
+        // A call to a custom (freeform) tool holds `custom` {name, input} instead.
+        let (key, name, arguments) = match (call.function, call.custom) {
+            (Some(f), _) => ("function", f.name, f.arguments),
+            (None, Some(c)) => ("custom", c.name, c.input),
+            (None, None) => {
+                return Err(b.invalid(spot, &format!("{field}.function"), "missing"));
+            }
         };
-        let Some(name) = function.name.filter(|n| !n.is_empty()) else {
-            return Err(b.invalid(spot, &format!("{field}.function.name"), "missing"));
+        let Some(name) = name.filter(|n| !n.is_empty()) else {
+            return Err(b.invalid(spot, &format!("{field}.{key}.name"), "missing"));
         };
         calls.push(ToolCall {
             id,
             name,
-            arguments: arguments_text(function.arguments.as_deref()),
+            arguments: arguments_text(arguments.as_deref()),
         });
     }
     if let Some(function) = item.function_call {
@@ -176,14 +181,14 @@ fn part(b: &Builder<'_>, spot: &Spot, field: &str, block: RawBlock) -> Result<Co
     match block.kind.as_deref() {
         Some("text" | "image_url" | "refusal") => match b.common_part(spot, field, block)? {
             Ok(part) => Ok(part),
+            Err(block) if b.keep_unknown => {
+                Ok(crate::opaque::part(b.blobs(), Api::OpenaiChat, block))
+            }
             Err(block) => Err(unsupported(b, spot, field, &block)),
         },
         // A part Loom does not model (`input_audio`, `file`, types added later) is kept as it
         // came.
         Some(_) if b.keep_unknown => Ok(crate::opaque::part(b.blobs(), Api::OpenaiChat, block)),
-            Err(block) if b.keep_unknown => {
-                Ok(crate::opaque::part(b.blobs(), Api::OpenaiChat, block))
-            }
         _ => Err(unsupported(b, spot, field, &block)),
     }
 }

@@ -70,11 +70,19 @@ pub(crate) struct RawBlock {
     pub(crate) extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// An OpenAI Chat `tool_calls` entry.
+/// An OpenAI Chat `tool_calls` entry: a function call, or a call to a custom (freeform) tool.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawToolCall {
     pub(crate) id: Option<String>,
     pub(crate) function: Option<RawFunction>,
+    pub(crate) custom: Option<RawCustom>,
+}
+
+/// An OpenAI Chat call to a custom tool: its name and its free-form input.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawCustom {
+    pub(crate) name: Option<String>,
+    pub(crate) input: Option<Box<RawValue>>,
 }
 
 /// An OpenAI Chat function (in `tool_calls` or the legacy `function_call`).
