@@ -422,6 +422,70 @@ impl<'de> Visitor<'de> for ContentSeed<'_, '_> {
     }
 }
 
+/// A `content`-like value, or, in a block or item Loom does not model, any other JSON (a server
+/// tool result's error object, a computer call's screenshot): `Err` with the value as it came.
+/// A reader held to a named format refuses the other values, as [`ContentSeed`] does.
+struct ContentOrValueSeed<'c, 'a>(&'c Ctx<'a>);
+
+impl<'de> DeserializeSeed<'de> for ContentOrValueSeed<'_, '_> {
+    type Value = Result<Content, serde_json::Value>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl ContentOrValueSeed<'_, '_> {
+    fn other<E: de::Error>(
+        &self,
+        value: serde_json::Value,
+        unexpected: de::Unexpected<'_>,
+    ) -> Result<Result<Content, serde_json::Value>, E> {
+        if self.0.keep_unknown {
+            Ok(Err(value))
+        } else {
+            Err(E::invalid_type(
+                unexpected,
+                &"a string, a list of content blocks, or null",
+            ))
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for ContentOrValueSeed<'_, '_> {
+    type Value = Result<Content, serde_json::Value>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string, a list of content blocks, null or any JSON value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        self.0.text(v).map(|t| Ok(Content::Text(t)))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Ok(Content::Null))
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Ok(Content::Null))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        blocks(self.0, seq).map(|b| Ok(Content::Blocks(b)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let value = serde_json::Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        self.other(value, de::Unexpected::Map)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        self.other(serde_json::Value::Bool(v), de::Unexpected::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        self.other(serde_json::Value::from(v), de::Unexpected::Signed(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        self.other(serde_json::Value::from(v), de::Unexpected::Unsigned(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        self.other(serde_json::Value::from(v), de::Unexpected::Float(v))
+    }
+}
+
 fn blocks<'de, A: SeqAccess<'de>>(ctx: &Ctx<'_>, mut seq: A) -> Result<Vec<RawBlock>, A::Error> {
     let mut out = Vec::new();
     loop {
@@ -483,7 +547,12 @@ impl<'de> Visitor<'de> for BlockSeed<'_, '_> {
                     Field::Name => b.name = map.next_value()?,
                     Field::Input => b.input = Some(map.next_value()?),
                     Field::ToolUseId => b.tool_use_id = map.next_value()?,
-                    Field::Content => b.content = Some(map.next_value_seed(ContentSeed(ctx))?),
+                    Field::Content => match map.next_value_seed(ContentOrValueSeed(ctx))? {
+                        Ok(content) => b.content = Some(content),
+                        Err(value) => {
+                            b.extra.insert("content".into(), value);
+                        }
+                    },
                     Field::IsError => b.is_error = map.next_value()?,
                     Field::Thinking => b.thinking = map.next_value()?,
                     // Other formats may use these names for other things: only strings count.
@@ -532,7 +601,12 @@ impl<'de> Visitor<'de> for ItemSeed<'_, '_> {
                 match key {
                     Field::Role => it.role = map.next_value()?,
                     Field::Type => it.kind = map.next_value()?,
-                    Field::Content => it.content = Some(map.next_value_seed(ContentSeed(ctx))?),
+                    Field::Content => match map.next_value_seed(ContentOrValueSeed(ctx))? {
+                        Ok(content) => it.content = Some(content),
+                        Err(value) => {
+                            it.extra.insert("content".into(), value);
+                        }
+                    },
                     Field::Name => it.name = map.next_value()?,
                     Field::ToolCalls => it.tool_calls = map.next_value()?,
                     Field::ToolCallId => it.tool_call_id = map.next_value()?,
@@ -542,7 +616,12 @@ impl<'de> Visitor<'de> for ItemSeed<'_, '_> {
                     Field::Refusal => it.refusal = map.next_value()?,
                     Field::CallId => it.call_id = map.next_value()?,
                     Field::Arguments => it.arguments = Some(map.next_value()?),
-                    Field::Output => it.output = Some(map.next_value_seed(ContentSeed(ctx))?),
+                    Field::Output => match map.next_value_seed(ContentOrValueSeed(ctx))? {
+                        Ok(output) => it.output = Some(output),
+                        Err(value) => {
+                            it.extra.insert("output".into(), value);
+                        }
+                    },
                     Field::Summary => it.summary = Some(map.next_value_seed(BlocksSeed(ctx))?),
                     Field::Input => it.input = Some(map.next_value()?),
                     Field::Id => it.id = string_only(map.next_value()?),
