@@ -62,7 +62,12 @@ pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
         for (i, tool) in tools.iter().enumerate() {
             let path = index("tools", i);
             let t = object(tool, &path)?;
-            req_str(t, &path, "name")?;
+            if req_str(t, &path, "name")?.is_empty() {
+                return Err(FieldError::new(
+                    join(&path, "name"),
+                    "must not be empty: a tool needs a name",
+                ));
+            }
             // Client tools (no `type`, or `custom`) describe their input; server tools do not.
             if matches!(opt_str(t, &path, "type")?, None | Some("custom")) {
                 opt_object(t, &path, "input_schema")?

@@ -598,3 +598,14 @@ fn a_responses_call_without_its_output_and_a_stream_flag_that_is_not_a_boolean_a
         assert_eq!(err.field, "stream", "{api:?}");
     }
 }
+
+/// Found by the proxy's property tests: Anthropic refuses a tool without a name, so Loom's check
+/// must too, before anything is forwarded.
+#[test]
+fn an_anthropic_tool_without_a_name_is_refused() {
+    let body = json!({"model": "m", "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "", "input_schema": {"type": "object"}}]});
+    let e = refused(Api::Anthropic, &body);
+    assert_eq!(e.field, "tools[0].name", "{e}");
+}
