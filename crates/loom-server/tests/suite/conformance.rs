@@ -271,7 +271,7 @@ fn rough_tokens(body: &[u8]) -> u64 {
 }
 
 /// Runs the generated requests of `target` through the proxy; panics with what it found.
-#[expect(clippy::print_stderr, reason = "the run prints its figures: the suite's report")]
+#[expect(clippy::print_stderr, reason = "the run prints its figures")]
 fn run(target: &Target) {
     let cases = env_u64("LOOM_CONFORMANCE_CASES").unwrap_or(CASES);
     let first = env_u64("LOOM_CONFORMANCE_SEED").unwrap_or(0);
