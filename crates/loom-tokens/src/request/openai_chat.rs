@@ -65,15 +65,20 @@ fn message(ctx: &mut Ctx<'_>, m: &Value, path: &str) -> Result<()> {
         ctx.count.messages += ctx.text(refusal);
     }
     for (i, call) in ctx.array(m, "tool_calls", path)?.iter().enumerate() {
-        let f = call.get("function").unwrap_or(call);
+        // A call to a custom (freeform) tool holds `custom` {name, input}.
+        let (key, input) = match call.get("type").and_then(Value::as_str) {
+            Some("custom") => ("custom", "input"),
+            _ => ("function", "arguments"),
+        };
+        let f = call.get(key).unwrap_or(call);
         let name = f.get("name").and_then(Value::as_str);
         let Some(name) = name else {
             return Err(ctx.bad(
-                format!("{path}.tool_calls[{i}].function.name"),
+                format!("{path}.tool_calls[{i}].{key}.name"),
                 "must be a string",
             ));
         };
-        let args = f.get("arguments").map_or(0, |a| ctx.json(a));
+        let args = f.get(input).map_or(0, |a| ctx.json(a));
         ctx.count.tool_calls += TOKENS_PER_TOOL_CALL + ctx.text(name) + args;
     }
     // The legacy single `function_call` has a name and arguments too.

@@ -107,6 +107,10 @@ fn input_item(ctx: &mut Ctx<'_>, item: &Value, path: &str) -> Result<()> {
             }
         }
         Some(_) => ctx.count.messages += ctx.json(item),
+        // An item reference may leave out its `type` (`{"id": ...}`).
+        None if item.get("id").is_some_and(Value::is_string) => {
+            ctx.count.messages += ctx.json(item);
+        }
         None => return Err(ctx.bad(format!("{path}.type"), "must be a string")),
     }
     Ok(())

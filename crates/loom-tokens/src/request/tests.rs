@@ -215,3 +215,24 @@ fn estimated_counters_are_flagged_inexact() {
     assert!(!c.exact);
     assert!(chat(Encoding::O200kBase, &body).exact);
 }
+
+/// Shapes the conformance suite found refused: a Chat call to a custom tool, a Responses item
+/// reference without its `type`.
+#[test]
+fn custom_tool_calls_and_item_references_are_counted() {
+    let enc = Encoding::O200kBase;
+    let custom = json!({"messages": [
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "*** patch"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "applied"}
+    ]});
+    assert!(chat(enc, &custom).tool_calls > 0);
+    let reference = json!({"input": [{"role": "user", "content": "hi"}, {"id": "msg_1"}]});
+    count_request(
+        Api::OpenaiResponses,
+        &reference,
+        &Tokenizer::Bpe(enc),
+        &TILE,
+    )
+    .unwrap();
+}
