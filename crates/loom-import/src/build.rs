@@ -74,7 +74,17 @@ impl<'a> Builder<'a> {
     /// Appends an item Loom does not model (a message of an unknown role, an item of an
     /// unknown type) as a user-side event that sends it back as it came, in place.
     pub(crate) fn push_opaque(&mut self, spot: &Spot, item: crate::raw::RawItem) -> Result<()> {
-        let content = crate::opaque::whole(self.blobs, self.api, item);
+        self.push_opaque_items(spot, vec![item])
+    }
+
+    /// Items Loom does not model that belong together (a built-in tool's call and its output),
+    /// as one event that keeps them as they came.
+    pub(crate) fn push_opaque_items(
+        &mut self,
+        spot: &Spot,
+        items: Vec<crate::raw::RawItem>,
+    ) -> Result<()> {
+        let content = crate::opaque::wholes(self.blobs, self.api, items);
         self.push(
             spot,
             "",

@@ -125,13 +125,19 @@ pub(crate) fn part(blobs: &dyn BlobSink, api: Api, b: RawBlock) -> ContentPart {
     }
 }
 
-/// A whole item as the content of a user-side event that sends it back as it came.
-pub(crate) fn whole(blobs: &dyn BlobSink, api: Api, it: RawItem) -> MessageContent {
-    MessageContent::Parts(vec![ContentPart::Opaque {
-        api,
-        whole: true,
-        value: item_value(blobs, it),
-    }])
+/// Whole items (a built-in tool's call and its output) as the content of one user-side event
+/// that sends them back as they came, in order: a render keeps them or leaves them out together.
+pub(crate) fn wholes(blobs: &dyn BlobSink, api: Api, items: Vec<RawItem>) -> MessageContent {
+    MessageContent::Parts(
+        items
+            .into_iter()
+            .map(|it| ContentPart::Opaque {
+                api,
+                whole: true,
+                value: item_value(blobs, it),
+            })
+            .collect(),
+    )
 }
 
 fn put(m: &mut Map<String, Value>, key: &str, value: Option<Value>) {

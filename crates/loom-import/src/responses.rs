@@ -40,6 +40,81 @@ impl Turn {
     }
 }
 
+/// Items of built-in tools that call (by `call_id`), and the item type that answers each. Loom
+/// does not model them, but a call and its output are one unit (DESIGN.md, principle 4): they
+/// are logged as one event, so that no render keeps one without the other.
+const BUILT_IN_PAIRS: &[(&str, &str)] = &[
+    ("computer_call", "computer_call_output"),
+    ("local_shell_call", "local_shell_call_output"),
+    ("shell_call", "shell_call_output"),
+    ("apply_patch_call", "apply_patch_call_output"),
+    ("tool_search_call", "tool_search_output"),
+    ("program", "program_output"),
+];
+
+/// Items Loom does not model, held together from a built-in tool's call until every call among
+/// them has its output.
+#[derive(Debug)]
+struct Group {
+    spot: Spot,
+    items: Vec<RawItem>,
+    /// (output type, call id) of the calls still waiting.
+    waiting: Vec<(&'static str, String)>,
+}
+
+/// Logs the held items as one event.
+fn close(b: &mut Builder<'_>, group: &mut Option<Group>) -> Result<()> {
+    match group.take() {
+        Some(g) => b.push_opaque_items(&g.spot, g.items),
+        None => Ok(()),
+    }
+}
+
+/// An item Loom does not model: held with the built-in call it answers or that it makes, or
+/// logged alone.
+fn opaque(
+    b: &mut Builder<'_>,
+    spot: &Spot,
+    group: &mut Option<Group>,
+    kind: &str,
+    item: RawItem,
+) -> Result<()> {
+    let call_id = item.call_id.clone();
+    let calls = BUILT_IN_PAIRS
+        .iter()
+        .find(|(call, _)| *call == kind)
+        .and_then(|(_, output)| Some((*output, call_id.clone()?)));
+    match group {
+        Some(g) => {
+            g.items.push(item);
+            if let Some(waits) = calls {
+                g.waiting.push(waits);
+            } else if let Some(at) = g
+                .waiting
+                .iter()
+                .position(|(output, id)| *output == kind && Some(id) == call_id.as_ref())
+            {
+                g.waiting.remove(at);
+            }
+            if g.waiting.is_empty() {
+                close(b, group)?;
+            }
+            Ok(())
+        }
+        None => match calls {
+            Some(waits) => {
+                *group = Some(Group {
+                    spot: spot.clone(),
+                    items: vec![item],
+                    waiting: vec![waits],
+                });
+                Ok(())
+            }
+            None => b.push_opaque(spot, item),
+        },
+    }
+}
+
 fn flush(b: &mut Builder<'_>, turn: &mut Option<Turn>) -> Result<()> {
     let Some(mut t) = turn.take() else {
         return Ok(());
@@ -75,6 +150,7 @@ pub(crate) fn convert(
         }
     }
     let mut turn: Option<Turn> = None;
+    let mut group: Option<Group> = None;
     for (index, item) in items.into_iter().enumerate() {
         let index = b.first_item + index;
         let spot = b.spot(item.line, index);
@@ -92,6 +168,20 @@ pub(crate) fn convert(
                 ))
             }
         };
+        let modelled = matches!(
+            kind.as_str(),
+            "message"
+                | "function_call"
+                | "custom_tool_call"
+                | "reasoning"
+                | "function_call_output"
+                | "custom_tool_call_output"
+        );
+        if modelled || !b.keep_unknown {
+            // Held built-in items go before an item Loom models (their outputs, if they come
+            // later, are logged alone).
+            close(b, &mut group)?;
+        }
         match kind.as_str() {
             "message" => message(b, &spot, &mut turn, item)?,
             "function_call" | "custom_tool_call" => {
@@ -151,7 +241,7 @@ pub(crate) fn convert(
             // call, types added later) is kept as it came, in place.
             _ if b.keep_unknown => {
                 flush(b, &mut turn)?;
-                b.push_opaque(&spot, item)?;
+                opaque(b, &spot, &mut group, &kind, item)?;
             }
             other => {
                 return Err(b.invalid(
@@ -166,6 +256,7 @@ pub(crate) fn convert(
             }
         }
     }
+    close(b, &mut group)?;
     flush(b, &mut turn)
 }
 

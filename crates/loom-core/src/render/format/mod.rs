@@ -382,6 +382,26 @@ fn whole_item(content: &MessageContent, api: Api) -> Option<&Value> {
     }
 }
 
+/// The whole items that `content` stands for when every one of its parts is a whole opaque item
+/// of `api` (a built-in tool's call and its output, logged together): they are sent as they
+/// came, in order.
+fn whole_items(content: &MessageContent, api: Api) -> Option<Vec<&Value>> {
+    match content {
+        MessageContent::Parts(parts) if !parts.is_empty() => parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Opaque {
+                    api: from,
+                    whole: true,
+                    value,
+                } if *from == api => Some(value),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
 /// Parses tool-call arguments for formats that want an object; malformed text is kept under
 /// `_raw` rather than lost.
 fn arguments_object(arguments: &str) -> Value {

@@ -4,7 +4,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{text_of, text_only, whole_item};
+use super::{text_of, text_only, whole_items};
 use crate::api::Api;
 use crate::event::{ContentPart, MessageContent};
 use crate::render::request::{Msg, RenderedCall, Request, ToolSpec};
@@ -44,8 +44,8 @@ fn assistant_message(c: &MessageContent) -> Value {
 pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     match msg {
         Msg::System(c) => vec![message("system", c)],
-        Msg::User { content, .. } => match whole_item(content, Api::OpenaiResponses) {
-            Some(item) => vec![item.clone()],
+        Msg::User { content, .. } => match whole_items(content, Api::OpenaiResponses) {
+            Some(items) => items.into_iter().cloned().collect(),
             None => vec![message("user", content)],
         },
         Msg::Assistant {
@@ -141,11 +141,11 @@ impl Serialize for Input<'_> {
 
 /// The items one neutral message becomes, in [`wire`]'s order.
 pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
-    let (native, head, calls): (&[Value], Option<Item<'_>>, &[RenderedCall]) = match msg {
-        Msg::System(c) => (&[], Some(Item::Message("system", c)), &[]),
-        Msg::User { content, .. } => match whole_item(content, Api::OpenaiResponses) {
-            Some(item) => (&[], Some(Item::Native(item)), &[]),
-            None => (&[], Some(Item::Message("user", content)), &[]),
+    let (native, head, calls): (Vec<&Value>, Option<Item<'_>>, &[RenderedCall]) = match msg {
+        Msg::System(c) => (Vec::new(), Some(Item::Message("system", c)), &[]),
+        Msg::User { content, .. } => match whole_items(content, Api::OpenaiResponses) {
+            Some(items) => (items, None, &[]),
+            None => (Vec::new(), Some(Item::Message("user", content)), &[]),
         },
         Msg::Assistant {
             content,
@@ -156,7 +156,7 @@ pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
             let native = native
                 .as_ref()
                 .filter(|n| n.api == Api::OpenaiResponses)
-                .map_or(&[][..], |n| &n.items);
+                .map_or_else(Vec::new, |n| n.items.iter().collect());
             let head = match content {
                 Some(c) => Some(Item::Assistant(Some(c))),
                 None if calls.is_empty() => Some(Item::Assistant(None)),
@@ -166,7 +166,7 @@ pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
         }
     };
     native
-        .iter()
+        .into_iter()
         .map(Item::Native)
         .chain(head)
         .chain(calls.iter().map(Item::Call))
