@@ -92,7 +92,11 @@ fn recall(prompt: &Prompt) -> Option<Reply> {
         .take_while(|c| !c.is_whitespace() && !matches!(c, ')' | '"' | '\\' | ']'))
         .collect();
     Some(Reply {
-        thinking: None,
+        // A model thinking before its tool use does so here too (Anthropic then wants the
+        // turn, sent back, to open with its thinking).
+        thinking: prompt
+            .thinking
+            .then(|| format!("The conversation names {reference}; I should read it again.")),
         text: Some("Let me read that again. ".to_owned()),
         calls: vec![Call {
             name: RECALL_TOOL.to_owned(),
@@ -315,6 +319,20 @@ mod tests {
             Some("ok: 3 messages, last: 12 files found")
         );
         assert!(reply.thinking.is_some());
+    }
+
+    /// With thinking on, the reply that calls `loom_recall` thinks first, as every other reply
+    /// does: Anthropic wants a turn that called tools, sent back, to open with its thinking (the
+    /// conformance suite found Loom's recall rounds refused for the mock's want of it).
+    #[test]
+    fn a_recall_call_thinks_when_thinking_is_on() {
+        let mut p = prompt(Last::User, "please recall it", &["loom_recall"], true);
+        p.cache_key = b"stub (loom_recall ref=seq:4) end".to_vec();
+        let reply = decide(&p);
+        assert_eq!(reply.calls[0].name, "loom_recall");
+        assert!(reply.thinking.is_some());
+        p.thinking = false;
+        assert!(decide(&p).thinking.is_none());
     }
 
     #[test]
