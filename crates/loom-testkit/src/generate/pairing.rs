@@ -223,11 +223,54 @@ pub fn messages(body: &Value) -> Broken {
             asked_at = i;
         }
     }
-    match asked.first() {
-        Some(id) => Err(format!(
+    if let Some(id) = asked.first() {
+        return Err(format!(
             "messages[{asked_at}]: tool_use `{id}` has no result"
+        ));
+    }
+    final_thinking(body, messages)
+}
+
+/// With thinking on, the final assistant message opens with its thinking when the user turn
+/// after it (consecutive user messages are one turn) answers its tool use: Anthropic refuses it
+/// otherwise.
+fn final_thinking(body: &Value, messages: &[Value]) -> Broken {
+    let on = matches!(
+        body.pointer("/thinking/type").and_then(Value::as_str),
+        Some("enabled" | "adaptive")
+    );
+    let role = |m: &Value| {
+        m.get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let Some(last) = messages.iter().rposition(|m| role(m) == "assistant") else {
+        return Ok(());
+    };
+    let after = &messages[last + 1..];
+    let answered = after.iter().all(|m| role(m) == "user")
+        && after.iter().any(|m| {
+            m.get("content").and_then(Value::as_array).is_some_and(|b| {
+                b.iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            })
+        });
+    if !on || !answered {
+        return Ok(());
+    }
+    let first = messages[last]
+        .get("content")
+        .and_then(Value::as_array)
+        .and_then(|b| b.first())
+        .and_then(|b| b.get("type"))
+        .and_then(Value::as_str);
+    match first {
+        Some("thinking" | "redacted_thinking") => Ok(()),
+        other => Err(format!(
+            "messages[{last}]: with thinking on, the final assistant message whose tool use the \
+             user answers opens with {other:?}, not its thinking"
         )),
-        None => Ok(()),
     }
 }
 
@@ -266,5 +309,14 @@ mod tests {
         assert!(messages(&json!({"messages": [user, uses, late]})).is_err());
         assert!(messages(&json!({"messages": [user, uses, user]})).is_err());
         assert!(messages(&json!({"messages": [uses]})).is_err());
+        let thinking = json!({"type": "enabled", "budget_tokens": 1024});
+        let unthought = json!({"thinking": thinking, "messages": [user, uses, answers]});
+        assert!(messages(&unthought).is_err());
+        let thought = json!({"thinking": thinking, "messages": [user,
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "s"},
+                {"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            answers]});
+        messages(&thought).unwrap();
     }
 }
