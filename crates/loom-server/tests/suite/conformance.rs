@@ -63,10 +63,7 @@ struct Target {
 fn counter(model: &str) -> (loom_tokens::Tokenizer, loom_tokens::ImageRule) {
     let registry = loom_tokens::Registry::built_in().unwrap();
     let info = registry.lookup(model).unwrap();
-    (
-        loom_tokens::Tokenizer::for_model(info).unwrap(),
-        info.image.clone(),
-    )
+    (loom_tokens::Tokenizer::for_model(info).unwrap(), info.image)
 }
 
 impl Target {
@@ -406,6 +403,8 @@ struct Figures {
     whole: u64,
     /// Upstream requests checked in `fit` (recall rounds included).
     upstream_checked: u64,
+    /// `fit` calls that took hidden `loom_recall` rounds (more than one upstream request).
+    recall_rounds: u64,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -553,7 +552,15 @@ fn check_fit(
             (true, false) => "fit: refused by Loom",
             (false, _) => "fit: refused by the upstream (the mock's rules)",
         };
-        findings.add(kind, case, format!("{} {}", reply.status, reply.text()));
+        let last = forwarded
+            .last()
+            .map(|r| format!("\n    last sent: {}", outline(&r.body)))
+            .unwrap_or_default();
+        findings.add(
+            kind,
+            case,
+            format!("{} {}{last}", reply.status, reply.text()),
+        );
         return false;
     }
     let warning = reply.header("x-loom-warning").unwrap_or_default();
@@ -569,6 +576,10 @@ fn check_fit(
     if forwarded.is_empty() {
         findings.add("fit: nothing forwarded", case, String::new());
     }
+    if forwarded.len() > 1 {
+        figures.recall_rounds += 1;
+    }
+
     let mut rendered = false;
     for r in forwarded {
         figures.upstream_checked += 1;
@@ -731,14 +742,12 @@ fn fixtures() {
 }
 
 #[test]
-#[ignore = "the findings of the first runs are being fixed, each in its own commit"]
 fn chat_completions() {
     let Some(target) = Target::chat() else { return };
     run(&target);
 }
 
 #[test]
-#[ignore = "the findings of the first runs are being fixed, each in its own commit"]
 fn responses() {
     let Some(target) = Target::responses() else {
         return;
@@ -747,7 +756,6 @@ fn responses() {
 }
 
 #[test]
-#[ignore = "the findings of the first runs are being fixed, each in its own commit"]
 fn messages() {
     run(&Target::messages());
 }

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{bulk, Generated, Options, Walker};
+use super::{bulk, Generated, Walker};
 use crate::OpenApi;
 
 const MODELS: &[&str] = &[
@@ -25,7 +25,7 @@ const USER_BLOCKS: &[&str] = &[
     "SearchResultBlockParam",
 ];
 
-pub(super) fn generate(api: &OpenApi, seed: u64, options: Options) -> Generated {
+pub(super) fn generate(api: &OpenApi, seed: u64) -> Generated {
     let mut w = api.walker(seed);
     let skip = [
         "messages",
@@ -89,7 +89,7 @@ pub(super) fn generate(api: &OpenApi, seed: u64, options: Options) -> Generated 
         }
     };
     let names = tools(&mut w, &mut obj, thinking);
-    let messages = conversation(&mut w, &names, thinking, options);
+    let messages = conversation(&mut w, &names, thinking);
     obj.insert("messages".into(), Value::Array(messages));
     let mut body = Value::Object(obj);
     breakpoints(&mut body, &mut 0, &mut None);
@@ -148,41 +148,25 @@ fn tools(w: &mut Walker<'_>, obj: &mut Map<String, Value>, thinking: bool) -> Ve
     names
 }
 
-/// Tool use ids in Anthropic's style, unique in the request; with `reuse_ids`, `call_<n>`
-/// restarting every turn (an OpenAI-compatible front's numbering).
+/// Tool use ids in Anthropic's style, unique in the request (Anthropic refuses a repeated one,
+/// so `reuse_ids` does not apply here).
 #[derive(Debug)]
 struct Ids {
-    reuse: bool,
     made: usize,
 }
 
 impl Ids {
-    fn next(&mut self, index: usize) -> String {
+    fn next(&mut self) -> String {
         self.made += 1;
-        if self.reuse {
-            format!("call_{index}")
-        } else {
-            format!(
-                "toolu_{:020x}",
-                (self.made as u128).wrapping_mul(0x9e37_79b9)
-            )
-        }
+        format!(
+            "toolu_{:020x}",
+            (self.made as u128).wrapping_mul(0x9e37_79b9)
+        )
     }
 }
 
-fn conversation(
-    w: &mut Walker<'_>,
-    tools: &[String],
-    thinking: bool,
-    options: Options,
-) -> Vec<Value> {
-    let mut ids = Ids {
-        reuse: options.reuse_ids,
-        made: 0,
-    };
-    if options.reuse_ids {
-        w.cover("messages: reused call ids");
-    }
+fn conversation(w: &mut Walker<'_>, tools: &[String], thinking: bool) -> Vec<Value> {
+    let mut ids = Ids { made: 0 };
     let mut out = vec![user(w, Vec::new())];
     let turns = w.rng.range(1, 6);
     // The results the next user message opens with.
@@ -304,8 +288,8 @@ fn calls(
         w.cover("messages: parallel tool use");
     }
     let mut results = Vec::new();
-    for i in 0..n {
-        let id = ids.next(i);
+    for _ in 0..n {
+        let id = ids.next();
         let mut call = w.component("ToolUseBlockParam");
         call["id"] = Value::from(id.clone());
         call["name"] = Value::from(match tools.is_empty() {

@@ -117,8 +117,9 @@ pub fn responses(api: &OpenApi, seed: u64, options: Options) -> Generated {
 }
 
 /// An Anthropic Messages request (`MessageCreateParams` of [`OpenApi::anthropic`]) for `seed`.
-pub fn messages(api: &OpenApi, seed: u64, options: Options) -> Generated {
-    messages::generate(api, seed, options)
+/// `options.reuse_ids` does not apply: Anthropic refuses a repeated tool use id itself.
+pub fn messages(api: &OpenApi, seed: u64, _options: Options) -> Generated {
+    messages::generate(api, seed)
 }
 
 /// Long text for the older turns, so that a budget below the conversation's size has something
