@@ -287,7 +287,15 @@ impl Engine {
         };
         let (prev_state, prev_seq) = prev.unwrap_or_default();
         let rendered = render::render_projection(&input, &view.projection, &prev_state, view.memo)
-            .map_err(|e| SessionError::invalid(format!("session `{session}`: {e}")))?;
+            .map_err(|e| {
+                let over = match &e {
+                    render::RenderError::OverBudget { over, .. } => Some(*over),
+                    _ => None,
+                };
+                let mut e = SessionError::invalid(format!("session `{session}`: {e}"));
+                e.over_budget = over;
+                e
+            })?;
         let body = body(&rendered, view.memo)?;
         let at_seq = render::last_seq(view.events);
         let record = (spec.always_record || prev_seq != Some(at_seq)).then(|| NewModelCall {

@@ -34,6 +34,9 @@ pub struct SessionError {
     pub message: String,
     /// The field at fault (`events[2].call_id`, `model`), when there is one.
     pub field: Option<String>,
+    /// Tokens the smallest rendering needs beyond the hard budget, when a render did not fit:
+    /// a caller that can make the request smaller (a recall round's answers) learns by how much.
+    pub over_budget: Option<u64>,
 }
 
 /// A `Result` whose error is a [`SessionError`].
@@ -46,6 +49,7 @@ impl SessionError {
             kind,
             message: message.into(),
             field: None,
+            over_budget: None,
         }
     }
 

@@ -451,6 +451,18 @@ impl Live {
         self.write(b, Some(pending), receipt, usage)
     }
 
+    /// Drops the events [`Live::stage`] took since the last commit (a turn the caller will
+    /// stage again differently), reading this state again from the store; nothing was written.
+    pub fn unstage(&mut self, b: Backend<'_>) -> Result<()> {
+        if self.pending.is_none() && !self.broken {
+            return Ok(());
+        }
+        *self = Self::load(b, &self.id)?.ok_or_else(|| {
+            crate::error::SessionError::from(StoreError::SessionNotFound(self.id.clone()))
+        })?;
+        Ok(())
+    }
+
     /// Marks this state as not to be trusted (a turn that failed or was abandoned): it is read
     /// again on its next use.
     pub fn discard(&mut self) {

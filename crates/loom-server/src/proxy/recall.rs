@@ -260,6 +260,13 @@ pub(crate) async fn ask_again(
     Ok(sent)
 }
 
+/// The fewest tokens a recall answer is cut to so that a round fits the budget: below it the
+/// round is refused as over budget instead.
+const MIN_ANSWER_TOKENS: u64 = 64;
+
+/// Tokens allowed for the line that says where an answer was cut.
+const CUT_NOTE_TOKENS: u64 = 24;
+
 /// What goes before the id of each `loom_recall` call logged in a hidden round.
 const HIDDEN_ID_PREFIX: &str = "loom_";
 
@@ -295,35 +302,58 @@ async fn hidden_round(
     state
         .blocking("answering loom_recall", move |s| {
             let (meter, policy) = s.engine.prepare(&spec)?;
-            let cap = loom_store::recall::answer_cap(max_tokens, policy.budget().oversized);
+            let mut cap = loom_store::recall::answer_cap(max_tokens, policy.budget().oversized);
             let mut held = loom_session::live::lock_live(&live);
             // The hidden calls get ids of their own: the model may repeat one it used before,
             // and the client's history, which never holds them, must alias its calls the same.
             let mut asked = [asked];
             held.alias_calls(&mut asked, HIDDEN_ID_PREFIX);
             let [asked] = asked;
-            let mut recalls = Vec::new();
-            let events = loom_store::recall::hidden_round(
-                s.store.as_ref(),
-                s.blobs.as_ref(),
-                &s.engine.reduce,
-                &session,
-                asked,
-                held.last_seq(),
-                cap,
-                &meter,
-                |reference, a| {
-                    s.metrics.recalled(a.is_error, a.tokens);
-                    recalls.push(json!({"ref": reference, "tokens": a.tokens,
-                        "found": !a.is_error, "answered_call": call}));
-                },
-            )?;
-            held.stage(s.backend(), &events)?;
-            let (out, mut receipt) = match s.engine.render(&mut held, &spec) {
-                Ok(r) => r,
-                Err(e) => {
-                    held.discard();
-                    return Err(e.into());
+            // The answers are the round's latest turn, which every render keeps whole: when
+            // they leave the request over the budget, they are answered again that much shorter
+            // (each cut at a line with a note on how to read the rest), down to a floor.
+            let (out, mut receipt, recalls) = loop {
+                let mut recalls = Vec::new();
+                let mut found = Vec::new();
+                let events = loom_store::recall::hidden_round(
+                    s.store.as_ref(),
+                    s.blobs.as_ref(),
+                    &s.engine.reduce,
+                    &session,
+                    asked.clone(),
+                    held.last_seq(),
+                    cap,
+                    &meter,
+                    |reference, a| {
+                        found.push((a.is_error, a.tokens));
+                        recalls.push(json!({"ref": reference, "tokens": a.tokens,
+                            "found": !a.is_error, "answered_call": call}));
+                    },
+                )?;
+                held.stage(s.backend(), &events)?;
+                match s.engine.render(&mut held, &spec) {
+                    Ok((out, receipt)) => {
+                        for (is_error, tokens) in found {
+                            s.metrics.recalled(is_error, tokens);
+                        }
+                        break (out, receipt, recalls);
+                    }
+                    Err(e) => {
+                        held.unstage(s.backend())?;
+                        let answers = found.len().max(1) as u64;
+                        let longest = found.iter().map(|&(_, t)| t).max().unwrap_or(0);
+                        match e.over_budget {
+                            Some(over) if cap > MIN_ANSWER_TOKENS && longest > 0 => {
+                                // Each answer gives up its share, and a little for the note
+                                // that says where it was cut.
+                                let shorter = longest
+                                    .min(cap)
+                                    .saturating_sub(over.div_ceil(answers) + CUT_NOTE_TOKENS);
+                                cap = shorter.max(MIN_ANSWER_TOKENS);
+                            }
+                            _ => return Err(e.into()),
+                        }
+                    }
                 }
             };
             // The receipt of the call that carries the answers lists them.

@@ -147,6 +147,53 @@ async fn the_proxy_answers_loom_recall_and_the_client_sees_only_the_final_reply(
 }
 
 #[tokio::test]
+async fn a_recall_round_the_budget_cannot_hold_cuts_its_answer_to_fit() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    // The question takes more and more of the 6,000 tokens, until Loom refuses the client's
+    // own request. Every question before that must get its answer: a round whose request the
+    // budget cannot hold elides the answer's middle or cuts it shorter, and never answers the
+    // client 400 for something it did not send. (The conformance suite's Messages seeds 4500,
+    // 5557 and 7776 reach the cut; this sweep walks the edge in Chat.)
+    let mut answered = 0;
+    for words in (1_560..2_000).step_by(8) {
+        let session = format!("rc-tight-{words}");
+        let mut messages = builds(&s, &session, 4).await;
+        let filler: String = (0..words).map(|i| format!("note {i} ")).collect();
+        messages.push(json!({"role": "user",
+            "content": format!("recall that output, please. {filler}")}));
+        s.mock.clear();
+        let r = send(&s, &session, &messages).await;
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        let sent = s.mock.requests();
+        if sent.is_empty() {
+            // The question alone is over the budget: refused before anything went upstream.
+            assert_eq!(status, 400, "{text}");
+            assert!(text.contains("request needs"), "{text}");
+            break;
+        }
+        assert_eq!(status, 200, "{words} words: {text}");
+        assert_eq!(sent.len(), 2, "{words} words: the round went upstream");
+        let answer = sent[1].body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(answer["role"], "tool");
+        let answer = answer["content"].as_str().unwrap();
+        assert!(
+            answer.contains("\n[loom_recall: lines 1-")
+                && answer.contains("the rest: loom_recall ref="),
+            "{words} words: the answer says where it was cut and how to read the rest: {answer}"
+        );
+        assert_forwarded_valid(&s, "/v1/chat/completions", "CreateChatCompletionRequest");
+        answered += 1;
+    }
+    assert!(answered > 3, "{answered} questions fitted");
+}
+
+#[tokio::test]
 async fn with_recall_off_no_tool_is_offered() {
     let s = start_with(AuthMode::None, ProxyMode::Fit, |c| {
         c.recall.mode = RecallMode::Off;
