@@ -554,11 +554,13 @@ pub(super) fn shown_header(name: &str) -> String {
         .join("-")
 }
 
-/// Headers in which clients name their own session: Claude Code, opencode, Codex (`session-id`,
-/// and `session_id` in older versions).
-pub(super) const CLIENT_SESSION_HEADERS: [&str; 4] = [
+/// Headers in which clients name their own session: Claude Code, opencode (`x-session-id`, and
+/// `x-opencode-session` in other versions), Codex (`session-id`, and `session_id` in older
+/// versions).
+pub(super) const CLIENT_SESSION_HEADERS: [&str; 5] = [
     "x-claude-code-session-id",
     "x-session-id",
+    "x-opencode-session",
     "session-id",
     "session_id",
 ];
@@ -589,8 +591,6 @@ pub(super) fn client_session_id(
         .map(|id| format!("client-{id}"))
 }
 
-/// A stable session id for a conversation that names none: the key and the conversation's
-/// opening (its system prompt and first user message), hashed.
 /// The session of one of a client's conversations under its own session id: the id and the
 /// conversation's system prompt, hashed. A client sends side requests under the same id (a
 /// title, a summary, a sub-agent), each with a system prompt of its own: each is its own

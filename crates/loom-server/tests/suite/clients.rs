@@ -605,6 +605,44 @@ async fn side_requests_under_a_clients_session_id_are_sessions_of_their_own() {
         .all(|i| i.starts_with("client-oc-1.") && !i.contains('~')));
 }
 
+/// Every header in which a client names its session is read: each names a session of its own
+/// (opencode's `x-session-id` and `x-opencode-session`, Codex's `session-id` and `session_id`,
+/// Claude Code's `x-claude-code-session-id`).
+#[tokio::test]
+async fn every_clients_session_header_names_its_session() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    let names = [
+        "x-claude-code-session-id",
+        "x-session-id",
+        "x-opencode-session",
+        "session-id",
+        "session_id",
+    ];
+    for (n, name) in names.iter().enumerate() {
+        let id = format!("conv-{n}");
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are a coding agent."}),
+            json!({"role": "user", "content": "fix calc.py"}),
+        ];
+        for turn in 0..2 {
+            let body = json!({"model": "gpt-4.1", "messages": messages});
+            let r = s
+                .post("/v1/chat/completions", None, &[(*name, id.as_str())], &body)
+                .await;
+            assert_eq!(r.status(), 200, "{name}");
+            let session = r.headers()["x-loom-session"].to_str().unwrap().to_owned();
+            assert!(
+                session.starts_with(&format!("client-{id}.")),
+                "{name} turn {turn}: {session}"
+            );
+            let reply: Value = r.json().await.unwrap();
+            messages.push(reply["choices"][0]["message"].clone());
+            messages.push(json!({"role": "user", "content": format!("next {turn}")}));
+        }
+    }
+    assert_eq!(s.store().sessions().unwrap().len(), names.len());
+}
+
 /// Sends `body` at a 6,000-token budget and returns what reached the upstream, checking that
 /// Loom answered and did not fall back to the client's unfitted request.
 async fn fitted_at_6000(s: &Server, path: &str, body: &Value) -> Value {
