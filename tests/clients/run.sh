@@ -337,6 +337,13 @@ run_one() {
         timeout 20 "$python" -c 'import sys, urllib.request
 sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=10).read().decode())' \
             "$loom_url" >"$d/metrics.txt" 2>/dev/null || rm -f "$d/metrics.txt"
+        # The fallback is a last line of defence: a fitted body that failed Loom's own check
+        # is a failure of the run.
+        local failed_check
+        failed_check=$(awk '!/^#/ && /kind="fit_check_failed"/ {n += $NF} END {print n + 0}' \
+            "$d/metrics.txt" 2>/dev/null || echo 0)
+        [ "${failed_check%.*}" -gt 0 ] &&
+            problems+=("$failed_check fitted bodies failed Loom's check (fit_check_failed)")
     fi
     for pid in "${run_pids[@]}"; do stop_pid "$pid"; done
     if [ "$mode" != direct ] && [ -d "$d/client" ]; then
@@ -381,7 +388,8 @@ PY
     local info=""
     [ -f "$d/check.txt" ] && info=$(sed -n 's/^  sessions: //p' "$d/check.txt" | head -n 1)
     [ -n "$info" ] && info="; $info"
-    # Not a failure either: fitted bodies that failed Loom's own check and went unfitted.
+    # The log's own lines for fitted bodies that failed Loom's check (the counter above fails
+    # the run), said beside the sessions.
     local unfitted=0
     [ -f "$d/loom.log" ] && unfitted=$(grep -c "failed Loom's check" "$d/loom.log" || true)
     [ "${unfitted:-0}" -gt 0 ] && info="$info; $unfitted fitted bodies failed Loom's check, sent unfitted"
