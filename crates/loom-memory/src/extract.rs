@@ -21,7 +21,7 @@ use loom_core::{AgentId, EventBody, Seq, SessionId, Step};
 use loom_provider::client::{Client, ProviderConfig};
 use loom_store::Store;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::{MemoryError, Result};
 use crate::item::{ItemKind, NewItem, Provenance, Tier, Written};
@@ -110,7 +110,7 @@ impl ProviderFacts {
             field: "extractor",
             reason: e.to_string(),
         })?;
-        let name = format!("{}:{model}", api_name(api));
+        let name = format!("{}:{model}", loom_wire::dialect(api).endpoint_name());
         Ok(Self {
             client,
             api,
@@ -122,37 +122,12 @@ impl ProviderFacts {
     /// The request body for `api`: the instructions as its system part, the log as one user
     /// message, the output bounded.
     fn body(&self, instructions: &str, input: &str) -> Value {
-        match self.api {
-            Api::OpenaiChat => json!({
-                "model": self.model,
-                "messages": [
-                    {"role": "system", "content": instructions},
-                    {"role": "user", "content": input},
-                ],
-                "max_tokens": MAX_OUTPUT_TOKENS,
-            }),
-            Api::OpenaiResponses => json!({
-                "model": self.model,
-                "instructions": instructions,
-                "input": input,
-                "max_output_tokens": MAX_OUTPUT_TOKENS,
-            }),
-            Api::Anthropic => json!({
-                "model": self.model,
-                "system": instructions,
-                "messages": [{"role": "user", "content": input}],
-                "max_tokens": MAX_OUTPUT_TOKENS,
-            }),
-        }
-    }
-}
-
-/// The name of `api` in an extractor's name (as config files spell it).
-fn api_name(api: Api) -> &'static str {
-    match api {
-        Api::OpenaiChat => "chat_completions",
-        Api::OpenaiResponses => "responses",
-        Api::Anthropic => "messages",
+        loom_wire::dialect(self.api).one_turn(
+            &self.model,
+            instructions,
+            input,
+            MAX_OUTPUT_TOKENS.into(),
+        )
     }
 }
 

@@ -49,14 +49,19 @@ mod error;
 mod error_body;
 mod json;
 mod reply;
+mod splice;
 mod sse;
 
 pub use check::{check_continuation, check_request, CallIds, RequestError};
 pub use delta::{reply_deltas, stream_deltas, Delta};
-pub use dialect::{dialect, Dialect, Header, ItemHead, Provider, ProviderEnv, ANTHROPIC_VERSION};
+pub use dialect::{
+    api_of_path, content_text, dialect, Dialect, Header, ItemHead, Provider, ProviderEnv,
+    ANTHROPIC_VERSION,
+};
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;
 pub use json::kind as json_kind;
 pub use loom_core::Api;
 pub use reply::{parse_reply, AssistantReply, ProviderUsage, StreamAssembler};
+pub use splice::{stream_error, Splice};
 pub use sse::{SseEvent, SseParser};

@@ -118,9 +118,12 @@ impl HttpSummarizer {
             name: None,
         });
         let mut body = Format::from(self.api).body(&request);
-        if self.api == Api::OpenaiChat {
-            if let Value::Object(map) = &mut body {
-                map.insert("max_tokens".into(), Value::from(req.max_output_tokens));
+        // Every field a server of the API may read the reply's bound from (Chat's older
+        // `max_tokens` beside the render's own).
+        if let Value::Object(map) = &mut body {
+            for field in loom_wire::dialect(self.api).max_output_fields() {
+                map.entry(*field)
+                    .or_insert_with(|| Value::from(req.max_output_tokens));
             }
         }
         Ok(body)

@@ -20,38 +20,9 @@ use loom_core::Api;
 /// The client's body with the rendered conversation in place of its own.
 pub(crate) fn merge(api: Api, client: &Map<String, Value>, rendered: &Value) -> Value {
     let mut body = client.clone();
-    let take = |key: &str| rendered.get(key).cloned();
-    match api {
-        Api::OpenaiChat => {
-            if let Some(messages) = take("messages") {
-                body.insert("messages".into(), messages);
-            }
-        }
-        Api::OpenaiResponses => {
-            if let Some(input) = take("input") {
-                body.insert("input".into(), input);
-            }
-            body.remove("instructions");
-        }
-        Api::Anthropic => {
-            if let Some(messages) = take("messages") {
-                body.insert("messages".into(), messages);
-            }
-            match take("system") {
-                Some(system) => {
-                    body.insert("system".into(), system);
-                }
-                None => {
-                    body.remove("system");
-                }
-            }
-        }
-    }
+    loom_wire::dialect(api).replace_conversation(&mut body, rendered);
     Value::Object(body)
 }
-
-/// Anthropic accepts at most this many `cache_control` breakpoints in a request.
-const MAX_BREAKPOINTS: usize = 4;
 
 /// Puts the client's own form back wherever the fitted body says what the client said: each
 /// rendered item equal by meaning ([`meaning`]) to a client item at or after the previous match
@@ -64,40 +35,12 @@ pub(crate) fn restore(
     items: &mut dyn Items,
     body: &mut Value,
 ) {
-    let key = api.history_field();
+    let dialect = loom_wire::dialect(api);
+    let key = dialect.history_field();
     let Some(obj) = body.as_object_mut() else {
         return;
     };
-    match api {
-        Api::Anthropic => {
-            if let (Some(theirs), Some(ours)) = (client.get("system"), obj.get("system")) {
-                if text_of(Some(theirs)) == text_of(Some(ours)) {
-                    obj.insert("system".into(), theirs.clone());
-                }
-            }
-        }
-        Api::OpenaiResponses => {
-            // Loom renders `instructions` as the leading system message: sent back as the
-            // client's `instructions`.
-            if let Some(instructions) = client.get("instructions").filter(|v| !v.is_null()) {
-                let leads = obj
-                    .get("input")
-                    .and_then(Value::as_array)
-                    .and_then(|input| input.first())
-                    .is_some_and(|first| {
-                        first.get("role").and_then(Value::as_str) == Some("system")
-                            && text_of(first.get("content")) == text_of(Some(instructions))
-                    });
-                if leads {
-                    if let Some(Value::Array(input)) = obj.get_mut("input") {
-                        input.remove(0);
-                    }
-                    obj.insert("instructions".into(), instructions.clone());
-                }
-            }
-        }
-        Api::OpenaiChat => {}
-    }
+    dialect.restore_system(client, obj);
     let Some(Value::Array(rendered)) = obj.get_mut(key) else {
         return;
     };
@@ -134,50 +77,7 @@ pub(crate) fn restore(
             None => ours.push(r),
         }
     }
-    if api == Api::OpenaiResponses {
-        custom_calls(&custom, rendered, &ours);
-    }
-    if api == Api::Anthropic {
-        limit_breakpoints(obj, &ours);
-    }
-}
-
-/// Loom renders every call as a function call; the calls the client made to a custom (freeform)
-/// tool, and their outputs, go back as the client's `custom_tool_call` and
-/// `custom_tool_call_output` items where Loom rendered them itself (a stubbed output, a call
-/// whose turn was thinned).
-fn custom_calls(
-    custom: &std::collections::HashSet<String>,
-    rendered: &mut [Value],
-    ours: &[usize],
-) {
-    if custom.is_empty() {
-        return;
-    }
-    for &r in ours {
-        let Some(item) = rendered.get_mut(r).and_then(Value::as_object_mut) else {
-            continue;
-        };
-        if !item
-            .get("call_id")
-            .and_then(Value::as_str)
-            .is_some_and(|id| custom.contains(id))
-        {
-            continue;
-        }
-        match item.get("type").and_then(Value::as_str) {
-            Some("function_call") => {
-                item.insert("type".into(), "custom_tool_call".into());
-                if let Some(arguments) = item.remove("arguments") {
-                    item.insert("input".into(), arguments);
-                }
-            }
-            Some("function_call_output") => {
-                item.insert("type".into(), "custom_tool_call_output".into());
-            }
-            _ => {}
-        }
-    }
+    dialect.finish_restore(obj, &ours, &custom);
 }
 
 /// The client's items, read only as far as [`restore`] needs them.
@@ -220,7 +120,7 @@ fn meaning(item: &Value) -> Value {
     match item {
         Value::Object(m) => {
             if m.get("role").and_then(Value::as_str) == Some("user") {
-                let text = text_of(m.get("content"));
+                let text = loom_wire::content_text(m.get("content"));
                 if let Some(rest) = text.strip_prefix(SYSTEM_LABEL) {
                     let mut system = Map::new();
                     system.insert("content".into(), Value::String(rest.to_owned()));
@@ -284,49 +184,6 @@ fn is_text_part(part: &Value) -> bool {
         part.get("type").and_then(Value::as_str),
         Some("text" | "input_text" | "output_text")
     ) && part.get("text").is_some_and(Value::is_string)
-}
-
-/// The text of a content value (a string, or text parts joined).
-fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-/// Removes Loom's own breakpoints (on the rendered messages `ours`, oldest first, then the
-/// system's when Loom put one there) until the request holds at most [`MAX_BREAKPOINTS`].
-fn limit_breakpoints(obj: &mut Map<String, Value>, ours: &[usize]) {
-    let count = |v: &Value| v.to_string().matches("\"cache_control\"").count();
-    let mut total = obj.get("system").map_or(0, count)
-        + obj.get("messages").map_or(0, count)
-        + obj.get("tools").map_or(0, count);
-    if total <= MAX_BREAKPOINTS {
-        return;
-    }
-    if let Some(Value::Array(messages)) = obj.get_mut("messages") {
-        for &i in ours {
-            if total <= MAX_BREAKPOINTS {
-                return;
-            }
-            if let Some(Value::Array(blocks)) =
-                messages.get_mut(i).and_then(|m| m.get_mut("content"))
-            {
-                for block in blocks.iter_mut() {
-                    if let Some(b) = block.as_object_mut() {
-                        if b.remove("cache_control").is_some() {
-                            total -= 1;
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

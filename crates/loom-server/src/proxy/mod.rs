@@ -60,28 +60,28 @@ use loom_session::engine::{ModelLimits, RenderSpec};
 use loom_telemetry::CallKind;
 use upstream::LogTarget;
 
-/// The proxy's routes.
+/// The proxy's routes: each API's own (its dialect's route), and the side endpoints.
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/responses", post(responses))
+    let mut router = Router::new();
+    for api in Api::ALL {
+        router = router.route(
+            loom_wire::dialect(api).route(),
+            post(
+                move |state: State<Arc<AppState>>, uri: Uri, headers: HeaderMap, body: Bytes| {
+                    proxy(state.0, api, uri, headers, body)
+                },
+            ),
+        );
+    }
+    router
         .route("/v1/responses/compact", post(responses_compact))
-        .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
 }
 
 /// The provider API whose error shape a proxy path answers in (`None` off the proxy).
 pub(crate) fn api_of_path(path: &str) -> Option<Api> {
-    if path.starts_with("/v1/messages") {
-        Some(Api::Anthropic)
-    } else if path.starts_with("/v1/responses") {
-        Some(Api::OpenaiResponses)
-    } else if path.starts_with("/v1/") {
-        Some(Api::OpenaiChat)
-    } else {
-        None
-    }
+    loom_wire::api_of_path(path)
 }
 
 /// A Loom error in the provider's shape.
@@ -94,28 +94,6 @@ pub(crate) fn provider_error(api: Api, e: &ApiError) -> Response {
         .filter(|f| !e.message.starts_with(&format!("{f}: ")));
     let body = error_body(api, e.status.as_u16(), &e.message, field);
     (e.status, Json(body)).into_response()
-}
-
-async fn chat(state: State<Arc<AppState>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    proxy(state.0, Api::OpenaiChat, uri, headers, body).await
-}
-
-async fn responses(
-    state: State<Arc<AppState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    proxy(state.0, Api::OpenaiResponses, uri, headers, body).await
-}
-
-async fn messages(
-    state: State<Arc<AppState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    proxy(state.0, Api::Anthropic, uri, headers, body).await
 }
 
 /// What one proxied call decided before it goes upstream.

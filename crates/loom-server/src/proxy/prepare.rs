@@ -34,10 +34,8 @@ pub(super) async fn prepare(
         })?),
         None => state.config.default_budget,
     };
-    if api == Api::OpenaiResponses
-        && (client.contains_key("previous_response_id") || client.contains_key("conversation"))
-        && mode == ProxyMode::Fit
-    {
+    let server_state = loom_wire::dialect(api).server_state_fields();
+    if mode == ProxyMode::Fit && server_state.iter().any(|f| client.contains_key(*f)) {
         mode = ProxyMode::Observe;
         warnings.push(
             "the request relies on server-side state (previous_response_id or conversation): \
@@ -501,18 +499,16 @@ pub(super) fn limits(
     headers: &HeaderMap,
 ) -> ModelLimits {
     let asked = |key: &str| client.get(key).and_then(Value::as_u64).filter(|n| *n > 0);
-    let reserve = match api {
-        Api::Anthropic => asked("max_tokens"),
-        Api::OpenaiChat => asked("max_completion_tokens").or_else(|| asked("max_tokens")),
-        Api::OpenaiResponses => asked("max_output_tokens"),
-    };
-    let one_million = api == Api::Anthropic
-        && headers
-            .get_all("anthropic-beta")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|beta| beta.trim().starts_with("context-1m"));
+    let dialect = loom_wire::dialect(api);
+    let reserve = dialect
+        .max_output_fields()
+        .iter()
+        .find_map(|key| asked(key));
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect();
+    let one_million = dialect.million_token_window(&headers);
     ModelLimits {
         reserve,
         window: one_million.then_some(ONE_MILLION),

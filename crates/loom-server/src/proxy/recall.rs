@@ -158,19 +158,23 @@ pub(crate) async fn run(
     let mut before: Vec<String> = Vec::new();
     let mut round = 0;
     while calls_recall(&reply) {
-        if round >= rounds.max_rounds {
+        let sent = match round < rounds.max_rounds {
+            true => ask_again(state, api, &rounds, target, &reply, deadline).await?,
+            false => Round::NoRoom,
+        };
+        let Round::Sent(sent) = sent else {
+            // The rounds ran out, or the next has no room: the reply goes without its calls.
             let mut doc: Value = serde_json::from_slice(&body)
                 .map_err(|_| ApiError::internal("re-reading the reply"))?;
             loom_wire::dialect(api).drop_calls(&mut doc, RECALL_TOOL);
             body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
             reply = parse_reply(api, &body).map_err(|e| ApiError::internal(e.to_string()))?;
             break;
-        }
+        };
         round += 1;
         if let Some(text) = reply.content.take().filter(|t| !t.is_empty()) {
             before.push(text);
         }
-        let sent = ask_again(state, api, &rounds, target, &reply, deadline).await?;
         body = super::upstream::read_all(sent, deadline).await?;
         reply = parse_reply(api, &body).map_err(|e| {
             ApiError::upstream(
@@ -189,6 +193,15 @@ pub(crate) async fn run(
     Ok((body, reply))
 }
 
+/// What asking again came to.
+pub(crate) enum Round {
+    /// The next round's request went upstream: its response.
+    Sent(reqwest::Response),
+    /// The round's request cannot hold even the shortest answers within the budget: nothing
+    /// was logged or sent, and the reply goes to the client as when the rounds run out.
+    NoRoom,
+}
+
 /// Logs the hidden round of `reply` (its `loom_recall` calls and their answers) and asks the
 /// upstream again, as the client's request asked (streamed or not); `target` then names the
 /// new call. The upstream's refusal is an error.
@@ -199,13 +212,15 @@ pub(crate) async fn ask_again(
     target: &mut LogTarget,
     reply: &AssistantReply,
     deadline: Instant,
-) -> Result<reqwest::Response, ApiError> {
+) -> Result<Round, ApiError> {
     let started = Instant::now();
     let principal = rounds
         .principal
         .as_ref()
         .ok_or_else(|| ApiError::internal("a recall round without its caller"))?;
-    let (call, body) = hidden_round(state, api, rounds, target, reply).await?;
+    let Some((call, body)) = hidden_round(state, api, rounds, target, reply).await? else {
+        return Ok(Round::NoRoom);
+    };
     target.call = call;
     if let Some(call) = call {
         let tenant = principal.tenant.as_ref();
@@ -257,7 +272,7 @@ pub(crate) async fn ask_again(
             ),
         ));
     }
-    Ok(sent)
+    Ok(Round::Sent(sent))
 }
 
 /// The fewest tokens a recall answer is cut to so that a round fits the budget: below it the
@@ -279,7 +294,7 @@ async fn hidden_round(
     rounds: &Rounds,
     target: &LogTarget,
     reply: &AssistantReply,
-) -> Result<(Option<u64>, Bytes), ApiError> {
+) -> Result<Option<(Option<u64>, Bytes)>, ApiError> {
     let live = target
         .live
         .clone()
@@ -351,7 +366,9 @@ async fn hidden_round(
                                     .saturating_sub(over.div_ceil(answers) + CUT_NOTE_TOKENS);
                                 cap = shorter.max(MIN_ANSWER_TOKENS);
                             }
-                            _ => return Err(e.into()),
+                            // Not even the shortest answers fit: there is no round.
+                            Some(_) => return Ok(None),
+                            None => return Err(e.into()),
                         }
                     }
                 }
@@ -371,7 +388,7 @@ async fn hidden_round(
             drop(held);
             let bytes = super::assemble(api, &body, &live, &out.body, Some(&spec))
                 .map_err(|why| ApiError::internal(format!("a recall round's request: {why}")))?;
-            Ok((next, bytes))
+            Ok(Some((next, bytes)))
         })
         .await
 }

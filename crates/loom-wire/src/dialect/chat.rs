@@ -66,6 +66,32 @@ impl Dialect for Chat {
         }
     }
 
+    fn max_output_fields(&self) -> &'static [&'static str] {
+        &["max_completion_tokens", "max_tokens"]
+    }
+
+    fn endpoint_name(&self) -> &'static str {
+        "chat_completions"
+    }
+
+    fn one_turn(
+        &self,
+        model: &str,
+        instructions: &str,
+        input: &str,
+        max_output_tokens: u64,
+    ) -> Value {
+        // `max_tokens` as well: many compatible servers know only the older field.
+        json!({
+            "model": model,
+            "messages": [
+                {"role": "system", "content": instructions},
+                {"role": "user", "content": input},
+            ],
+            "max_tokens": max_output_tokens,
+        })
+    }
+
     fn error_body(&self, status: u16, message: &str, param: Option<&str>) -> Value {
         crate::error_body::openai(status, message, param)
     }

@@ -1,8 +1,13 @@
 //! Anthropic Messages, `POST /v1/messages`.
 
-use serde_json::{json, Value};
+use std::collections::HashSet;
 
-use super::{Dialect, Header, ItemHead, Provider};
+use serde_json::{json, Map, Value};
+
+use super::{content_text, Dialect, Header, ItemHead, Provider};
+
+/// Anthropic accepts at most this many `cache_control` breakpoints in a request.
+const MAX_BREAKPOINTS: usize = 4;
 use loom_core::Api;
 
 /// The `anthropic-version` sent when the caller gives none.
@@ -89,6 +94,91 @@ impl Dialect for Messages {
                 blocks.insert(at, json!({"type": "text", "text": text}));
             }
         }
+    }
+
+    fn max_output_fields(&self) -> &'static [&'static str] {
+        &["max_tokens"]
+    }
+
+    fn million_token_window(&self, headers: &[(&str, &str)]) -> bool {
+        headers.iter().any(|(name, value)| {
+            name.eq_ignore_ascii_case("anthropic-beta")
+                && value
+                    .split(',')
+                    .any(|beta| beta.trim().starts_with("context-1m"))
+        })
+    }
+
+    fn replace_conversation(&self, body: &mut Map<String, Value>, rendered: &Value) {
+        if let Some(messages) = rendered.get("messages") {
+            body.insert("messages".into(), messages.clone());
+        }
+        match rendered.get("system") {
+            Some(system) => {
+                body.insert("system".into(), system.clone());
+            }
+            None => {
+                body.remove("system");
+            }
+        }
+    }
+
+    fn restore_system(&self, client: &Map<String, Value>, body: &mut Map<String, Value>) {
+        if let (Some(theirs), Some(ours)) = (client.get("system"), body.get("system")) {
+            if content_text(Some(theirs)) == content_text(Some(ours)) {
+                body.insert("system".into(), theirs.clone());
+            }
+        }
+    }
+
+    /// Removes Loom's own breakpoints (on the rendered messages `ours`, oldest first) until the
+    /// request holds at most [`MAX_BREAKPOINTS`], the client's own kept.
+    fn finish_restore(&self, body: &mut Map<String, Value>, ours: &[usize], _: &HashSet<String>) {
+        let count = |v: &Value| v.to_string().matches("\"cache_control\"").count();
+        let mut total = body.get("system").map_or(0, count)
+            + body.get("messages").map_or(0, count)
+            + body.get("tools").map_or(0, count);
+        if total <= MAX_BREAKPOINTS {
+            return;
+        }
+        let Some(Value::Array(messages)) = body.get_mut("messages") else {
+            return;
+        };
+        for &i in ours {
+            if total <= MAX_BREAKPOINTS {
+                return;
+            }
+            if let Some(Value::Array(blocks)) =
+                messages.get_mut(i).and_then(|m| m.get_mut("content"))
+            {
+                for block in blocks.iter_mut() {
+                    if let Some(b) = block.as_object_mut() {
+                        if b.remove("cache_control").is_some() {
+                            total -= 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn endpoint_name(&self) -> &'static str {
+        "messages"
+    }
+
+    fn one_turn(
+        &self,
+        model: &str,
+        instructions: &str,
+        input: &str,
+        max_output_tokens: u64,
+    ) -> Value {
+        json!({
+            "model": model,
+            "system": instructions,
+            "messages": [{"role": "user", "content": input}],
+            "max_tokens": max_output_tokens,
+        })
     }
 
     fn error_body(&self, status: u16, message: &str, param: Option<&str>) -> Value {

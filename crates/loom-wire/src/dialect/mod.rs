@@ -12,7 +12,9 @@ mod responses;
 
 pub use messages::ANTHROPIC_VERSION;
 
-use serde_json::Value;
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
 
 use loom_core::Api;
 
@@ -151,6 +153,96 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// The error body the API's clients expect for an HTTP `status`, with the request field at
     /// fault when there is one.
     fn error_body(&self, status: u16, message: &str, param: Option<&str>) -> Value;
+
+    /// The API's name where a configuration spells it by its endpoint (`chat_completions`,
+    /// `responses`, `messages`).
+    fn endpoint_name(&self) -> &'static str;
+
+    /// A request of one turn: `instructions` as its system part, `input` as the user's
+    /// message, the reply at most `max_output_tokens` long (in every field a server of the API
+    /// may read it from).
+    fn one_turn(
+        &self,
+        model: &str,
+        instructions: &str,
+        input: &str,
+        max_output_tokens: u64,
+    ) -> Value;
+
+    /// The request fields that cap a reply's length, the first one present counting
+    /// (`max_tokens`; Chat's `max_completion_tokens` before its older `max_tokens`).
+    fn max_output_fields(&self) -> &'static [&'static str];
+
+    /// The request fields by which a conversation continues one the provider keeps
+    /// (Responses' `previous_response_id` and `conversation`): a request with one holds only
+    /// part of its conversation, which Loom cannot fit.
+    fn server_state_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Whether a request's context window may reach a million tokens (Anthropic's beta header
+    /// for it), beyond the model's usual window.
+    fn million_token_window(&self, headers: &[(&str, &str)]) -> bool {
+        let _ = headers;
+        false
+    }
+
+    /// Puts the conversation of `rendered` (a request Loom wrote for this API) in the client's
+    /// `body` in place of the client's own: the history field, and the system prompt where the
+    /// API keeps it apart (Anthropic's `system`; Responses' `instructions`, which Loom renders as
+    /// the leading system message). Every other field stays as the client sent it.
+    fn replace_conversation(&self, body: &mut Map<String, Value>, rendered: &Value) {
+        let key = self.history_field();
+        if let Some(history) = rendered.get(key) {
+            body.insert(key.into(), history.clone());
+        }
+    }
+
+    /// Gives a fitted `body` the client's own system prompt where the render says the same
+    /// (Anthropic's `system` blocks and their breakpoints; Responses' `instructions` for the
+    /// leading system message Loom rendered from it).
+    fn restore_system(&self, client: &Map<String, Value>, body: &mut Map<String, Value>) {
+        let _ = (client, body);
+    }
+
+    /// Once the client's own items are back in a fitted `body`, makes what Loom wrote itself
+    /// (the conversation's items at `ours`) agree with them and with the provider's limits:
+    /// `custom` names the calls the client made to custom (freeform) tools.
+    fn finish_restore(
+        &self,
+        body: &mut Map<String, Value>,
+        ours: &[usize],
+        custom: &HashSet<String>,
+    ) {
+        let _ = (body, ours, custom);
+    }
+}
+
+/// The text of a content value: a string, or its parts' texts joined by newlines.
+pub fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The API whose shape a path below `/v1/` speaks: the API whose route the path is or lies
+/// under (`/v1/messages/count_tokens` is Anthropic's), else Chat Completions, the shape every
+/// OpenAI-compatible server shares (`/v1/models`); `None` off `/v1/`.
+pub fn api_of_path(path: &str) -> Option<Api> {
+    let under = |route: &str| {
+        path.strip_prefix(route)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    Api::ALL
+        .into_iter()
+        .find(|api| under(dialect(*api).route()))
+        .or_else(|| path.starts_with("/v1/").then_some(Api::OpenaiChat))
 }
 
 /// The dialect of `api`.
@@ -199,6 +291,23 @@ mod tests {
         }
         assert_eq!(dialect(Api::OpenaiChat).route(), "/v1/chat/completions");
         assert_eq!(dialect(Api::Anthropic).route(), "/v1/messages");
+    }
+
+    #[test]
+    fn a_path_speaks_the_api_whose_route_it_lies_under() {
+        assert_eq!(api_of_path("/v1/messages"), Some(Api::Anthropic));
+        assert_eq!(
+            api_of_path("/v1/messages/count_tokens"),
+            Some(Api::Anthropic)
+        );
+        assert_eq!(
+            api_of_path("/v1/responses/compact"),
+            Some(Api::OpenaiResponses)
+        );
+        assert_eq!(api_of_path("/v1/chat/completions"), Some(Api::OpenaiChat));
+        assert_eq!(api_of_path("/v1/models"), Some(Api::OpenaiChat));
+        assert_eq!(api_of_path("/v1/messagesx"), Some(Api::OpenaiChat));
+        assert_eq!(api_of_path("/api/sessions"), None);
     }
 
     #[test]
