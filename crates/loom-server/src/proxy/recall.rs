@@ -63,7 +63,9 @@ impl Rounds {
 }
 
 /// Whether a `fit` request may be offered the tool: recall is on, the request does not forbid
-/// tools, and none of its own tools has the name.
+/// tools, neither by `tool_choice` nor by an empty `tools` list (a client's summary request,
+/// Codex's among them, sends `tools: []` on purpose: a call there would break its compaction),
+/// and none of its own tools has the name.
 pub(crate) fn may_offer(state: &AppState, client: &serde_json::Map<String, Value>) -> bool {
     if state.config.recall.mode == RecallMode::Off {
         return false;
@@ -81,7 +83,11 @@ pub(crate) fn may_offer(state: &AppState, client: &serde_json::Map<String, Value
                 t.get("name").or_else(|| t.pointer("/function/name")) == Some(&json!(RECALL_TOOL))
             })
         });
-    !none && !named
+    let emptied = client
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty);
+    !none && !emptied && !named
 }
 
 /// The tool as the render counts it.

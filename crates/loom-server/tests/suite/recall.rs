@@ -193,6 +193,40 @@ async fn a_recall_round_the_budget_cannot_hold_cuts_its_answer_to_fit() {
     assert!(answered > 3, "{answered} questions fitted");
 }
 
+/// A client's summary request (its compaction) sends `tools: []` on purpose: Loom offers no
+/// `loom_recall` there, though its render leaves things out.
+#[tokio::test]
+async fn a_request_with_an_empty_tool_list_is_offered_no_recall() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let mut messages = builds(&s, "summary", 4).await;
+    let last = s.mock.requests().last().unwrap().body.clone();
+    assert_eq!(tool_names(&last), ["bash", "loom_recall"], "offered before");
+    messages.push(json!({"role": "user",
+        "content": "Your task is to create a detailed summary of the conversation so far."}));
+    s.mock.clear();
+    let body = json!({"model": "gpt-4o", "messages": messages, "tools": []});
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            None,
+            &[("x-loom-session", "summary"), ("x-loom-budget", "6000")],
+            &body,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-loom-recall").is_none());
+    let sent = s.mock.requests();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].body["tools"],
+        json!([]),
+        "the client's empty list, as it came"
+    );
+    // Still fitted: the four builds' outputs come to about 80 kB, the budget to about 24.
+    let size = sent[0].body.to_string().len();
+    assert!(size < 40_000, "{size} bytes");
+}
+
 #[tokio::test]
 async fn with_recall_off_no_tool_is_offered() {
     let s = start_with(AuthMode::None, ProxyMode::Fit, |c| {
