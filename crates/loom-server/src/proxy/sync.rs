@@ -429,10 +429,33 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
                 name: n2,
             },
         ) => n1 == n2 && same_content(c1, c2),
+        // A system prompt that differs only in lines its client rewrites within one
+        // conversation (Claude Code's billing header) is the same message.
         (EventBody::System { content: c1 }, EventBody::System { content: c2 }) => {
-            same_content(c1, c2)
+            same_content(c1, c2) || same_content(&without_churn(c1), &without_churn(c2))
         }
         _ => logged == sent,
+    }
+}
+
+/// Content without the lines its client rewrites within one conversation.
+fn without_churn(c: &loom_core::MessageContent) -> loom_core::MessageContent {
+    use loom_core::{ContentPart, MessageContent};
+    match c {
+        MessageContent::Text(t) => {
+            MessageContent::Text(loom_wire::without_churn_lines(t).into_owned())
+        }
+        MessageContent::Parts(parts) => MessageContent::Parts(
+            parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text { text } => ContentPart::Text {
+                        text: loom_wire::without_churn_lines(text).into_owned(),
+                    },
+                    other => other.clone(),
+                })
+                .collect(),
+        ),
     }
 }
 

@@ -605,6 +605,82 @@ async fn side_requests_under_a_clients_session_id_are_sessions_of_their_own() {
         .all(|i| i.starts_with("client-oc-1.") && !i.contains('~')));
 }
 
+/// What a client changes in its own prefix within one conversation does not make it another
+/// conversation: Claude Code's billing header in its first system block (its version suffix
+/// changes after a compaction), Codex's per-request metadata on its developer item (a
+/// `create_time` there one request and gone the next).
+#[tokio::test]
+async fn a_clients_churn_in_its_own_prefix_keeps_the_conversations_session() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    let claude = |version: &str, messages: &[Value]| {
+        json!({"model": "claude-opus-5-5", "max_tokens": 1024,
+            "system": [
+                {"type": "text", "text": format!("x-anthropic-billing-header: cc_version=2.1.332.{version}; cc_entrypoint=cli")},
+                {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}
+            ],
+            "messages": messages})
+    };
+    let headers = [("x-claude-code-session-id", "cc-churn")];
+    let mut messages = vec![json!({"role": "user", "content": "fix calc.py"})];
+    let mut sessions = Vec::new();
+    for version in ["832", "cf6"] {
+        let r = s
+            .post("/v1/messages", None, &headers, &claude(version, &messages))
+            .await;
+        assert_eq!(r.status(), 200);
+        sessions.push(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+        let reply: Value = r.json().await.unwrap();
+        messages.push(json!({"role": "assistant", "content": reply["content"].clone()}));
+        messages.push(json!({"role": "user", "content": "go on"}));
+    }
+    assert_eq!(sessions[0], sessions[1], "Claude Code's billing header");
+    // In `fit` too, and the upstream gets the client's new header.
+    let f = start(AuthMode::None, ProxyMode::Fit).await;
+    let mut messages = vec![json!({"role": "user", "content": "fix calc.py"})];
+    let mut sessions = Vec::new();
+    for version in ["832", "cf6"] {
+        let r = f
+            .post("/v1/messages", None, &headers, &claude(version, &messages))
+            .await;
+        assert_eq!(r.status(), 200);
+        sessions.push(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+        let sent = f.mock.requests().last().unwrap().body.clone();
+        let header = sent["system"][0]["text"].as_str().unwrap().to_owned();
+        assert!(header.contains(&format!("2.1.332.{version};")), "{header}");
+        let reply: Value = r.json().await.unwrap();
+        messages.push(json!({"role": "assistant", "content": reply["content"].clone()}));
+        messages.push(json!({"role": "user", "content": "go on"}));
+    }
+    assert_eq!(sessions[0], sessions[1], "in fit");
+
+    let codex = |create_time: Option<u64>, input: &[Value]| {
+        let mut developer = json!({"type": "message", "role": "developer",
+            "content": [{"type": "input_text", "text": "You are Codex."}]});
+        if let Some(t) = create_time {
+            developer["internal_chat_message_metadata_passthrough"] = json!({"create_time": t});
+        }
+        let mut all = vec![developer];
+        all.extend_from_slice(input);
+        json!({"model": "gpt-5.5", "input": all, "stream": false})
+    };
+    let headers = [("session-id", "cx-churn")];
+    let mut input = vec![json!({"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "fix calc.py"}]})];
+    let mut sessions = Vec::new();
+    for create_time in [Some(1_765_000_000), None] {
+        let r = s
+            .post("/v1/responses", None, &headers, &codex(create_time, &input))
+            .await;
+        assert_eq!(r.status(), 200);
+        sessions.push(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+        let reply: Value = r.json().await.unwrap();
+        input.extend(reply["output"].as_array().unwrap().iter().cloned());
+        input.push(json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "go on"}]}));
+    }
+    assert_eq!(sessions[0], sessions[1], "Codex's per-request metadata");
+}
+
 /// Every header in which a client names its session is read: each names a session of its own
 /// (opencode's `x-session-id` and `x-opencode-session`, Codex's `session-id` and `session_id`,
 /// Claude Code's `x-claude-code-session-id`).

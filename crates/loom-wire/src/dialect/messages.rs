@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::{json, Map, Value};
 
-use super::{content_text, Dialect, Header, ItemHead, Provider};
+use super::{content_text, without_churn_lines, Dialect, Header, ItemHead, Provider};
 
 /// Anthropic accepts at most this many `cache_control` breakpoints in a request.
 const MAX_BREAKPOINTS: usize = 4;
@@ -125,7 +125,10 @@ impl Dialect for Messages {
 
     fn restore_system(&self, client: &Map<String, Value>, body: &mut Map<String, Value>) {
         if let (Some(theirs), Some(ours)) = (client.get("system"), body.get("system")) {
-            if content_text(Some(theirs)) == content_text(Some(ours)) {
+            // The client's own, also where it differs from the render only in lines it
+            // rewrites within the conversation (the log keeps the first).
+            let (theirs_text, ours_text) = (content_text(Some(theirs)), content_text(Some(ours)));
+            if without_churn_lines(&theirs_text) == without_churn_lines(&ours_text) {
                 body.insert("system".into(), theirs.clone());
             }
         }

@@ -218,6 +218,25 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Lines of a system prompt a client rewrites within one conversation: Claude Code's billing
+/// header (`x-anthropic-billing-header: cc_version=2.1.332.832; …`), whose version suffix changes
+/// after a compaction.
+pub const CHURN_LINES: [&str; 1] = ["x-anthropic-billing-header:"];
+
+/// `text` without the lines its client rewrites within one conversation ([`CHURN_LINES`]):
+/// two system prompts that differ only there are one conversation's.
+pub fn without_churn_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    if !CHURN_LINES.iter().any(|p| text.contains(p)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.lines()
+            .filter(|line| !CHURN_LINES.iter().any(|p| line.trim_start().starts_with(p)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
 /// The text of a content value: a string, or its parts' texts joined by newlines.
 pub fn content_text(content: Option<&Value>) -> String {
     match content {
