@@ -282,15 +282,33 @@ struct RewritePlan {
     compaction: bool,
 }
 
-/// Text Claude Code opens a compacted conversation with.
-const CONTINUED_MARK: &str = "This session is being continued from a previous conversation";
+/// How clients open the conversation that continues from their own compaction (a message
+/// starting with the text): the table a new client's signature is added to.
+const COMPACTED_OPENINGS: [(&str, &str); 2] = [
+    (
+        "Claude Code",
+        "This session is being continued from a previous conversation",
+    ),
+    (
+        "Codex (local compaction)",
+        "Another language model started to solve this problem",
+    ),
+];
+
+/// Whether `text` opens a conversation a client compacted ([`COMPACTED_OPENINGS`]).
+fn opens_compacted(text: &str) -> bool {
+    let text = text.trim_start();
+    COMPACTED_OPENINGS
+        .iter()
+        .any(|(_, opening)| text.starts_with(opening))
+}
 
 /// The rewrite that turns the log's conversation into `history`, when the history is the same
 /// conversation rewritten by its client: it opens with events of the conversation and either
 /// still holds the model's latest reply (context the client rebuilds every turn was moved or
 /// changed, as aider's files in chat are, or old messages were dropped by a client's window) or
-/// marks itself as compacted (a `compaction` block or item, or Claude Code's continuation
-/// summary). `None` for any other divergence (a regenerated reply,
+/// marks itself as compacted (a `compaction` block or item, or a client's continuation summary:
+/// [`COMPACTED_OPENINGS`]). `None` for any other divergence (a regenerated reply,
 /// another run of the same task, a side request): those are forks.
 fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
     let view = loom_core::conversation(log);
@@ -361,9 +379,9 @@ fn compacted(body: &EventBody) -> bool {
         _ => return false,
     };
     match content {
-        loom_core::MessageContent::Text(t) => t.starts_with(CONTINUED_MARK),
+        loom_core::MessageContent::Text(t) => opens_compacted(t),
         loom_core::MessageContent::Parts(parts) => parts.iter().any(|p| match p {
-            loom_core::ContentPart::Text { text } => text.starts_with(CONTINUED_MARK),
+            loom_core::ContentPart::Text { text } => opens_compacted(text),
             loom_core::ContentPart::Opaque { .. } => p.opaque_type() == Some("compaction"),
             loom_core::ContentPart::Image { .. } => false,
         }),

@@ -424,6 +424,54 @@ async fn aiders_rebuilt_context_continues_one_session_for_100_turns() {
     }
 }
 
+/// Codex compacts locally (a provider not named "OpenAI"): the next request keeps its developer
+/// and user context and goes on from a summary opening "Another language model started to solve
+/// this problem". The session continues, and the log holds the compaction as one.
+#[tokio::test]
+async fn codex_local_compaction_continues_its_session() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    let headers = [("session-id", "cx-compact")];
+    let developer = json!({"type": "message", "role": "developer",
+        "content": [{"type": "input_text", "text": "You are Codex."}]});
+    let user = |text: &str| {
+        json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]})
+    };
+    let mut input = vec![developer.clone(), user("fix calc.py")];
+    let mut session = String::new();
+    for turn in 0..4 {
+        let body = json!({"model": "gpt-5.5", "input": input});
+        let r = s.post("/v1/responses", None, &headers, &body).await;
+        assert_eq!(r.status(), 200, "turn {turn}");
+        session = r.headers()["x-loom-session"].to_str().unwrap().to_owned();
+        let reply: Value = r.json().await.unwrap();
+        input.extend(reply["output"].as_array().unwrap().iter().cloned());
+        input.push(user(&format!("and step {turn}")));
+    }
+    let compacted = json!({"model": "gpt-5.5", "input": [
+        developer,
+        user("fix calc.py"),
+        user("Another language model started to solve this problem and produced a summary of its thinking process. Summary: calc.py was fixed."),
+        user("go on"),
+    ]});
+    let r = s.post("/v1/responses", None, &headers, &compacted).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-loom-diverged").is_none());
+    assert_eq!(r.headers()["x-loom-session"], session.as_str());
+    let log = events(&s, &session);
+    assert!(
+        log.iter().any(|e| matches!(
+            &e.body,
+            EventBody::Rewrite {
+                compaction: true,
+                ..
+            }
+        )),
+        "recorded as a compaction"
+    );
+    assert_eq!(s.store().sessions().unwrap().len(), 1);
+}
+
 /// Claude Code compacts its own history (auto-compact, `/compact`): the next request opens with
 /// the same system prompt and a continuation summary. The session continues, the compaction is
 /// recorded with what it replaced, and a fitted request renders what the client sent.
