@@ -31,7 +31,7 @@ use axum::http::{HeaderMap, Request};
 use axum::Router;
 use http_body_util::BodyExt;
 use loom_mock_upstream::{Mock, MockHandle};
-use loom_server::{AppState, AuthMode, Engine, ServeArgs, ServeConfig};
+use loom_server::{AppState, AuthMode};
 use loom_store::{ProxyMode, Workspace};
 use loom_testkit::generate::{self, pairing, Generated, Options};
 use loom_testkit::OpenApi;
@@ -141,30 +141,11 @@ fn fixture() -> Fixture {
     }
     .unwrap();
     let db = dir.path().join("loom.db");
-    let mut config = ServeConfig::resolve(
-        ServeArgs {
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            db: db.clone(),
-            config: None,
-            upstream_openai: Some(format!("{}/v1", mock.base_url())),
-            upstream_anthropic: Some(mock.base_url()),
-            auth: Some(AuthMode::None),
-        },
-        &|name| match name {
-            "LOOM_UPSTREAM_OPENAI_KEY" => Some("sk-upstream".to_owned()),
-            "LOOM_UPSTREAM_ANTHROPIC_KEY" => Some("sk-ant-upstream".to_owned()),
-            _ => None,
-        },
-    )
-    .unwrap();
+    let mut config = super::support::config(db.to_str().unwrap(), &mock, AuthMode::None);
     config.default_mode = ProxyMode::Observe;
     config.limits.request_timeout = HANG;
     let ws = Workspace::open(&db).unwrap();
-    let engine = Engine {
-        registry: loom_tokens::Registry::built_in().unwrap(),
-        policy: loom_core::render::Policy::default(),
-        reduce: loom_core::ReduceConfig::default(),
-    };
+    let engine = super::support::engine();
     let state = loom_server::state(config, Arc::new(ws.store), Arc::new(ws.blobs), engine).unwrap();
     Fixture {
         rt,

@@ -81,7 +81,7 @@ impl Dialect for Chat {
         input: &str,
         max_output_tokens: u64,
     ) -> Value {
-        // `max_tokens` as well: many compatible servers know only the older field.
+        // `max_tokens`, the field every compatible server reads (some know no other).
         json!({
             "model": model,
             "messages": [

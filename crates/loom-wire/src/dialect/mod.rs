@@ -159,8 +159,8 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     fn endpoint_name(&self) -> &'static str;
 
     /// A request of one turn: `instructions` as its system part, `input` as the user's
-    /// message, the reply at most `max_output_tokens` long (in every field a server of the API
-    /// may read it from).
+    /// message, the reply at most `max_output_tokens` long (Loom's own requests: memory's fact
+    /// extraction, summaries).
     fn one_turn(
         &self,
         model: &str,
