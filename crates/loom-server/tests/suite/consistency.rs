@@ -193,6 +193,14 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 #[tokio::test]
 async fn a_4xx_leaves_a_line_on_stderr_at_the_default_level() {
     let captured = Captured::default();
+    // tracing caches each callsite's interest for the whole process, computed against the
+    // subscriber of whichever thread reaches it first: a sibling test reaching the 4xx line with
+    // no subscriber pins it to `never`, and this capture sees nothing. A global subscriber that
+    // wants everything (and keeps nothing) keeps the cache open; its installation rebuilds it.
+    static KEEP_INTEREST: std::sync::Once = std::sync::Once::new();
+    KEEP_INTEREST.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
     // The default level of `loom serve` (`LOOM_LOG` unset): info. The test's runtime has one
     // thread, so the server's tasks log through this subscriber.
     let subscriber = tracing_subscriber::fmt()
