@@ -18,6 +18,10 @@ Checks:
              (fit may drop old turns, but then the latest assistant turn's must stay)
   observe    (observe mode) every body the client sent to a model route reached the mock
              byte-identical
+  shape      (fit mode) every message or item the mock received that says what one of the
+             client's says (same meaning: ids, statuses, per-request metadata, `developer` vs
+             `system`, Loom's "[system]" label aside) is the client's, byte for byte but for
+             cache breakpoints: Loom changes no role and drops no field of what it keeps
 
 Prints one line per problem and a summary; exits 1 when there is a problem.
 """
@@ -206,6 +210,84 @@ def conv_key(fmt, body):
     return ""
 
 
+# -- shape (fit): what Loom keeps goes upstream as the client wrote it
+
+CHURN_FIELDS = ("internal_chat_message_metadata_passthrough", "metadata", "create_time",
+                "created_at", "timestamp")
+
+
+def conversation(fmt, body):
+    if not isinstance(body, dict):
+        return []
+    items = body.get("input") if fmt == "responses" else body.get("messages")
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def without_breakpoints(v):
+    if isinstance(v, dict):
+        return {k: without_breakpoints(x) for k, x in v.items() if k != "cache_control"}
+    if isinstance(v, list):
+        return [without_breakpoints(x) for x in v]
+    return v
+
+
+def meaning(v, top=True):
+    """What an item says, as Loom's fit compares it (proxy/fit.rs `meaning`)."""
+    if isinstance(v, list):
+        return [meaning(x, False) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if top and v.get("role") == "user":
+        text = v.get("content")
+        if isinstance(text, list) and len(text) == 1 and isinstance(text[0], dict):
+            text = text[0].get("text")
+        if isinstance(text, str) and text.startswith("[system]\n"):
+            return {"role": "system", "content": text[len("[system]\n"):]}
+    call = v.get("type") in ("function", "custom", "tool_use")
+    out = {}
+    for k, x in v.items():
+        if (k == "id" and not call) or k in ("status", "cache_control", "annotations") \
+                or k in CHURN_FIELDS or x is None or x is False:
+            continue
+        if k == "role" and x == "developer":
+            x = "system"
+        if k == "type" and x == "message":
+            continue
+        if k in ("content", "output") and isinstance(x, list) and len(x) == 1 \
+                and isinstance(x[0], dict) and x[0].get("type") in ("text", "input_text", "output_text") \
+                and isinstance(x[0].get("text"), str):
+            x = x[0]["text"]
+        out[k] = meaning(x, False)
+    return out
+
+
+def canon(v):
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+def shape_problems(fmt, client_body, sent_body):
+    """Items of the fitted body that say what a client item says in another shape."""
+    theirs = {}
+    exact = set()
+    for it in conversation(fmt, client_body):
+        theirs.setdefault(canon(meaning(it)), it)
+        exact.add(canon(without_breakpoints(it)))
+    out = []
+    for n, it in enumerate(conversation(fmt, sent_body)):
+        if canon(without_breakpoints(it)) in exact:
+            continue
+        c = theirs.get(canon(meaning(it)))
+        if c is None:
+            continue  # Loom's own writing: a stub, a group, the compact block
+        if c.get("role") != it.get("role"):
+            what = f"role {c.get('role')!r} sent as {it.get('role')!r}"
+        else:
+            lost = sorted(set(c) - set(it))
+            what = f"fields {lost} dropped" if lost else "kept in another shape"
+        out.append(f"item {n}: {what}: {canon(it)[:160]}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mock", required=True)
@@ -265,6 +347,12 @@ def main():
                 if last and last[0] in missing:
                     problems["thinking"].append(f"client request {c['seq']:04d}: the latest turn's thinking/reasoning was dropped")
 
+    if args.mode == "fit":
+        for key, creqs in groups(model_client).items():
+            for c, m in zip(creqs, gm.get(key, [])):
+                for p in shape_problems(fmt_of(c["path"]), c["body"], m["body"]):
+                    problems["shape"].append(f"client request {c['seq']:04d} -> mock {m['seq']:04d}: {p}")
+
     if args.mode == "observe":
         got = collections.Counter(hashlib.sha256(r["raw"]).hexdigest() for r in model_mock)
         for c in model_client:
@@ -297,7 +385,7 @@ def main():
     print(f"  sessions: {diverged}/{len(model_client)} calls diverged, {changed} bodies changed by Loom")
 
     total = sum(len(v) for v in problems.values())
-    for kind in ("errors", "pairing", "thinking", "observe"):
+    for kind in ("errors", "pairing", "thinking", "observe", "shape"):
         for p in problems.get(kind, [])[:20]:
             print(f"  {kind}: {p}")
         extra = len(problems.get(kind, [])) - 20

@@ -55,8 +55,8 @@ mod sse;
 pub use check::{check_continuation, check_request, CallIds, RequestError};
 pub use delta::{reply_deltas, stream_deltas, Delta};
 pub use dialect::{
-    api_of_path, content_text, dialect, without_churn_lines, Dialect, Header, ItemHead, Provider,
-    ProviderEnv, ANTHROPIC_VERSION, CHURN_LINES,
+    api_of_path, content_text, dialect, without_churn, without_churn_lines, Dialect, Header,
+    ItemHead, Provider, ProviderEnv, ANTHROPIC_VERSION, CHURN_FIELDS, CHURN_LINES,
 };
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;

@@ -112,8 +112,8 @@ pub(crate) fn meaning_hash(item: &Value) -> u64 {
 /// (the API has no mid-conversation system role outside a beta).
 const SYSTEM_LABEL: &str = "[system]\n";
 
-/// A message or item reduced to what it says: no ids but calls', no statuses or cache breakpoints, no null
-/// or `false` fields, a lone text block as its text, `developer` as `system`, a custom tool's
+/// A message or item reduced to what it says: no ids but calls', no statuses, cache breakpoints
+/// or per-request metadata ([`loom_wire::CHURN_FIELDS`]), no null or `false` fields, a lone text block as its text, `developer` as `system`, a custom tool's
 /// call and output as a function's, Loom's labelled system text as a system message, keys in
 /// order.
 fn meaning(item: &Value) -> Value {
@@ -138,6 +138,7 @@ fn meaning(item: &Value) -> Value {
             for (k, v) in m {
                 if (k == "id" && !call)
                     || matches!(k.as_str(), "status" | "cache_control" | "annotations")
+                    || loom_wire::CHURN_FIELDS.contains(&k.as_str())
                     || matches!(v, Value::Null | Value::Bool(false))
                 {
                     continue;

@@ -599,7 +599,7 @@ pub(super) fn client_conversation(id: String, body: &ingest::RequestBody) -> Str
     let mut h = Sha256::new();
     for key in ["system", "instructions"] {
         if let Some(v) = body.fields.get(key).filter(|v| !v.is_null()) {
-            h.update(fit::meaning_hash(&without_churn(v)).to_le_bytes());
+            h.update(fit::meaning_hash(&loom_wire::without_churn(v)).to_le_bytes());
         }
     }
     for i in 0..body.item_count() {
@@ -613,36 +613,9 @@ pub(super) fn client_conversation(id: String, body: &ingest::RequestBody) -> Str
         ) {
             break;
         }
-        h.update(fit::meaning_hash(&without_churn(&item)).to_le_bytes());
+        h.update(fit::meaning_hash(&loom_wire::without_churn(&item)).to_le_bytes());
     }
     format!("{id}.{}", &hex::encode(h.finalize())[..8])
-}
-
-/// Fields a client changes from one request to the next of one conversation: per-request
-/// metadata (Codex's passthrough, with a `create_time` that comes and goes) and timestamps.
-const CHURN_FIELDS: [&str; 5] = [
-    "internal_chat_message_metadata_passthrough",
-    "metadata",
-    "create_time",
-    "created_at",
-    "timestamp",
-];
-
-/// `v` without what its client changes within one conversation ([`CHURN_FIELDS`],
-/// [`loom_wire::CHURN_LINES`]): what a conversation's identity is hashed from, so that a conversation
-/// found once is found again after its client edits its own prefix.
-fn without_churn(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| !CHURN_FIELDS.contains(&k.as_str()))
-                .map(|(k, v)| (k.clone(), without_churn(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(without_churn).collect()),
-        Value::String(s) => Value::String(loom_wire::without_churn_lines(s).into_owned()),
-        other => other.clone(),
-    }
 }
 
 pub(super) async fn derived_session(

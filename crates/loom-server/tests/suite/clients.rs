@@ -819,3 +819,75 @@ async fn restored_client_messages_in_their_short_forms_pass_the_check() {
         json!({"role": "user", "content": "read the files"})
     );
 }
+
+/// Once Loom rewrites the conversation, what it keeps goes upstream as the client wrote it:
+/// Codex's `developer` item stays `developer` with its id and metadata, and a `system` message
+/// inside Claude Code's `messages` (its environment block) stays a `system` message in place.
+#[tokio::test]
+async fn fit_keeps_the_clients_roles_and_fields_after_a_rewrite() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let big = "output line\n".repeat(1500);
+    let developer = json!({"type": "message", "id": "msg_dev1", "role": "developer",
+        "content": [{"type": "input_text", "text": "<permissions instructions>full</permissions instructions>"}],
+        "internal_chat_message_metadata_passthrough": {"turn": 1}});
+    let mut input = vec![
+        developer.clone(),
+        json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "read the files"}]}),
+    ];
+    for i in 0..6 {
+        input.push(json!({"type": "function_call", "call_id": format!("c{i}"), "name": "read", "arguments": "{}"}));
+        input.push(
+            json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": big}),
+        );
+        input.push(
+            json!({"type": "message", "role": "assistant", "id": format!("msg_a{i}"),
+            "content": [{"type": "output_text", "text": format!("read {i}")}]}),
+        );
+        input.push(json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": format!("next {i}")}]}));
+    }
+    let body = json!({"model": "gpt-5.5", "instructions": "You are Codex.", "input": input});
+    let sent = fitted_at_6000(&s, "/v1/responses", &body).await;
+    assert!(sent.to_string().len() < body.to_string().len() / 2);
+    let roles: Vec<&str> = sent["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["role"].as_str())
+        .collect();
+    assert!(!roles.contains(&"system"), "{roles:?} {}", sent["input"][0]);
+    assert_eq!(sent["input"][0], developer, "{}", sent["input"]);
+
+    let environment =
+        json!({"role": "system", "content": "# Environment\nWorking directory: /tmp/p"});
+    let mut messages = vec![
+        json!({"role": "user", "content": "read the files"}),
+        environment.clone(),
+    ];
+    for i in 0..6 {
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{i}"), "name": "read", "input": {"i": i}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": big}]}));
+        messages.push(json!({"role": "assistant", "content": format!("read {i}")}));
+        messages.push(json!({"role": "user", "content": format!("next {i}")}));
+    }
+    // Claude Code keeps a reminder as the last message, moved there on every request.
+    let reminder = json!({"role": "system", "content": "<system-reminder>todo list empty</system-reminder>"});
+    messages.push(reminder.clone());
+    let body = json!({"model": "claude-opus-5-5", "max_tokens": 1024,
+        "system": [{"type": "text", "text": "You are Claude Code."}], "messages": messages});
+    let sent = fitted_at_6000(&s, "/v1/messages", &body).await;
+    assert!(sent.to_string().len() < body.to_string().len() / 2);
+    let kept: Vec<&Value> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .collect();
+    assert_eq!(kept, [&environment, &reminder], "{}", sent["messages"]);
+    assert!(
+        !sent.to_string().contains("[system]"),
+        "{}",
+        sent["messages"]
+    );
+}

@@ -237,6 +237,34 @@ pub fn without_churn_lines(text: &str) -> std::borrow::Cow<'_, str> {
     )
 }
 
+/// Fields a client changes from one request to the next of one conversation: per-request
+/// metadata (Codex's passthrough, with a `create_time` that comes and goes) and timestamps.
+/// Loom models none of them, so its render never writes them.
+pub const CHURN_FIELDS: [&str; 5] = [
+    "internal_chat_message_metadata_passthrough",
+    "metadata",
+    "create_time",
+    "created_at",
+    "timestamp",
+];
+
+/// `v` without what its client changes within one conversation ([`CHURN_FIELDS`] at any depth,
+/// [`CHURN_LINES`] in any text): what a conversation's identity is hashed from, so that a
+/// conversation found once is found again after its client edits its own prefix.
+pub fn without_churn(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !CHURN_FIELDS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), without_churn(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_churn).collect()),
+        Value::String(s) => Value::String(without_churn_lines(s).into_owned()),
+        other => other.clone(),
+    }
+}
+
 /// The text of a content value: a string, or its parts' texts joined by newlines.
 pub fn content_text(content: Option<&Value>) -> String {
     match content {
