@@ -60,7 +60,7 @@ pub(super) async fn prepare(
         None => AgentId::new(loom_session::history::DEFAULT_AGENT)
             .map_err(|e| ApiError::invalid(e.to_string()))?,
     };
-    let offers_recall = mode == ProxyMode::Fit && recall::may_offer(state, client);
+    let offers_recall = mode == ProxyMode::Fit && recall::may_offer(state, api, client);
     let mut spec = RenderSpec {
         model: model.clone(),
         budget,

@@ -62,12 +62,19 @@ impl Rounds {
     }
 }
 
-/// Whether a `fit` request may be offered the tool: recall is on, the request does not forbid
-/// tools, neither by `tool_choice` nor by an empty `tools` list (a client's summary request,
-/// Codex's among them, sends `tools: []` on purpose: a call there would break its compaction),
-/// and none of its own tools has the name.
-pub(crate) fn may_offer(state: &AppState, client: &serde_json::Map<String, Value>) -> bool {
-    if state.config.recall.mode == RecallMode::Off {
+/// Whether a `fit` request may be offered the tool: recall is on, the request is not a client's
+/// summary request (known by its instruction, [`super::sync::asks_for_summary`]), does not
+/// forbid tools, neither by `tool_choice` nor by an empty `tools` list (Codex's summary request
+/// sends `tools: []` on purpose: a call there would break its compaction), and none of its own
+/// tools has the name.
+pub(crate) fn may_offer(
+    state: &AppState,
+    api: Api,
+    client: &serde_json::Map<String, Value>,
+) -> bool {
+    if state.config.recall.mode == RecallMode::Off
+        || super::sync::asks_for_summary(api, client).is_some()
+    {
         return false;
     }
     let none = match client.get("tool_choice") {

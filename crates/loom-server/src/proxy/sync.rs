@@ -282,25 +282,83 @@ struct RewritePlan {
     compaction: bool,
 }
 
-/// How clients open the conversation that continues from their own compaction (a message
-/// starting with the text): the table a new client's signature is added to.
-const COMPACTED_OPENINGS: [(&str, &str); 2] = [
-    (
-        "Claude Code",
-        "This session is being continued from a previous conversation",
-    ),
-    (
-        "Codex (local compaction)",
-        "Another language model started to solve this problem",
-    ),
+/// A client's own compaction as it shows on the wire: the instruction that ends its summary
+/// request, and how the conversation that continues from the summary opens.
+struct ClientCompaction {
+    client: &'static str,
+    /// Text in the last user message of the request that asks the model for the summary.
+    prompt: &'static str,
+    /// Text that opens the window continuing from the summary (a message starting with it).
+    opening: &'static str,
+}
+
+/// The clients' compactions Loom knows: the table a new client's signature is added to.
+/// (A `compaction` block or item, Anthropic's and Codex's v2, needs no entry: it names itself.)
+const CLIENT_COMPACTIONS: [ClientCompaction; 3] = [
+    ClientCompaction {
+        client: "Claude Code",
+        prompt: "CRITICAL: Respond with TEXT ONLY",
+        opening: "This session is being continued from a previous conversation",
+    },
+    ClientCompaction {
+        client: "Codex (local compaction)",
+        prompt: "You are performing a CONTEXT CHECKPOINT COMPACTION",
+        opening: "Another language model started to solve this problem",
+    },
+    ClientCompaction {
+        // Its summary request holds the conversation as text (a conversation of its own); the
+        // window after it opens with this question, then the summary as the model's reply.
+        client: "opencode",
+        prompt: "Create a new anchored summary from the conversation history",
+        opening: "What did we do so far?",
+    },
 ];
 
-/// Whether `text` opens a conversation a client compacted ([`COMPACTED_OPENINGS`]).
+/// Whether `text` opens a conversation a client compacted ([`CLIENT_COMPACTIONS`]).
 fn opens_compacted(text: &str) -> bool {
     let text = text.trim_start();
-    COMPACTED_OPENINGS
+    CLIENT_COMPACTIONS
         .iter()
-        .any(|(_, opening)| text.starts_with(opening))
+        .any(|c| text.starts_with(c.opening))
+}
+
+/// The client whose summary instruction `text` holds ([`CLIENT_COMPACTIONS`]).
+fn summary_prompt(text: &str) -> Option<&'static str> {
+    CLIENT_COMPACTIONS
+        .iter()
+        .find(|c| text.contains(c.prompt))
+        .map(|c| c.client)
+}
+
+/// The client whose summary request `event` ends, when it is one: a user message holding the
+/// client's summary instruction.
+fn summary_request(event: &EventBody) -> Option<&'static str> {
+    let EventBody::User { content, .. } = event else {
+        return None;
+    };
+    match content {
+        loom_core::MessageContent::Text(t) => summary_prompt(t),
+        loom_core::MessageContent::Parts(parts) => parts.iter().find_map(|p| match p {
+            loom_core::ContentPart::Text { text } => summary_prompt(text),
+            _ => None,
+        }),
+    }
+}
+
+/// The client whose summary request the body `client` is, when it is one: its last message is
+/// the user's and holds the client's summary instruction.
+pub(crate) fn asks_for_summary(
+    api: loom_core::Api,
+    client: &serde_json::Map<String, serde_json::Value>,
+) -> Option<&'static str> {
+    let last = client
+        .get(loom_wire::dialect(api).history_field())?
+        .as_array()?
+        .last()?;
+    if last.get("role").and_then(serde_json::Value::as_str) != Some("user") {
+        return None;
+    }
+    summary_prompt(&loom_wire::content_text(last.get("content")))
 }
 
 /// The rewrite that turns the log's conversation into `history`, when the history is the same
@@ -308,7 +366,8 @@ fn opens_compacted(text: &str) -> bool {
 /// still holds the model's latest reply (context the client rebuilds every turn was moved or
 /// changed, as aider's files in chat are, or old messages were dropped by a client's window) or
 /// marks itself as compacted (a `compaction` block or item, or a client's continuation summary:
-/// [`COMPACTED_OPENINGS`]). `None` for any other divergence (a regenerated reply,
+/// [`CLIENT_COMPACTIONS`]), or is the client's request for that summary (the conversation, its
+/// newest reply perhaps left out, then the client's instruction). `None` for any other divergence (a regenerated reply,
 /// another run of the same task, a side request): those are forks.
 fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
     let view = loom_core::conversation(log);
@@ -332,7 +391,13 @@ fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
         .iter()
         .rposition(|e| matches!(e.body, EventBody::Assistant { .. }));
     let kept_reply = latest_reply.is_none_or(|at| matched[at]);
-    let compaction = history[kept..].iter().any(|e| compacted(&e.body));
+    // A client's summary request: the conversation (its newest reply left out, as Claude
+    // Code sends it) and the client's instruction to summarise it.
+    let summary = kept + 1 == history.len()
+        && history
+            .last()
+            .is_some_and(|e| summary_request(&e.body).is_some());
+    let compaction = summary || history[kept..].iter().any(|e| compacted(&e.body));
     if !kept_reply && !compaction {
         return None;
     }

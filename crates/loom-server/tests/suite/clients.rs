@@ -872,7 +872,8 @@ async fn fit_keeps_the_clients_roles_and_fields_after_a_rewrite() {
         messages.push(json!({"role": "user", "content": format!("next {i}")}));
     }
     // Claude Code keeps a reminder as the last message, moved there on every request.
-    let reminder = json!({"role": "system", "content": "<system-reminder>todo list empty</system-reminder>"});
+    let reminder =
+        json!({"role": "system", "content": "<system-reminder>todo list empty</system-reminder>"});
     messages.push(reminder.clone());
     let body = json!({"model": "claude-opus-5-5", "max_tokens": 1024,
         "system": [{"type": "text", "text": "You are Claude Code."}], "messages": messages});
@@ -890,4 +891,95 @@ async fn fit_keeps_the_clients_roles_and_fields_after_a_rewrite() {
         "{}",
         sent["messages"]
     );
+}
+
+/// Claude Code's auto-compact, twice, as it goes on the wire: a summary request (the history
+/// without its newest reply, then "CRITICAL: Respond with TEXT ONLY…", tools still offered), then
+/// a window opening "This session is being continued…" with the summary. One session, no fork,
+/// in `observe` and `fit`; the log holds each compaction as one; `fit` offers no `loom_recall`
+/// in the summary request.
+#[tokio::test]
+async fn claude_codes_auto_compact_twice_keeps_one_session() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        let s = start(AuthMode::None, mode).await;
+        let headers = [("x-claude-code-session-id", "cc-auto")];
+        let tools = json!([{"name": "Read", "description": "Reads a file.",
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]);
+        let body = |messages: &[Value]| {
+            json!({"model": "claude-opus-5-5", "max_tokens": 1024,
+                "system": [{"type": "text", "text": "You are Claude Code."}],
+                "tools": tools, "messages": messages})
+        };
+        let mut messages = vec![json!({"role": "user", "content": "fix calc.py"})];
+        let mut sessions = std::collections::BTreeSet::new();
+        for compaction in 0..2 {
+            for turn in 0..3 {
+                let r = s
+                    .post("/v1/messages", None, &headers, &body(&messages))
+                    .await;
+                assert_eq!(r.status(), 200, "{mode:?} {compaction}.{turn}");
+                assert!(r.headers().get("x-loom-diverged").is_none());
+                sessions.insert(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+                let reply: Value = r.json().await.unwrap();
+                messages.push(json!({"role": "assistant", "content": reply["content"]}));
+                let mut answer: Vec<Value> = reply["content"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|b| b["type"] == "tool_use")
+                    .map(
+                        |b| json!({"type": "tool_result", "tool_use_id": b["id"], "content": "ok"}),
+                    )
+                    .collect();
+                answer.push(json!({"type": "text", "text": format!("step {compaction}.{turn}")}));
+                messages.push(json!({"role": "user", "content": answer}));
+            }
+            // The summary request: the newest reply and the message after it left out.
+            let mut asked = messages[..messages.len() - 2].to_vec();
+            asked.push(json!({"role": "user", "content": [{"type": "text", "text":
+                "Your task is to create a detailed summary of the conversation so far.\n\nCRITICAL: Respond with TEXT ONLY. Do NOT call any tools."}]}));
+            let r = s.post("/v1/messages", None, &headers, &body(&asked)).await;
+            assert_eq!(r.status(), 200, "{mode:?} summary {compaction}");
+            assert!(
+                r.headers().get("x-loom-diverged").is_none(),
+                "{mode:?}: the summary request forked"
+            );
+            assert!(r.headers().get("x-loom-recall").is_none(), "{mode:?}");
+            let sent = s.mock.requests().last().unwrap().body.clone();
+            assert!(!sent.to_string().contains("loom_recall"), "{mode:?}");
+            sessions.insert(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+            let summary: Value = r.json().await.unwrap();
+            let summary = summary["content"][0]["text"]
+                .as_str()
+                .unwrap_or("done")
+                .to_owned();
+            messages = vec![
+                json!({"role": "user", "content": format!("This session is being continued from a previous conversation that ran out of context. The summary below covers the earlier portion of the conversation.\n\n{summary} (summary {compaction})")}),
+                json!({"role": "user", "content": format!("go on after compaction {compaction}")}),
+            ];
+        }
+        let r = s
+            .post("/v1/messages", None, &headers, &body(&messages))
+            .await;
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("x-loom-diverged").is_none());
+        sessions.insert(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+        assert_eq!(sessions.len(), 1, "{mode:?}: {sessions:?}");
+        assert_eq!(s.store().sessions().unwrap().len(), 1, "{mode:?}");
+        let id = sessions.into_iter().next().unwrap();
+        let compactions = events(&s, &id)
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.body,
+                    EventBody::Rewrite {
+                        compaction: true,
+                        ..
+                    }
+                )
+            })
+            .count();
+        // Each compaction: the summary request, then the window continuing from it.
+        assert_eq!(compactions, 4, "{mode:?}");
+    }
 }
