@@ -18,6 +18,11 @@ Checks:
              (fit may drop old turns, but then the latest assistant turn's must stay)
   observe    (observe mode) every body the client sent to a model route reached the mock
              byte-identical
+  sessions   (--scenario compact) the client's conversation is one Loom session through its own
+             compactions: no reply to a request the mock played as the conversation (its turns
+             and the client's summary requests; side requests such as titles and opencode's
+             summarizer agent aside) says X-Loom-Diverged, and all of them were logged in one
+             session
   shape      (fit mode) every message or item the mock received that says what one of the
              client's says (same meaning: ids, statuses, per-request metadata, `developer` vs
              `system`, Loom's "[system]" label aside) is the client's, byte for byte but for
@@ -293,6 +298,7 @@ def main():
     ap.add_argument("--mock", required=True)
     ap.add_argument("--client", required=True)
     ap.add_argument("--mode", choices=("observe", "fit"), required=True)
+    ap.add_argument("--scenario")
     ap.add_argument("--json")
     args = ap.parse_args()
     mock = load_dir(args.mock)
@@ -353,6 +359,21 @@ def main():
                 for p in shape_problems(fmt_of(c["path"]), c["body"], m["body"]):
                     problems["shape"].append(f"client request {c['seq']:04d} -> mock {m['seq']:04d}: {p}")
 
+    if args.scenario == "compact":
+        sessions = collections.Counter()
+        for key, creqs in groups(model_client).items():
+            for c, m in zip(creqs, gm.get(key, [])):
+                note = (m.get("reply") or {}).get("note") or ""
+                h = {k.lower(): v for k, v in (c.get("reply") or {}).get("headers") or []}
+                if note.startswith("side"):
+                    continue  # a conversation of its own (a title, opencode's summarizer)
+                if "x-loom-diverged" in h:
+                    problems["sessions"].append(f"client request {c['seq']:04d}: forked from {h['x-loom-diverged']}")
+                if note and "x-loom-session" in h:
+                    sessions[h["x-loom-session"]] += 1
+        if len(sessions) > 1:
+            problems["sessions"].append(f"the conversation was logged in {len(sessions)} sessions: {dict(sessions)}")
+
     if args.mode == "observe":
         got = collections.Counter(hashlib.sha256(r["raw"]).hexdigest() for r in model_mock)
         for c in model_client:
@@ -385,7 +406,7 @@ def main():
     print(f"  sessions: {diverged}/{len(model_client)} calls diverged, {changed} bodies changed by Loom")
 
     total = sum(len(v) for v in problems.values())
-    for kind in ("errors", "pairing", "thinking", "observe", "shape"):
+    for kind in ("errors", "pairing", "thinking", "observe", "sessions", "shape"):
         for p in problems.get(kind, [])[:20]:
             print(f"  {kind}: {p}")
         extra = len(problems.get(kind, [])) - 20

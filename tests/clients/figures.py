@@ -33,6 +33,10 @@ The figures (keys of figures.json):
                          /metrics, saved by run.sh as metrics.txt before Loom stops): fitted
                          bodies that failed Loom's own check and went unfitted; check_failed_log
                          the lines of loom.log saying so ("failed Loom's check")
+  history_continued, history_whole
+                         Loom's counter loom_proxy_histories_total: histories read only past
+                         what Loom remembered of the session's previous body (the fast path), and
+                         read whole; the table's `fast` is the first over all but the first
   receipts, loom_estimate_max, over_budget
                          fit receipts in the database, the largest of Loom's estimates, and the
                          receipts whose estimate is over the budget (`budget = N` in the config,
@@ -205,6 +209,10 @@ def run_figures(args):
             f["forks"] = sum(1 for s in sess if re.search(r"~\d+$", s["id"]))
             f["session_ids"] = [s["id"] for s in sess][:20]
         f["fit_check_failed"] = metric_sum(os.path.join(d, "metrics.txt"), 'kind="fit_check_failed"')
+        # Histories Loom read only past what it remembered of the previous body (the fast path)
+        # and histories it read whole.
+        f["history_continued"] = metric_sum(os.path.join(d, "metrics.txt"), 'loom_proxy_histories_total{read="continuation"}')
+        f["history_whole"] = metric_sum(os.path.join(d, "metrics.txt"), 'loom_proxy_histories_total{read="whole"}')
         f["check_failed_log"] = count_lines(os.path.join(d, "loom.log"), "failed Loom's check")
         f["receipts"] = len(recs)
         f["loom_estimate_max"] = max((r["estimate"] for _, _, r in recs), default=None)
@@ -222,6 +230,14 @@ def run_figures(args):
         json.dump(f, out, indent=1)
 
 
+def fast_share(f):
+    """The share of histories read on the fast path, of those after the first."""
+    cont, whole = f.get("history_continued"), f.get("history_whole")
+    if cont is None or whole is None or cont + whole <= 1:
+        return None
+    return f"{100 * cont // (cont + whole - 1)}%"
+
+
 def summary(args):
     rows = []
     for p in sorted(glob.glob(os.path.join(args.workdir, "*", "figures.json"))):
@@ -231,7 +247,7 @@ def summary(args):
         return
     cols = [("run", 24), ("ok", 4), ("budget", 7), ("reqs", 5), ("input tok", 10), ("largest", 8),
             ("loom est", 8), ("sess", 5), ("forks", 5), ("4xx", 4), ("409", 4), ("orph", 5), (">budg", 6),
-            (">b body", 7), (">win", 5), ("fallb", 5), ("chkfail", 7)]
+            (">b body", 7), (">win", 5), ("fallb", 5), ("chkfail", 7), ("fast", 6)]
     print(" ".join(c.ljust(w) for c, w in cols))
 
     def cell(v):
@@ -241,7 +257,8 @@ def summary(args):
         vals = [f["id"], "yes" if f.get("passed") else "NO", f.get("budget"), f["upstream_requests"],
                 f["input_tokens"], f["largest_request"], f.get("loom_estimate_max"), f.get("sessions"), f.get("forks"),
                 f.get("loom_4xx"), f.get("loom_409"), f.get("orphans"), f.get("over_budget"),
-                f.get("over_budget_by_body"), f.get("over_window"), f.get("fallbacks"), f.get("fit_check_failed")]
+                f.get("over_budget_by_body"), f.get("over_window"), f.get("fallbacks"), f.get("fit_check_failed"),
+                fast_share(f)]
         print(" ".join(cell(v).ljust(w) for v, (_, w) in zip(vals, cols)))
     by = {(f["id"].rsplit("-", 2)[0], f["mode"], f["id"].rsplit("-", 1)[1]): f for f in rows}
     lines = []

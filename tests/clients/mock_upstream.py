@@ -42,7 +42,7 @@ import time
 import urllib.parse
 import zlib
 
-SCENARIOS = ("short", "long", "edits", "recall")
+SCENARIOS = ("short", "long", "edits", "recall", "compact")
 LONG_READS = 30
 LONG_FILE_BYTES = 40_000
 EDITS_CONSTANTS = 98  # + the two bug fixes = 100 edits
@@ -95,7 +95,7 @@ def make_repo(path, scenario):
     os.makedirs(path, exist_ok=True)
     files = {"calc.py": calc_source(scenario), "test_calc.py": test_source(scenario),
              "README.md": "# calc\n\nA tiny calculator. Run `python3 test_calc.py`.\n"}
-    if scenario in ("long", "recall"):
+    if scenario in ("long", "recall", "compact"):
         for i in range(LONG_READS):
             files[f"notes/part_{i:02d}.txt"] = note_source(i)
     for name, text in files.items():
@@ -126,7 +126,7 @@ def verify_repo(path, scenario):
 def steps(scenario):
     """The abstract script: (kind, argument...)."""
     s = [("list",), ("read", "calc.py")]
-    if scenario in ("long", "recall"):
+    if scenario in ("long", "recall", "compact"):
         s += [("read", f"notes/part_{i:02d}.txt") for i in range(LONG_READS)]
     if scenario == "recall":
         # Read again, with the client's own file tool, the file a stub names (Loom's `recall =
@@ -305,6 +305,127 @@ def compacted_steps(fmt, body):
     return len(set(COMPACT_STEP.findall(text)))
 
 
+# A client's own compaction (the `compact` scenario): the instruction that ends its summary
+# request. The mock's summary says how many steps were done, and the window that continues from
+# it carries that count (in the summary's text, or in Codex's v2 `compaction` item).
+SUMMARY_PROMPTS = ("CRITICAL: Respond with TEXT ONLY",                # Claude Code
+                   "You are performing a CONTEXT CHECKPOINT COMPACTION",  # Codex, local
+                   "Create a new anchored summary from the conversation history")  # opencode
+# opencode's summarizer is an agent of its own, given the conversation as text.
+SUMMARY_AGENT = "You are a context summarization agent."
+# The most steps any request of the conversation showed done: the summary of a client that sends
+# its conversation as text (opencode) says that.
+DONE = {"steps": 0}
+CHECKPOINT = re.compile(r"\[mock checkpoint: (\d+) steps done\]")
+
+
+def last_user_text(fmt, body):
+    items = body.get("input") if fmt == "responses" else body.get("messages")
+    if isinstance(items, str):
+        return items
+    for it in reversed(items or []):
+        if isinstance(it, dict) and it.get("role") == "user":
+            return text_of(it.get("content"))
+        if isinstance(it, dict) and it.get("type") in ("function_call_output", "tool_result"):
+            return ""
+    return ""
+
+
+def asks_for_summary(fmt, body):
+    """Whether the request is a client's summary request, or Codex's v2 compaction (its input
+    ends with a `compaction_trigger` item)."""
+    items = body.get("input") if fmt == "responses" else None
+    if isinstance(items, list) and items and isinstance(items[-1], dict) \
+            and items[-1].get("type") == "compaction_trigger":
+        return "trigger"
+    text = last_user_text(fmt, body)
+    if any(p in text for p in SUMMARY_PROMPTS) or SUMMARY_AGENT in system_text(fmt, body):
+        return "prompt"
+    return None
+
+
+# The compact scenario's one conversation: the step last played and the id of its call.
+PLAYED = {"step": 0, "call": None}
+
+
+def result_ids(fmt, body):
+    """The call ids the conversation's tool results answer."""
+    ids = set()
+    if fmt == "responses":
+        items = body.get("input")
+        for it in items if isinstance(items, list) else []:
+            if isinstance(it, dict) and it.get("type") in ("function_call_output", "custom_tool_call_output"):
+                ids.add(it.get("call_id"))
+    else:
+        for m in body.get("messages") or []:
+            if m.get("role") == "tool":
+                ids.add(m.get("tool_call_id"))
+            elif isinstance(m.get("content"), list):
+                ids.update(b.get("tool_use_id") for b in m["content"]
+                           if isinstance(b, dict) and b.get("type") == "tool_result")
+    return ids
+
+
+def conversation_pieces(fmt, body):
+    """The conversation in order, as ("result", text) and ("text", text) pieces."""
+    out = []
+    if fmt == "responses":
+        items = body.get("input")
+        if isinstance(items, str):
+            return [("text", items)]
+        for it in items or []:
+            if not isinstance(it, dict):
+                continue
+            if it.get("type") in ("function_call_output", "custom_tool_call_output"):
+                o = it.get("output")
+                out.append(("result", o if isinstance(o, str) else text_of(o)))
+            elif it.get("type") == "compaction":
+                try:
+                    blob = base64.b64decode(it.get("encrypted_content") or "").decode("utf-8", "replace")
+                except ValueError:
+                    blob = ""
+                out.append(("text", blob))
+            else:
+                out.append(("text", text_of(it.get("content"))))
+        return out
+    for m in body.get("messages") or []:
+        if fmt == "chat" and m.get("role") == "tool":
+            out.append(("result", text_of(m.get("content"))))
+            continue
+        content = m.get("content")
+        if fmt == "anthropic" and isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict) and b.get("type") == "tool_result":
+                    out.append(("result", text_of(b.get("content"))))
+                elif isinstance(b, dict):
+                    out.append(("text", text_of([b])))
+            continue
+        out.append(("text", text_of(content)))
+    return out
+
+
+def steps_done(fmt, body):
+    """Tool results in the conversation, counting from the mock's latest checkpoint (a client's
+    own compaction: the summary says how many steps came before it, and what the client kept from
+    before the summary is counted in it)."""
+    done = 0
+    for kind, text in conversation_pieces(fmt, body):
+        if kind == "result":
+            done += 1
+            continue
+        found = CHECKPOINT.findall(text or "")
+        if found:
+            done = max(int(n) for n in found)
+    return done
+
+
+def summary_text(done, total):
+    return ("<analysis>The task is being worked through step by step.</analysis>\n<summary>\n"
+            f"1. Primary request: fix calc.py so that test_calc.py passes.\n"
+            f"2. Progress: {done} of {total} steps done [mock checkpoint: {done} steps done]; "
+            "continue with the next step.\n</summary>")
+
+
 def conversation_seed(fmt, body):
     """Stable per conversation: the first user message's text."""
     if fmt == "responses":
@@ -363,6 +484,20 @@ def plan(fmt, body, scenario, workdir_default):
     names = tool_names(fmt, body)
     kind = flavour(fmt, body, names)
     seed = conversation_seed(fmt, body)
+    summary = asks_for_summary(fmt, body)
+    if summary:
+        done = steps_done(fmt, body) + compacted_steps(fmt, body)
+        if kind is None:
+            # The conversation as text (opencode): the steps before the latest one the mock
+            # played; opencode's window after the summary replays that step's call and result.
+            done = max(done, DONE["steps"])
+        text = summary_text(done, len(steps(scenario)))
+        if summary == "trigger":
+            blob = base64.b64encode(text.encode()).decode()
+            return [{"type": "compaction", "encrypted_content": blob}], f"summary:{done}"
+        # A summarizer of its own (opencode's, without the client's tools) is a side conversation.
+        note = "side-summary" if kind is None else "summary"
+        return [{"type": "text", "text": text}], f"{note}:{done}"
     if kind is None:
         return side_reply(fmt, body), "side"
     if kind == "aider":
@@ -370,7 +505,19 @@ def plan(fmt, body, scenario, workdir_default):
     results = tool_results(fmt, body)
     script = steps(scenario)
     # Steps Loom compacted into one block count as done (their calls and results are gone).
-    k = len(results) + compacted_steps(fmt, body)
+    # So do steps before the client's own compaction, as the mock's summary counted them.
+    k = steps_done(fmt, body) + compacted_steps(fmt, body)
+    if scenario == "compact":
+        # A client's compaction leaves no count to go by (its window may replay the latest
+        # steps, or none): the step after the one last played once its result is back, else that
+        # one again. A step may be played twice; none is skipped.
+        if PLAYED["call"] is None:
+            k = 0
+        elif PLAYED["call"] in result_ids(fmt, body):
+            k = PLAYED["step"] + 1
+        else:
+            k = PLAYED["step"]
+    DONE["steps"] = max(DONE["steps"], k)
     if k >= len(script):
         k = len(script) - 1
     step = script[k]
@@ -392,6 +539,7 @@ def plan(fmt, body, scenario, workdir_default):
                  else {"type": "text", "text": FINAL_ANSWER})
     call = tool_call(kind, fmt, names, step, workdir, sid)
     parts.append(call)
+    PLAYED.update(step=k, call=call["id"])
     return parts, f"{kind}:{k}:{step[0]}"
 
 
@@ -633,6 +781,10 @@ def responses_items(turn, encrypted):
             items.append({"id": "msg_" + digest("msg", p["text"], len(items))[:32], "type": "message",
                           "status": "completed", "role": "assistant",
                           "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": p["text"]}]})
+        elif p["type"] == "compaction":
+            # Codex's v2 compaction: one opaque item the client sends back in place of the history.
+            items.append({"id": "cmp_" + digest("cmp", p["encrypted_content"])[:32], "type": "compaction",
+                          "encrypted_content": p["encrypted_content"]})
         elif p["type"] == "custom_tool":
             items.append({"id": "ctc_" + digest("ctc", p["id"])[:32], "type": "custom_tool_call",
                           "status": "completed", "call_id": p["id"], "name": p["name"], "input": p["input"]})
@@ -702,6 +854,8 @@ def responses_events(turn, body, in_tok, resp_id, created, encrypted):
                                               "text": text, "logprobs": []})
             add("response.content_part.done", {"item_id": it["id"], "output_index": idx, "content_index": 0,
                                                "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": text}})
+        elif it["type"] == "compaction":
+            add("response.output_item.added", {"output_index": idx, "item": it})
         elif it["type"] == "custom_tool_call":
             add("response.output_item.added", {"output_index": idx, "item": dict(it, status="in_progress", input="")})
             for c in chunks(it["input"]):

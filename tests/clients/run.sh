@@ -16,8 +16,8 @@
 # and input tokens, the largest request, Loom's sessions and forks, its 4xx/409 replies, orphaned
 # tool calls, requests over the budget or the window), and a table of them ends the output.
 #
-# Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini,qwen]
-#            [--modes direct,observe,fit,files] [--scenarios short,long,edits,recall]
+# Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini,qwen,codex2]
+#            [--modes direct,observe,fit,files] [--scenarios short,long,edits,recall,compact]
 #            [--budget N|auto]
 #            [--capture] [--no-install]
 # --budget N puts `budget = N` (the fit budget for requests without X-Loom-Budget) in the config
@@ -63,8 +63,8 @@ done
 # Bounds, in seconds.
 install_timeout=1800
 start_timeout=30
-declare -A client_timeout=([short]=240 [long]=420 [edits]=600 [recall]=420)
-declare -A fixture_limit=([short]=0 [long]=4 [edits]=10 [recall]=4)   # requests kept per run (0: all)
+declare -A client_timeout=([short]=240 [long]=420 [edits]=600 [recall]=420 [compact]=600)
+declare -A fixture_limit=([short]=0 [long]=4 [edits]=10 [recall]=4 [compact]=4)   # requests kept per run (0: all)
 
 # `--budget auto`: about 30% of each client's whole `long` conversation, i.e. of the largest
 # request of its `observe` run (o200k_base tokens of the body, figures.json `largest_request`:
@@ -73,7 +73,7 @@ declare -A fixture_limit=([short]=0 [long]=4 [edits]=10 [recall]=4)   # requests
 # clears old tool results itself past 500,000 characters of them). The same budget serves every
 # scenario (short and edits stay under it). qwen-code's first request is 17,585 tokens (system
 # prompt 6.5k, 14 tools 8.9k, harness context 2.9k), so its 48,000 leaves room for ~4 notes.
-declare -A auto_budget=([claude]=115000 [codex]=113000 [opencode]=113000 [aider]=104000 [mini]=28000 [qwen]=48000)
+declare -A auto_budget=([claude]=115000 [codex]=113000 [codex2]=113000 [opencode]=113000 [aider]=104000 [mini]=28000 [qwen]=48000)
 case $budget in
     ''|auto) ;;
     *[!0-9]*|0) echo "--budget takes a positive number of tokens or auto, not $budget" >&2; exit 2 ;;
@@ -167,9 +167,11 @@ task_aider="calc.py has bugs: test_calc.py fails. Fix calc.py so that \`python3 
 # mock, or the recorder in front of Loom). Non-essential traffic (updates, telemetry) is off; the
 # model is each client's default.
 run_claude() {
-    local base=$1 d=$2
+    local base=$1 d=$2 scenario=$3
     local sandbox=()
     [ "$(id -u)" = 0 ] && sandbox=(IS_SANDBOX=1)  # --dangerously-skip-permissions refuses root otherwise
+    # `compact`: Claude Code compacts its own history when its context passes the window.
+    [ "$scenario" = compact ] && sandbox+=(CLAUDE_CODE_AUTO_COMPACT_WINDOW=100000)
     env "${sandbox[@]}" ANTHROPIC_BASE_URL="$base" ANTHROPIC_API_KEY=dummy \
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 \
         DISABLE_ERROR_REPORTING=1 \
@@ -177,10 +179,14 @@ run_claude() {
 }
 
 run_codex() {
-    local base=$1 d=$2
+    local base=$1 d=$2 scenario=$3
     mkdir -p "$d/codex-home"
+    # `compact`: Codex compacts locally (its provider is not named "OpenAI") past 30,000 tokens.
+    local limit=""
+    [ "$scenario" = compact ] && limit="model_auto_compact_token_limit = 30000"
     cat >"$d/codex-home/config.toml" <<EOF
 model_provider = "loomtest"
+$limit
 
 [model_providers.loomtest]
 name = "loomtest"
@@ -192,8 +198,32 @@ EOF
         "$bin_codex" exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox "$task"
 }
 
+# Codex with its provider named "OpenAI": it compacts remotely (v2), ending a request with a
+# `compaction_trigger` item and sending the `compaction` item it gets back in place of its history.
+run_codex2() {
+    local base=$1 d=$2 scenario=$3
+    mkdir -p "$d/codex-home"
+    local limit=""
+    [ "$scenario" = compact ] && limit="model_auto_compact_token_limit = 30000"
+    cat >"$d/codex-home/config.toml" <<EOF
+model_provider = "loomtest"
+$limit
+
+[model_providers.loomtest]
+name = "OpenAI"
+base_url = "$base/v1"
+wire_api = "responses"
+env_key = "OPENAI_API_KEY"
+EOF
+    CODEX_HOME=$d/codex-home OPENAI_API_KEY=dummy \
+        "$bin_codex" exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox "$task"
+}
+
 run_opencode() {
-    local base=$1 d=$2
+    local base=$1 d=$2 scenario=$3
+    # `compact`: a 60,000-token window, past which opencode compacts its own history.
+    local limit=""
+    [ "$scenario" = compact ] && limit=', "limit": {"context": 60000, "output": 8000}'
     cat >"$d/opencode.json" <<EOF
 {
   "\$schema": "https://opencode.ai/config.json",
@@ -202,7 +232,7 @@ run_opencode() {
       "npm": "@ai-sdk/openai-compatible",
       "name": "Loom test upstream",
       "options": {"baseURL": "$base/v1", "apiKey": "dummy"},
-      "models": {"gpt-4.1": {"name": "gpt-4.1", "tool_call": true}}
+      "models": {"gpt-4.1": {"name": "gpt-4.1", "tool_call": true$limit}}
     }
   },
   "model": "loomtest/gpt-4.1",
@@ -219,7 +249,7 @@ EOF
 run_aider() {
     local base=$1 d=$2 scenario=$3
     local reads=()
-    if [ "$scenario" = long ]; then
+    if [ "$scenario" = long ] || [ "$scenario" = compact ]; then
         for f in notes/part_*.txt; do reads+=(--read "$f"); done
     fi
     OPENAI_API_KEY=dummy OPENAI_API_BASE=$base/v1 LITELLM_LOCAL_MODEL_COST_MAP=True \
@@ -258,7 +288,7 @@ EOF
         "$bin_qwen" --auth-type openai --yolo "$task"
 }
 
-export -f run_claude run_codex run_opencode run_aider run_mini run_qwen
+export -f run_claude run_codex run_codex2 run_opencode run_aider run_mini run_qwen
 export bin_claude bin_codex bin_opencode bin_aider bin_mini bin_qwen task task_aider
 
 # What the mock must see in a request for the test to count as run: the passing test's output, or
@@ -348,7 +378,7 @@ sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=10).re
     for pid in "${run_pids[@]}"; do stop_pid "$pid"; done
     if [ "$mode" != direct ] && [ -d "$d/client" ]; then
         if ! "$python" "$here/check.py" --mock "$d/mock" --client "$d/client" --mode "$loom_mode" \
-            --json "$d/check.json" >"$d/check.txt" 2>&1; then
+            --scenario "$scenario" --json "$d/check.json" >"$d/check.txt" 2>&1; then
             problems+=("check.py: $(grep -c '^  [a-z]*: ' "$d/check.txt" | tr -d ' ') problem lines")
         fi
     fi

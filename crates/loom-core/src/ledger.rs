@@ -188,6 +188,21 @@ impl Ledger {
             .unwrap_or_else(|| id.to_owned())
     }
 
+    /// The call a result naming `call_id` answers in this log: `call_id` itself, unless that
+    /// call is answered already and the log holds an alias of it still waiting for its result
+    /// (`<call_id>_r<n>`, [`Ledger::fresh_id`]): a model that repeated an id had its call
+    /// aliased, and the client answers it by the id it was shown.
+    pub fn answered_id(&self, call_id: &str) -> Option<String> {
+        if !matches!(self.calls.get(call_id), Some(CallState::Resolved { .. })) {
+            return None;
+        }
+        (2u64..)
+            .map(|n| format!("{call_id}_r{n}"))
+            .map_while(|alias| self.calls.get(&alias).map(|state| (alias, state)))
+            .find(|(_, state)| matches!(state, CallState::Pending { .. }))
+            .map(|(alias, _)| alias)
+    }
+
     /// Gives the calls of one new assistant turn their log ids ([`Ledger::fresh_id`]); returns
     /// whether any was renamed.
     pub fn alias_calls(&self, calls: &mut [ToolCall]) -> bool {
@@ -279,6 +294,21 @@ mod tests {
             is_error: false,
             stats: ContentStats::of(b"ok"),
         }
+    }
+
+    #[test]
+    fn a_result_for_an_answered_call_answers_its_waiting_alias() {
+        let mut l = Ledger::new();
+        l.apply(1, &call("a")).unwrap();
+        assert_eq!(l.answered_id("a"), None, "still waiting: it answers itself");
+        l.apply(2, &result("a", "bash")).unwrap();
+        assert_eq!(l.answered_id("a"), None, "no alias");
+        l.apply(3, &call("a_r2")).unwrap();
+        assert_eq!(l.answered_id("a").as_deref(), Some("a_r2"));
+        l.apply(4, &result("a_r2", "bash")).unwrap();
+        l.apply(5, &call("a_r3")).unwrap();
+        assert_eq!(l.answered_id("a").as_deref(), Some("a_r3"));
+        assert_eq!(l.answered_id("b"), None);
     }
 
     #[test]

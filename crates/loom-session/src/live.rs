@@ -210,6 +210,19 @@ impl Live {
         }
     }
 
+    /// Points each result in `events` that names a call the log answered already at the
+    /// alias of that call still waiting for its result, if there is one
+    /// ([`loom_core::Ledger::answered_id`]).
+    pub fn answer_aliases(&self, events: &mut [NewEvent]) {
+        for e in events {
+            if let loom_core::EventBody::ToolResult { call_id, .. } = &mut e.body {
+                if let Some(alias) = self.ledger.answered_id(call_id) {
+                    *call_id = alias;
+                }
+            }
+        }
+    }
+
     /// The log as held (written or not), in seq order.
     pub fn events(&self) -> &[Event] {
         self.state.events()

@@ -15,6 +15,11 @@ pub struct BodyMemo {
     pub items: usize,
     /// Their hash.
     pub digest: u128,
+    /// The hash of all of them but the last.
+    pub before_last: u128,
+    /// The hash of the last item without its cache breakpoints: a client that moves its
+    /// breakpoint to the newest message (Claude Code) sends that item again without it.
+    pub last_unmarked: Option<u128>,
     /// The log's first `events` events are those items, read.
     pub events: usize,
     /// The call ids the items used (every call answered).

@@ -181,9 +181,17 @@ impl RequestBody {
             || memo.header != self.header
             || continues
             || memo.items > items.len()
-            || self.prefix.get(memo.items) != Some(&memo.digest)
         {
             return None;
+        }
+        if self.prefix.get(memo.items) != Some(&memo.digest) {
+            // The remembered items again but for a cache breakpoint moved off the last of them.
+            let moved = memo.items.checked_sub(1).and_then(|last| {
+                let before = self.prefix.get(last) == Some(&memo.before_last);
+                let unmarked = unmarked_hash(self.item(&items[last]));
+                (before && unmarked.is_some() && unmarked == memo.last_unmarked).then_some(())
+            });
+            moved?;
         }
         let new = &items[memo.items..];
         if new.is_empty() {
@@ -236,6 +244,8 @@ impl RequestBody {
             header: self.header,
             items: items.len(),
             digest: *self.prefix.last()?,
+            before_last: *self.prefix.get(items.len() - 1)?,
+            last_unmarked: unmarked_hash(self.item(last)),
             events,
             calls: read.calls,
         })
@@ -456,6 +466,29 @@ impl<'de> Visitor<'de> for Items {
     fn visit_unit<E: de::Error>(self) -> std::result::Result<Listed<'de>, E> {
         Ok(Listed::Other(Value::Null))
     }
+}
+
+/// The hash of a conversation item without the cache breakpoints on its content blocks
+/// (`cache_control` on a text, tool result, image or tool call: the blocks whose events do not
+/// hold it, so that the item reads into the same events with or without it). `None` when the
+/// item is not JSON, or a breakpoint sits anywhere else (an item Loom keeps as it came).
+fn unmarked_hash(item: &[u8]) -> Option<u128> {
+    let mut value: Value = serde_json::from_slice(item).ok()?;
+    if let Some(Value::Array(blocks)) = value.get_mut("content") {
+        for block in blocks.iter_mut().filter_map(Value::as_object_mut) {
+            let modelled = matches!(
+                block.get("type").and_then(Value::as_str),
+                Some("text" | "tool_result" | "image" | "tool_use")
+            );
+            if modelled {
+                block.remove("cache_control");
+            }
+        }
+    }
+    if value.to_string().contains("\"cache_control\"") {
+        return None;
+    }
+    Some(xxh3_128(value.to_string().as_bytes()))
 }
 
 #[cfg(test)]

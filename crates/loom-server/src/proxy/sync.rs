@@ -118,9 +118,10 @@ pub(crate) fn sync(
         };
         let view = loom_core::conversation(state.events());
         if extends_view(&view, &read.events) {
-            let new = &read.events[view.len()..];
+            let mut new = read.events[view.len()..].to_vec();
             drop(view);
-            state.stage(b, new)?;
+            state.answer_aliases(&mut new);
+            state.stage(b, &new)?;
             let appended = new.len();
             state.body = body.memo(read.events.len(), read);
             drop(state);
@@ -163,8 +164,12 @@ pub(crate) fn sync(
                 None => staged.push(event.clone()),
             }
         }
+        // A call the client replays after its compaction (opencode its latest step, with the
+        // same ids) is a new call in the log: it takes an alias, as a reused id does.
+        alias_replayed(&state, &mut staged);
+        state.answer_aliases(&mut staged);
         if state.stage(b, &staged).is_err() {
-            // The rewrite breaks the log's pairing rules (a call id used again): a fork holds it.
+            // The rewrite breaks the log's pairing rules: a fork holds it.
             continue;
         }
         let appended = staged.len();
@@ -216,8 +221,9 @@ fn continuation(
     }
     let logged = logged.len();
     drop(view);
-    let new = &read.events[logged..];
-    state.stage(b, new)?;
+    let mut new = read.events[logged..].to_vec();
+    state.answer_aliases(&mut new);
+    state.stage(b, &new)?;
     let appended = new.len();
     state.body = body.memo(before + read.events.len(), read);
     drop(state);
@@ -258,6 +264,42 @@ fn create(
 fn fork_id(base: &SessionId, n: u32) -> Result<SessionId> {
     SessionId::new(format!("{base}{FORK_MARK}{n}"))
         .map_err(|e| ApiError::invalid_field("X-Loom-Session", e.to_string()))
+}
+
+/// Gives the calls of `events` whose ids the log already holds their aliases
+/// ([`Live::alias_calls`]), and the results that answer them the same.
+fn alias_replayed(state: &Live, events: &mut [NewEvent]) {
+    let mut renamed = std::collections::HashMap::new();
+    for e in events.iter_mut() {
+        match &mut e.body {
+            EventBody::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+                let before: Vec<String> = tool_calls.iter().map(|c| c.id.clone()).collect();
+                state.alias_calls(std::slice::from_mut(e), "");
+                if let EventBody::Assistant { tool_calls, .. } = &e.body {
+                    for (old, call) in before.into_iter().zip(tool_calls) {
+                        if old != call.id {
+                            renamed.insert(old, call.id.clone());
+                        }
+                    }
+                }
+            }
+            EventBody::ToolResult { call_id, .. } => {
+                if let Some(alias) = renamed.get(call_id.as_str()) {
+                    *call_id = alias.clone();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether a call id in the log is `sent`, or the alias the log gave it (`<sent>_r<n>`).
+fn same_call_id(logged: &str, sent: &str) -> bool {
+    logged == sent
+        || logged.strip_prefix(sent).is_some_and(|rest| {
+            rest.strip_prefix("_r")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
 }
 
 /// Whether `history` starts with the whole of a log's conversation (see
@@ -314,12 +356,16 @@ const CLIENT_COMPACTIONS: [ClientCompaction; 3] = [
     },
 ];
 
-/// Whether `text` opens a conversation a client compacted ([`CLIENT_COMPACTIONS`]).
+/// Whether `text` opens a conversation a client compacted ([`CLIENT_COMPACTIONS`]): a line of
+/// it starts with a client's opening (Claude Code puts its context reminders before it, in the
+/// same message).
 fn opens_compacted(text: &str) -> bool {
-    let text = text.trim_start();
-    CLIENT_COMPACTIONS
-        .iter()
-        .any(|c| text.starts_with(c.opening))
+    text.lines().any(|line| {
+        let line = line.trim_start();
+        CLIENT_COMPACTIONS
+            .iter()
+            .any(|c| line.starts_with(c.opening))
+    })
 }
 
 /// The client whose summary instruction `text` holds ([`CLIENT_COMPACTIONS`]).
@@ -346,7 +392,8 @@ fn summary_request(event: &EventBody) -> Option<&'static str> {
 }
 
 /// The client whose summary request the body `client` is, when it is one: its last message is
-/// the user's and holds the client's summary instruction.
+/// the user's and holds the client's summary instruction, or its last item is Codex's
+/// `compaction_trigger` (its remote compaction, answered with one `compaction` item).
 pub(crate) fn asks_for_summary(
     api: loom_core::Api,
     client: &serde_json::Map<String, serde_json::Value>,
@@ -355,6 +402,9 @@ pub(crate) fn asks_for_summary(
         .get(loom_wire::dialect(api).history_field())?
         .as_array()?
         .last()?;
+    if last.get("type").and_then(serde_json::Value::as_str) == Some("compaction_trigger") {
+        return Some("Codex (remote compaction)");
+    }
     if last.get("role").and_then(serde_json::Value::as_str) != Some("user") {
         return None;
     }
@@ -397,7 +447,13 @@ fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
         && history
             .last()
             .is_some_and(|e| summary_request(&e.body).is_some());
-    let compaction = summary || history[kept..].iter().any(|e| compacted(&e.body));
+    // The marker may be the last event the opening matched: a client whose window after each
+    // compaction opens the same way (opencode's "What did we do so far?") matches the one
+    // before, and so may a `compaction` item the log holds as the reply that brought it.
+    let compaction = summary
+        || history[kept.saturating_sub(1)..]
+            .iter()
+            .any(|e| compacted(&e.body));
     if !kept_reply && !compaction {
         return None;
     }
@@ -499,7 +555,9 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
             text(c1) == text(c2)
                 && t1.len() == t2.len()
                 && t1.iter().zip(t2).all(|(a, b)| {
-                    a.id == b.id && a.name == b.name && same_arguments(&a.arguments, &b.arguments)
+                    same_call_id(&a.id, &b.id)
+                        && a.name == b.name
+                        && same_arguments(&a.arguments, &b.arguments)
                 })
         }
         (
@@ -512,6 +570,22 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
                 name: n2,
             },
         ) => n1 == n2 && same_content(c1, c2),
+        (
+            EventBody::ToolResult {
+                call_id: i1,
+                tool_name: n1,
+                content: c1,
+                is_error: e1,
+                ..
+            },
+            EventBody::ToolResult {
+                call_id: i2,
+                tool_name: n2,
+                content: c2,
+                is_error: e2,
+                ..
+            },
+        ) if i1 != i2 => same_call_id(i1, i2) && n1 == n2 && e1 == e2 && c1 == c2,
         // A system prompt that differs only in lines its client rewrites within one
         // conversation (Claude Code's billing header) is the same message.
         (EventBody::System { content: c1 }, EventBody::System { content: c2 }) => {
@@ -569,9 +643,27 @@ fn same_content(a: &loom_core::MessageContent, b: &loom_core::MessageContent) ->
                     whole: w2,
                     value: v2,
                 },
-            ) => a1 == a2 && w1 == w2 && same_value(v1, v2),
+            ) => a1 == a2 && w1 == w2 && (same_value(v1, v2) || (*w1 && same_item(v1, v2))),
             _ => p == q,
         })
+}
+
+/// Two whole items (kept as they came) that say the same: equal but for their own `id` and what
+/// their client changes from one request to the next ([`loom_wire::CHURN_FIELDS`]). Codex gives
+/// its `additional_tools` item a new id when it rebuilds its context after a compaction.
+fn same_item(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    let bare = |v: &serde_json::Value| match v {
+        serde_json::Value::Object(m) => serde_json::Value::Object(
+            m.iter()
+                .filter(|(k, _)| {
+                    k.as_str() != "id" && !loom_wire::CHURN_FIELDS.contains(&k.as_str())
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    same_value(&bare(a), &bare(b))
 }
 
 /// Arguments are the same text, or the same JSON value by meaning (a client may re-serialise

@@ -953,8 +953,12 @@ async fn claude_codes_auto_compact_twice_keeps_one_session() {
                 .as_str()
                 .unwrap_or("done")
                 .to_owned();
+            // As Claude Code sends it: its context reminder first, in the same message.
             messages = vec![
-                json!({"role": "user", "content": format!("This session is being continued from a previous conversation that ran out of context. The summary below covers the earlier portion of the conversation.\n\n{summary} (summary {compaction})")}),
+                json!({"role": "user", "content": [
+                    {"type": "text", "text": "<system-reminder>\n# gitStatus\nclean\n</system-reminder>"},
+                    {"type": "text", "text": format!("This session is being continued from a previous conversation that ran out of context. The summary below covers the earlier portion of the conversation.\n\n{summary} (summary {compaction})")}
+                ]}),
                 json!({"role": "user", "content": format!("go on after compaction {compaction}")}),
             ];
         }
@@ -982,4 +986,140 @@ async fn claude_codes_auto_compact_twice_keeps_one_session() {
         // Each compaction: the summary request, then the window continuing from it.
         assert_eq!(compactions, 4, "{mode:?}");
     }
+}
+
+/// Claude Code moves its cache breakpoint to the newest message on every request, so the message
+/// that ended the previous request comes again without it. That is still a continuation: only the
+/// new messages are read, and the log is the one a whole read gives.
+#[tokio::test]
+async fn claude_codes_moving_breakpoint_takes_the_continuation_path() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    let headers = [("x-claude-code-session-id", "cc-fast")];
+    let marked = |m: &Value| {
+        let mut m = m.clone();
+        let blocks = match m["content"].take() {
+            Value::String(text) => vec![json!({"type": "text", "text": text})],
+            Value::Array(blocks) => blocks,
+            _ => Vec::new(),
+        };
+        let mut blocks = blocks;
+        if let Some(last) = blocks.last_mut() {
+            last["cache_control"] = json!({"type": "ephemeral"});
+        }
+        m["content"] = Value::Array(blocks);
+        m
+    };
+    let mut messages =
+        vec![json!({"role": "user", "content": [{"type": "text", "text": "fix calc.py"}]})];
+    let turns = 8;
+    for turn in 0..turns {
+        let mut sent = messages.clone();
+        let last = sent.len() - 1;
+        sent[last] = marked(&sent[last]);
+        let body = json!({"model": "claude-opus-5-5", "max_tokens": 1024,
+            "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+            "messages": sent});
+        let r = s.post("/v1/messages", None, &headers, &body).await;
+        assert_eq!(r.status(), 200, "turn {turn}");
+        let reply: Value = r.json().await.unwrap();
+        messages.push(json!({"role": "assistant", "content": reply["content"]}));
+        let mut answer: Vec<Value> = reply["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| json!({"type": "tool_result", "tool_use_id": b["id"], "content": format!("out {turn}")}))
+            .collect();
+        answer.push(json!({"type": "text", "text": format!("step {turn}")}));
+        messages.push(json!({"role": "user", "content": answer}));
+    }
+    let metrics = text(s.get("/metrics", None).await).await;
+    assert!(
+        metrics.contains("loom_proxy_histories_total{read=\"whole\"} 1")
+            && metrics.contains(&format!(
+                "loom_proxy_histories_total{{read=\"continuation\"}} {}",
+                turns - 1
+            )),
+        "{metrics}"
+    );
+    // The log holds what the client said, once, in order.
+    let id = client_session(&s, "cc-fast");
+    let log = events(&s, &id);
+    let said = log
+        .iter()
+        .filter(|e| matches!(e.body, EventBody::User { .. } | EventBody::Assistant { .. }))
+        .count();
+    assert_eq!(said, 2 * turns, "{log:#?}");
+}
+
+/// opencode compacts by asking its summarization agent, then goes on from "What did we do so
+/// far?" and the summary, replaying its latest call and result (same ids) after them. That is
+/// the client's compaction of the one session, not a fork.
+#[tokio::test]
+async fn opencodes_compaction_replaying_its_latest_call_keeps_one_session() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        opencode_compacts(mode).await;
+    }
+}
+
+async fn opencode_compacts(mode: ProxyMode) {
+    let s = start(AuthMode::None, mode).await;
+    let headers = [("x-session-id", "ses_oc")];
+    let system = json!({"role": "system", "content": "You are opencode, an agent."});
+    let tools = json!([{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]);
+    let mut sessions = std::collections::BTreeSet::new();
+    // Sends `messages`, and appends the reply and a result for each call it makes.
+    async fn turn(
+        s: &Server,
+        headers: &[(&str, &str)],
+        tools: &Value,
+        messages: &mut Vec<Value>,
+        sessions: &mut std::collections::BTreeSet<String>,
+    ) -> Vec<Value> {
+        let body = json!({"model": "gpt-4.1", "messages": messages, "tools": tools});
+        let r = s.post("/v1/chat/completions", None, headers, &body).await;
+        assert_eq!(r.status(), 200);
+        assert!(
+            r.headers().get("x-loom-diverged").is_none(),
+            "forked at {}",
+            messages.len()
+        );
+        sessions.insert(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+        let reply: Value = r.json().await.unwrap();
+        let reply = reply["choices"][0]["message"].clone();
+        let mut added = vec![reply.clone()];
+        for c in reply["tool_calls"].as_array().into_iter().flatten() {
+            added.push(json!({"role": "tool", "tool_call_id": c["id"], "content": "done"}));
+        }
+        if added.len() == 1 {
+            added.push(json!({"role": "user", "content": "go on"}));
+        }
+        messages.extend(added.iter().cloned());
+        added
+    }
+    let mut messages = vec![
+        system.clone(),
+        json!({"role": "user", "content": "fix calc.py"}),
+    ];
+    let mut latest = Vec::new();
+    // The mock calls a tool after a user message and answers a result in text: the third turn
+    // is a call.
+    for _ in 0..3 {
+        latest = turn(&s, &headers, &tools, &mut messages, &mut sessions).await;
+    }
+    assert_eq!(
+        latest[1]["role"], "tool",
+        "the latest step is a call: {latest:?}"
+    );
+    // The window after opencode's compaction: the summary, then its latest step replayed.
+    let mut window = vec![
+        system.clone(),
+        json!({"role": "user", "content": "What did we do so far?"}),
+        json!({"role": "assistant", "content": "## Objective\n- fix calc.py\n## Work State\n- four steps done"}),
+    ];
+    window.extend(latest);
+    for _ in 0..2 {
+        turn(&s, &headers, &tools, &mut window, &mut sessions).await;
+    }
+    assert_eq!(sessions.len(), 1, "{mode:?}: {sessions:?}");
 }
