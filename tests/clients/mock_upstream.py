@@ -19,8 +19,8 @@ and every reply as NNNN.reply.json (status, the turn played, and the exact bytes
 requests can be kept as a wire corpus (see `export`) and checked (check.py).
 
 Usage:
-  mock_upstream.py serve --listen 127.0.0.1:0 --record DIR [--scenario short|long|edits] [--workdir PATH]
-  mock_upstream.py make-repo DIR --scenario short|long|edits
+  mock_upstream.py serve --listen 127.0.0.1:0 --record DIR [--scenario short|long|edits|recall|compact] [--workdir PATH]
+  mock_upstream.py make-repo DIR --scenario short|long|edits|recall|compact
   mock_upstream.py export RECORD_DIR FIXTURE_DIR [--limit N]
   mock_upstream.py verify-repo DIR --scenario S     (exit 0 when the task was done in DIR)
 
@@ -306,17 +306,13 @@ def compacted_steps(fmt, body):
 
 
 # A client's own compaction (the `compact` scenario): the instruction that ends its summary
-# request. The mock's summary says how many steps were done, and the window that continues from
-# it carries that count (in the summary's text, or in Codex's v2 `compaction` item).
+# request. The mock answers it with a summary (for Codex's `compaction_trigger`, one `compaction`
+# item) and goes on from the step it last played (PLAYED), whatever the window after keeps.
 SUMMARY_PROMPTS = ("CRITICAL: Respond with TEXT ONLY",                # Claude Code
                    "You are performing a CONTEXT CHECKPOINT COMPACTION",  # Codex, local
                    "Create a new anchored summary from the conversation history")  # opencode
 # opencode's summarizer is an agent of its own, given the conversation as text.
 SUMMARY_AGENT = "You are a context summarization agent."
-# The most steps any request of the conversation showed done: the summary of a client that sends
-# its conversation as text (opencode) says that.
-DONE = {"steps": 0}
-CHECKPOINT = re.compile(r"\[mock checkpoint: (\d+) steps done\]")
 
 
 def last_user_text(fmt, body):
@@ -366,63 +362,10 @@ def result_ids(fmt, body):
     return ids
 
 
-def conversation_pieces(fmt, body):
-    """The conversation in order, as ("result", text) and ("text", text) pieces."""
-    out = []
-    if fmt == "responses":
-        items = body.get("input")
-        if isinstance(items, str):
-            return [("text", items)]
-        for it in items or []:
-            if not isinstance(it, dict):
-                continue
-            if it.get("type") in ("function_call_output", "custom_tool_call_output"):
-                o = it.get("output")
-                out.append(("result", o if isinstance(o, str) else text_of(o)))
-            elif it.get("type") == "compaction":
-                try:
-                    blob = base64.b64decode(it.get("encrypted_content") or "").decode("utf-8", "replace")
-                except ValueError:
-                    blob = ""
-                out.append(("text", blob))
-            else:
-                out.append(("text", text_of(it.get("content"))))
-        return out
-    for m in body.get("messages") or []:
-        if fmt == "chat" and m.get("role") == "tool":
-            out.append(("result", text_of(m.get("content"))))
-            continue
-        content = m.get("content")
-        if fmt == "anthropic" and isinstance(content, list):
-            for b in content:
-                if isinstance(b, dict) and b.get("type") == "tool_result":
-                    out.append(("result", text_of(b.get("content"))))
-                elif isinstance(b, dict):
-                    out.append(("text", text_of([b])))
-            continue
-        out.append(("text", text_of(content)))
-    return out
-
-
-def steps_done(fmt, body):
-    """Tool results in the conversation, counting from the mock's latest checkpoint (a client's
-    own compaction: the summary says how many steps came before it, and what the client kept from
-    before the summary is counted in it)."""
-    done = 0
-    for kind, text in conversation_pieces(fmt, body):
-        if kind == "result":
-            done += 1
-            continue
-        found = CHECKPOINT.findall(text or "")
-        if found:
-            done = max(int(n) for n in found)
-    return done
-
-
 def summary_text(done, total):
     return ("<analysis>The task is being worked through step by step.</analysis>\n<summary>\n"
             f"1. Primary request: fix calc.py so that test_calc.py passes.\n"
-            f"2. Progress: {done} of {total} steps done [mock checkpoint: {done} steps done]; "
+            f"2. Progress: {done} of {total} steps done; "
             "continue with the next step.\n</summary>")
 
 
@@ -486,11 +429,7 @@ def plan(fmt, body, scenario, workdir_default):
     seed = conversation_seed(fmt, body)
     summary = asks_for_summary(fmt, body)
     if summary:
-        done = steps_done(fmt, body) + compacted_steps(fmt, body)
-        if kind is None:
-            # The conversation as text (opencode): the steps before the latest one the mock
-            # played; opencode's window after the summary replays that step's call and result.
-            done = max(done, DONE["steps"])
+        done = PLAYED["step"]
         text = summary_text(done, len(steps(scenario)))
         if summary == "trigger":
             blob = base64.b64encode(text.encode()).decode()
@@ -506,7 +445,7 @@ def plan(fmt, body, scenario, workdir_default):
     script = steps(scenario)
     # Steps Loom compacted into one block count as done (their calls and results are gone).
     # So do steps before the client's own compaction, as the mock's summary counted them.
-    k = steps_done(fmt, body) + compacted_steps(fmt, body)
+    k = len(results) + compacted_steps(fmt, body)
     if scenario == "compact":
         # A client's compaction leaves no count to go by (its window may replay the latest
         # steps, or none): the step after the one last played once its result is back, else that
@@ -517,7 +456,6 @@ def plan(fmt, body, scenario, workdir_default):
             k = PLAYED["step"] + 1
         else:
             k = PLAYED["step"]
-    DONE["steps"] = max(DONE["steps"], k)
     if k >= len(script):
         k = len(script) - 1
     step = script[k]

@@ -179,29 +179,19 @@ run_claude() {
 }
 
 run_codex() {
-    local base=$1 d=$2 scenario=$3
-    mkdir -p "$d/codex-home"
-    # `compact`: Codex compacts locally (its provider is not named "OpenAI") past 30,000 tokens.
-    local limit=""
-    [ "$scenario" = compact ] && limit="model_auto_compact_token_limit = 30000"
-    cat >"$d/codex-home/config.toml" <<EOF
-model_provider = "loomtest"
-$limit
-
-[model_providers.loomtest]
-name = "loomtest"
-base_url = "$base/v1"
-wire_api = "responses"
-env_key = "OPENAI_API_KEY"
-EOF
-    CODEX_HOME=$d/codex-home OPENAI_API_KEY=dummy \
-        "$bin_codex" exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox "$task"
+    codex_as loomtest "$@"
 }
 
 # Codex with its provider named "OpenAI": it compacts remotely (v2), ending a request with a
 # `compaction_trigger` item and sending the `compaction` item it gets back in place of its history.
 run_codex2() {
-    local base=$1 d=$2 scenario=$3
+    codex_as OpenAI "$@"
+}
+
+# codex_as PROVIDER_NAME BASE DIR SCENARIO: Codex with its provider so named. `compact`: it
+# compacts past 30,000 tokens (locally unless the name is "OpenAI").
+codex_as() {
+    local name=$1 base=$2 d=$3 scenario=$4
     mkdir -p "$d/codex-home"
     local limit=""
     [ "$scenario" = compact ] && limit="model_auto_compact_token_limit = 30000"
@@ -210,7 +200,7 @@ model_provider = "loomtest"
 $limit
 
 [model_providers.loomtest]
-name = "OpenAI"
+name = "$name"
 base_url = "$base/v1"
 wire_api = "responses"
 env_key = "OPENAI_API_KEY"
@@ -288,7 +278,7 @@ EOF
         "$bin_qwen" --auth-type openai --yolo "$task"
 }
 
-export -f run_claude run_codex run_codex2 run_opencode run_aider run_mini run_qwen
+export -f run_claude run_codex run_codex2 codex_as run_opencode run_aider run_mini run_qwen
 export bin_claude bin_codex bin_opencode bin_aider bin_mini bin_qwen task task_aider
 
 # What the mock must see in a request for the test to count as run: the passing test's output, or

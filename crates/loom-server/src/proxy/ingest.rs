@@ -485,10 +485,11 @@ fn unmarked_hash(item: &[u8]) -> Option<u128> {
             }
         }
     }
-    if value.to_string().contains("\"cache_control\"") {
+    let text = value.to_string();
+    if text.contains("\"cache_control\"") {
         return None;
     }
-    Some(xxh3_128(value.to_string().as_bytes()))
+    Some(xxh3_128(text.as_bytes()))
 }
 
 #[cfg(test)]

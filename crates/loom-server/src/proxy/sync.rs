@@ -267,28 +267,30 @@ fn fork_id(base: &SessionId, n: u32) -> Result<SessionId> {
 }
 
 /// Gives the calls of `events` whose ids the log already holds their aliases
-/// ([`Live::alias_calls`]), and the results that answer them the same.
+/// ([`Live::alias_calls`], the batch's calls together, so no two take one alias), and the
+/// results after each call that answer it the same.
 fn alias_replayed(state: &Live, events: &mut [NewEvent]) {
+    let ids = |events: &[NewEvent]| -> Vec<Vec<String>> {
+        events
+            .iter()
+            .map(|e| match &e.body {
+                EventBody::Assistant { tool_calls, .. } => {
+                    tool_calls.iter().map(|c| c.id.clone()).collect()
+                }
+                _ => Vec::new(),
+            })
+            .collect()
+    };
+    let before = ids(events);
+    state.alias_calls(events, "");
+    let after = ids(events);
     let mut renamed = std::collections::HashMap::new();
-    for e in events.iter_mut() {
-        match &mut e.body {
-            EventBody::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
-                let before: Vec<String> = tool_calls.iter().map(|c| c.id.clone()).collect();
-                state.alias_calls(std::slice::from_mut(e), "");
-                if let EventBody::Assistant { tool_calls, .. } = &e.body {
-                    for (old, call) in before.into_iter().zip(tool_calls) {
-                        if old != call.id {
-                            renamed.insert(old, call.id.clone());
-                        }
-                    }
-                }
+    for ((e, old), new) in events.iter_mut().zip(before).zip(after) {
+        renamed.extend(old.into_iter().zip(new).filter(|(o, n)| o != n));
+        if let EventBody::ToolResult { call_id, .. } = &mut e.body {
+            if let Some(alias) = renamed.get(call_id.as_str()) {
+                *call_id = alias.clone();
             }
-            EventBody::ToolResult { call_id, .. } => {
-                if let Some(alias) = renamed.get(call_id.as_str()) {
-                    *call_id = alias.clone();
-                }
-            }
-            _ => {}
         }
     }
 }

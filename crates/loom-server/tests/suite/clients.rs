@@ -669,37 +669,26 @@ async fn a_clients_churn_in_its_own_prefix_keeps_the_conversations_session() {
             "messages": messages})
     };
     let headers = [("x-claude-code-session-id", "cc-churn")];
-    let mut messages = vec![json!({"role": "user", "content": "fix calc.py"})];
-    let mut sessions = Vec::new();
-    for version in ["832", "cf6"] {
-        let r = s
-            .post("/v1/messages", None, &headers, &claude(version, &messages))
-            .await;
-        assert_eq!(r.status(), 200);
-        sessions.push(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
-        let reply: Value = r.json().await.unwrap();
-        messages.push(json!({"role": "assistant", "content": reply["content"].clone()}));
-        messages.push(json!({"role": "user", "content": "go on"}));
-    }
-    assert_eq!(sessions[0], sessions[1], "Claude Code's billing header");
-    // In `fit` too, and the upstream gets the client's new header.
+    // In `fit` too, where the upstream gets the client's current header.
     let f = start(AuthMode::None, ProxyMode::Fit).await;
-    let mut messages = vec![json!({"role": "user", "content": "fix calc.py"})];
-    let mut sessions = Vec::new();
-    for version in ["832", "cf6"] {
-        let r = f
-            .post("/v1/messages", None, &headers, &claude(version, &messages))
-            .await;
-        assert_eq!(r.status(), 200);
-        sessions.push(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
-        let sent = f.mock.requests().last().unwrap().body.clone();
-        let header = sent["system"][0]["text"].as_str().unwrap().to_owned();
-        assert!(header.contains(&format!("2.1.332.{version};")), "{header}");
-        let reply: Value = r.json().await.unwrap();
-        messages.push(json!({"role": "assistant", "content": reply["content"].clone()}));
-        messages.push(json!({"role": "user", "content": "go on"}));
+    for server in [&s, &f] {
+        let mut messages = vec![json!({"role": "user", "content": "fix calc.py"})];
+        let mut sessions = Vec::new();
+        for version in ["832", "cf6"] {
+            let r = server
+                .post("/v1/messages", None, &headers, &claude(version, &messages))
+                .await;
+            assert_eq!(r.status(), 200);
+            sessions.push(r.headers()["x-loom-session"].to_str().unwrap().to_owned());
+            let sent = server.mock.requests().last().unwrap().body.clone();
+            let header = sent["system"][0]["text"].as_str().unwrap().to_owned();
+            assert!(header.contains(&format!("2.1.332.{version};")), "{header}");
+            let reply: Value = r.json().await.unwrap();
+            messages.push(json!({"role": "assistant", "content": reply["content"].clone()}));
+            messages.push(json!({"role": "user", "content": "go on"}));
+        }
+        assert_eq!(sessions[0], sessions[1], "Claude Code's billing header");
     }
-    assert_eq!(sessions[0], sessions[1], "in fit");
 
     let codex = |create_time: Option<u64>, input: &[Value]| {
         let mut developer = json!({"type": "message", "role": "developer",
