@@ -311,8 +311,9 @@ def compacted_steps(fmt, body):
 SUMMARY_PROMPTS = ("CRITICAL: Respond with TEXT ONLY",                # Claude Code
                    "You are performing a CONTEXT CHECKPOINT COMPACTION",  # Codex, local
                    "Create a new anchored summary from the conversation history")  # opencode
-# opencode's summarizer is an agent of its own, given the conversation as text.
-SUMMARY_AGENT = "You are a context summarization agent."
+# opencode's and aider's summarizers are requests of their own, given the conversation as text.
+SUMMARY_AGENTS = ("You are a context summarization agent.",                      # opencode
+                  "*Briefly* summarize this partial conversation about programming")  # aider
 
 
 def last_user_text(fmt, body):
@@ -335,7 +336,8 @@ def asks_for_summary(fmt, body):
             and items[-1].get("type") == "compaction_trigger":
         return "trigger"
     text = last_user_text(fmt, body)
-    if any(p in text for p in SUMMARY_PROMPTS) or SUMMARY_AGENT in system_text(fmt, body):
+    system = system_text(fmt, body)
+    if any(p in text for p in SUMMARY_PROMPTS) or any(a in system for a in SUMMARY_AGENTS):
         return "prompt"
     return None
 

@@ -238,14 +238,36 @@ EOF
 
 run_aider() {
     local base=$1 d=$2 scenario=$3
-    local reads=()
+    local args=()
     if [ "$scenario" = long ] || [ "$scenario" = compact ]; then
-        for f in notes/part_*.txt; do reads+=(--read "$f"); done
+        for f in notes/part_*.txt; do args+=(--read "$f"); done
     fi
+    if [ "$scenario" = compact ]; then
+        # aider summarises a chat history past --max-chat-history-tokens (a summarizer request
+        # of its own, then a window opening "I spoke to you previously about a number of
+        # things."), but drops the summary when the history grew while it was written, as it
+        # does on every turn of one run. So the conversation is resumed the next day: a first
+        # run fixes `add`, a second restores the chat, summarises it before its first request
+        # and goes on with the failing test (neither runs the test itself: --auto-test changes
+        # the system prompt, which would make the second run another conversation). aider keeps read-only files in a set, ordered by
+        # Python's string hash, so both runs take one hash seed to send them in one order.
+        export PYTHONHASHSEED=0
+        aider_as "$base" "$task_aider" "${args[@]}" || return
+        aider_as "$base" "python3 test_calc.py still fails: mul(2, 3) returned 8. Fix it." \
+            --restore-chat-history --max-chat-history-tokens 50 "${args[@]}"
+        return
+    fi
+    aider_as "$base" "$task_aider" --auto-test "${args[@]}"
+}
+
+# aider_as BASE MESSAGE ARGS...: one headless aider run on calc.py and test_calc.py.
+aider_as() {
+    local base=$1 message=$2
+    shift 2
     OPENAI_API_KEY=dummy OPENAI_API_BASE=$base/v1 LITELLM_LOCAL_MODEL_COST_MAP=True \
-        "$bin_aider" --message "$task_aider" --yes-always --test-cmd "python3 test_calc.py" --auto-test \
+        "$bin_aider" --message "$message" --yes-always --test-cmd "python3 test_calc.py" \
         --no-check-update --analytics-disable --no-show-release-notes --no-pretty \
-        "${reads[@]}" calc.py test_calc.py
+        "$@" calc.py test_calc.py
 }
 
 run_mini() {
@@ -278,7 +300,7 @@ EOF
         "$bin_qwen" --auth-type openai --yolo "$task"
 }
 
-export -f run_claude run_codex run_codex2 codex_as run_opencode run_aider run_mini run_qwen
+export -f run_claude run_codex run_codex2 codex_as run_opencode run_aider aider_as run_mini run_qwen
 export bin_claude bin_codex bin_opencode bin_aider bin_mini bin_qwen task task_aider
 
 # What the mock must see in a request for the test to count as run: the passing test's output, or

@@ -338,7 +338,7 @@ struct ClientCompaction {
 
 /// The clients' compactions Loom knows: the table a new client's signature is added to.
 /// (A `compaction` block or item, Anthropic's and Codex's v2, needs no entry: it names itself.)
-const CLIENT_COMPACTIONS: [ClientCompaction; 3] = [
+const CLIENT_COMPACTIONS: [ClientCompaction; 4] = [
     ClientCompaction {
         client: "Claude Code",
         prompt: "CRITICAL: Respond with TEXT ONLY",
@@ -355,6 +355,14 @@ const CLIENT_COMPACTIONS: [ClientCompaction; 3] = [
         client: "opencode",
         prompt: "Create a new anchored summary from the conversation history",
         opening: "What did we do so far?",
+    },
+    ClientCompaction {
+        // Its summarizer is a request of its own: this instruction as the system prompt, the
+        // conversation as one user message of text. The summary then opens the user message that
+        // takes the place of the summarised turns (followed by the assistant's "Ok.").
+        client: "aider",
+        prompt: "*Briefly* summarize this partial conversation about programming",
+        opening: "I spoke to you previously about a number of things.",
     },
 ];
 
@@ -394,16 +402,28 @@ fn summary_request(event: &EventBody) -> Option<&'static str> {
 }
 
 /// The client whose summary request the body `client` is, when it is one: its last message is
-/// the user's and holds the client's summary instruction, or its last item is Codex's
-/// `compaction_trigger` (its remote compaction, answered with one `compaction` item).
+/// the user's and holds the client's summary instruction, its system prompt is that instruction
+/// (aider's summarizer), or its last item is Codex's `compaction_trigger` (its remote
+/// compaction, answered with one `compaction` item).
 pub(crate) fn asks_for_summary(
     api: loom_core::Api,
     client: &serde_json::Map<String, serde_json::Value>,
 ) -> Option<&'static str> {
-    let last = client
+    let history = client
         .get(loom_wire::dialect(api).history_field())?
-        .as_array()?
-        .last()?;
+        .as_array()?;
+    let first = history.first()?;
+    let system = match client.get("system").or_else(|| client.get("instructions")) {
+        Some(system) => Some(system),
+        None if first.get("role").and_then(serde_json::Value::as_str) == Some("system") => {
+            first.get("content")
+        }
+        None => None,
+    };
+    if let Some(client) = system.and_then(|s| summary_prompt(&loom_wire::content_text(Some(s)))) {
+        return Some(client);
+    }
+    let last = history.last()?;
     if last.get("type").and_then(serde_json::Value::as_str) == Some("compaction_trigger") {
         return Some("Codex (remote compaction)");
     }

@@ -423,3 +423,66 @@ async fn call_ids_reused_in_every_turn_are_aliased_in_both_modes_and_in_recall_r
         }
     }
 }
+
+/// A reference from before the client's own compaction still opens the original: the client's
+/// summary (written by the model, which saw Loom's stubs) names a reference, the window after the
+/// summary continues the same session, and the model's `loom_recall` of that reference is
+/// answered with the output the client no longer sends.
+#[tokio::test]
+async fn a_reference_from_before_the_clients_compaction_is_recalled() {
+    let s = start(AuthMode::None, ProxyMode::Fit).await;
+    let before = builds(&s, "rc-compact", 4).await;
+    let fitted = s.mock.requests().last().unwrap().body.to_string();
+    let marker = "loom_recall ref=";
+    let at = fitted.find(marker).expect("a stub with a reference") + marker.len();
+    let reference: String = fitted[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && !matches!(c, ')' | '"' | '\\' | ']'))
+        .collect();
+    // The client compacts (aider's summary opening, as opencode's or Claude Code's would do):
+    // the builds are gone from what it sends, but the summary quotes the reference.
+    let messages = vec![
+        before[0].clone(),
+        json!({"role": "user", "content": format!(
+            "I spoke to you previously about a number of things.\nWe ran four builds; the \
+             first one's log is at {marker}{reference}")}),
+        json!({"role": "assistant", "content": "Ok."}),
+        json!({"role": "user", "content": "recall that build log, please"}),
+    ];
+    s.mock.clear();
+    let r = send(&s, "rc-compact", &messages).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-loom-diverged").is_none(), "one session");
+    assert_eq!(r.headers()["x-loom-recall"], "offered");
+    let sent = s.mock.requests();
+    assert_eq!(
+        sent.len(),
+        2,
+        "the model recalled, Loom answered, the model went on"
+    );
+    let answer = sent[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(answer["role"], "tool");
+    let answer = answer["content"].as_str().unwrap();
+    let shown = answer.split("\n[loom_recall:").next().unwrap();
+    assert!(
+        shown.lines().count() > 20 && (0..4).any(|n| output(n).starts_with(shown)),
+        "the answer is a build's output from before the compaction: {}",
+        &answer[..answer.len().min(300)]
+    );
+    let events = s
+        .store()
+        .read(&SessionId::new("rc-compact").unwrap(), 1..=u64::MAX)
+        .unwrap();
+    assert!(events.iter().any(|e| matches!(
+        e.body,
+        EventBody::Rewrite {
+            compaction: true,
+            ..
+        }
+    )));
+}
