@@ -283,7 +283,9 @@ pub struct ToolCall {
 ///
 /// Anthropic requires earlier `thinking` blocks to come back with their `signature` unchanged, and
 /// OpenAI Responses `reasoning` items carry `encrypted_content` the model needs to resume; the
-/// plain `reasoning` text cannot rebuild either, so the objects are kept as they arrived.
+/// plain `reasoning` text cannot rebuild either, so the objects are kept as they arrived. A
+/// Responses `compaction` item (the provider's encrypted summary of the conversation before it,
+/// the whole output of a remote compaction) is kept the same way, as its turn's output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NativeReasoning {
     /// The provider API the items belong to; they are sent back only to that API.
@@ -293,7 +295,8 @@ pub struct NativeReasoning {
 }
 
 impl NativeReasoning {
-    /// Checks that every item is a reasoning item of its API, with what that API needs to accept
+    /// Checks that every item is a reasoning item (or a Responses `compaction`) of its API, with
+    /// what that API needs to accept
     /// it back: an item that is not would turn every later request of the session into a
     /// provider error, so it is refused when it is appended instead.
     fn validate(&self) -> Result<()> {
@@ -304,6 +307,8 @@ impl NativeReasoning {
                 (Api::Anthropic, Some("thinking")) => "signature",
                 (Api::Anthropic, Some("redacted_thinking")) => "data",
                 (Api::OpenaiResponses, Some("reasoning")) => "id",
+                // The provider's summary of the conversation before it (a remote compaction).
+                (Api::OpenaiResponses, Some("compaction")) => "encrypted_content",
                 (Api::Anthropic, _) => {
                     return Err(LogError::invalid(
                         field("type"),
@@ -313,7 +318,7 @@ impl NativeReasoning {
                 (Api::OpenaiResponses, _) => {
                     return Err(LogError::invalid(
                         field("type"),
-                        "expected `reasoning` for the openai-responses api",
+                        "expected `reasoning` or `compaction` for the openai-responses api",
                     ))
                 }
                 (Api::OpenaiChat, _) => {

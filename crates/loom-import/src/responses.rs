@@ -176,6 +176,7 @@ pub(crate) fn convert(
                 | "reasoning"
                 | "function_call_output"
                 | "custom_tool_call_output"
+                | "compaction"
         );
         if modelled || !b.keep_unknown {
             // Held built-in items go before an item Loom models (their outputs, if they come
@@ -218,6 +219,26 @@ pub(crate) fn convert(
                     t.native.push(native);
                 }
             }
+            // The provider's summary of the conversation before it (Codex's remote compaction
+            // returns one in place of its history): the model's turn, kept as it came.
+            "compaction" => {
+                flush(b, &mut turn)?;
+                let item = crate::opaque::item_value(b.blobs(), item);
+                b.push(
+                    &spot,
+                    "",
+                    EventBody::Assistant {
+                        content: None,
+                        reasoning: None,
+                        tool_calls: Vec::new(),
+                        name: None,
+                        native: Some(NativeReasoning {
+                            api: Api::OpenaiResponses,
+                            items: vec![item],
+                        }),
+                    },
+                )?;
+            }
             "function_call_output" | "custom_tool_call_output" => {
                 flush(b, &mut turn)?;
                 let Some(source_id) = item.call_id.as_deref() else {
@@ -249,8 +270,8 @@ pub(crate) fn convert(
                     "type",
                     format!(
                         "unsupported item type `{other}`; expected message, function_call, \
-                         function_call_output, custom_tool_call, custom_tool_call_output or \
-                         reasoning"
+                         function_call_output, custom_tool_call, custom_tool_call_output, \
+                         reasoning or compaction"
                     ),
                 ))
             }

@@ -86,11 +86,23 @@ fn preview(body: &EventBody) -> String {
             content,
             reasoning,
             tool_calls,
+            native,
             ..
         } => {
             let mut parts = Vec::new();
             if let Some(r) = reasoning {
                 parts.push(format!("(reasoning, {} chars)", r.chars().count()));
+            }
+            // The provider's encrypted summary of the conversation before it.
+            let compactions = native.iter().flat_map(|n| &n.items).filter(|item| {
+                item.get("type").and_then(serde_json::Value::as_str) == Some("compaction")
+            });
+            for item in compactions {
+                let bytes = item
+                    .get("encrypted_content")
+                    .and_then(serde_json::Value::as_str)
+                    .map_or(0, str::len);
+                parts.push(format!("(compaction, {})", size(bytes as u64)));
             }
             if let Some(c) = content {
                 let text = content_preview(c);
@@ -188,18 +200,31 @@ fn preview(body: &EventBody) -> String {
 
 fn content_preview(c: &MessageContent) -> String {
     let text = clip(&c.text(), PREVIEW_CHARS);
-    let images = match c {
-        MessageContent::Parts(parts) => parts
-            .iter()
-            .filter(|p| matches!(p, ContentPart::Image { .. }))
-            .count(),
-        MessageContent::Text(_) => 0,
+    let (images, opaque): (usize, Vec<&str>) = match c {
+        MessageContent::Parts(parts) => (
+            parts
+                .iter()
+                .filter(|p| matches!(p, ContentPart::Image { .. }))
+                .count(),
+            parts
+                .iter()
+                .filter(|p| matches!(p, ContentPart::Opaque { .. }))
+                .map(|p| p.opaque_type().unwrap_or("item"))
+                .collect(),
+        ),
+        MessageContent::Text(_) => (0, Vec::new()),
     };
+    let mut out = text;
     match images {
-        0 => text,
-        1 => format!("{text} [+1 image]"),
-        n => format!("{text} [+{n} images]"),
+        0 => {}
+        1 => out.push_str(" [+1 image]"),
+        n => out.push_str(&format!(" [+{n} images]")),
     }
+    // What Loom keeps as it came, by type (`compaction_trigger`, a built-in tool's call).
+    if !opaque.is_empty() {
+        out.push_str(&format!(" [{}]", opaque.join(", ")));
+    }
+    out.trim_start().to_owned()
 }
 
 /// The first `max` characters of `s` on one line, with `…` when cut.

@@ -511,10 +511,25 @@ fn rewrite_plan(log: &[Event], history: &[NewEvent]) -> Option<RewritePlan> {
     })
 }
 
+/// The summaries a turn's native items hold (`compaction` items, by their encrypted content):
+/// two turns whose only output is one are the same turn only if it is the same summary.
+fn compactions(
+    native: Option<&loom_core::NativeReasoning>,
+) -> impl Iterator<Item = Option<&serde_json::Value>> {
+    native
+        .into_iter()
+        .flat_map(|n| &n.items)
+        .filter(|item| item.get("type").and_then(serde_json::Value::as_str) == Some("compaction"))
+        .map(|item| item.get("encrypted_content"))
+}
+
 /// Whether an event marks a history its client compacted.
 fn compacted(body: &EventBody) -> bool {
     let content = match body {
         EventBody::User { content, .. } | EventBody::System { content } => content,
+        EventBody::Assistant { native, .. } if compactions(native.as_ref()).next().is_some() => {
+            return true
+        }
         EventBody::Assistant {
             content: Some(content),
             ..
@@ -550,11 +565,13 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
             EventBody::Assistant {
                 content: c1,
                 tool_calls: t1,
+                native: v1,
                 ..
             },
             EventBody::Assistant {
                 content: c2,
                 tool_calls: t2,
+                native: v2,
                 ..
             },
         ) => {
@@ -575,6 +592,7 @@ pub(crate) fn same(logged: &EventBody, sent: &EventBody) -> bool {
                 None => String::new(),
             };
             text(c1) == text(c2)
+                && compactions(v1.as_ref()).eq(compactions(v2.as_ref()))
                 && t1.len() == t2.len()
                 && t1.iter().zip(t2).all(|(a, b)| {
                     same_call_id(&a.id, &b.id)

@@ -472,6 +472,118 @@ async fn codex_local_compaction_continues_its_session() {
     assert_eq!(s.store().sessions().unwrap().len(), 1);
 }
 
+/// Codex compacts remotely (v2, a provider named "OpenAI"): its request ends with a
+/// `compaction_trigger` item, the provider answers with one `compaction` item, and the next
+/// requests send that item in place of the history. The trigger is logged as the client's (an
+/// item kept as it came, offered no `loom_recall`), the `compaction` item as the model's turn (its
+/// summary, kept whole), and every window after one is the session's compaction, twice over.
+/// Rendered at a budget that forces Loom to write, the `compaction` item goes back as it came,
+/// alone (no empty message beside it).
+#[tokio::test]
+async fn codex_remote_compaction_logs_its_items_as_what_they_are() {
+    for mode in [ProxyMode::Observe, ProxyMode::Fit] {
+        let s = start(AuthMode::None, mode).await;
+        let headers = [("session-id", "cx-remote")];
+        let developer = json!({"type": "message", "role": "developer",
+            "content": [{"type": "input_text", "text": "You are Codex."}]});
+        let user = |text: &str| {
+            json!({"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": text}]})
+        };
+        let tools = json!([{"type": "function", "name": "shell", "description": "Runs a command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]);
+        let body = |input: &[Value]| json!({"model": "gpt-5.5", "input": input, "tools": tools});
+        let mut window = vec![developer.clone(), user("fix calc.py")];
+        let mut session = String::new();
+        for compaction in 0..2 {
+            for turn in 0..3 {
+                let r = s.post("/v1/responses", None, &headers, &body(&window)).await;
+                assert_eq!(r.status(), 200, "{mode:?} {compaction}.{turn}");
+                assert!(r.headers().get("x-loom-diverged").is_none(), "{mode:?}");
+                session = r.headers()["x-loom-session"].to_str().unwrap().to_owned();
+                let reply: Value = r.json().await.unwrap();
+                for item in reply["output"].as_array().unwrap() {
+                    window.push(item.clone());
+                    if item["type"] == "function_call" {
+                        window.push(json!({"type": "function_call_output",
+                            "call_id": item["call_id"], "output": "ok"}));
+                    }
+                }
+                window.push(user(&format!("step {compaction}.{turn}")));
+            }
+            let mut asked = window.clone();
+            asked.push(json!({"type": "compaction_trigger"}));
+            let r = s.post("/v1/responses", None, &headers, &body(&asked)).await;
+            assert_eq!(r.status(), 200, "{mode:?}");
+            assert!(r.headers().get("x-loom-diverged").is_none(), "{mode:?}");
+            assert!(r.headers().get("x-loom-recall").is_none(), "{mode:?}");
+            // The provider's summary (the mock has no remote compaction: the item is written
+            // here as the provider returns it).
+            let summary = json!({"type": "compaction", "id": format!("cmp_{compaction}"),
+                "encrypted_content": format!("gAAAA-summary-{compaction}")});
+            window = vec![developer.clone(), user("fix calc.py"), summary, user("go on")];
+        }
+        let r = s
+            .post(
+                "/v1/responses",
+                None,
+                &[("session-id", "cx-remote"), ("x-loom-budget", "2000")],
+                &body(&window),
+            )
+            .await;
+        assert_eq!(r.status(), 200, "{mode:?}: {}", text(r).await);
+        assert!(r.headers().get("x-loom-diverged").is_none(), "{mode:?}");
+        assert_eq!(s.store().sessions().unwrap().len(), 1, "{mode:?}");
+        let sent = s.mock.requests().last().unwrap().body.clone();
+        let input = sent["input"].as_array().unwrap();
+        let at = input
+            .iter()
+            .position(|i| i["type"] == "compaction")
+            .expect("the summary went upstream");
+        assert_eq!(input[at], window[2], "{mode:?}: as it came");
+        assert_eq!(input[at + 1], window[3], "{mode:?}: nothing between: {sent}");
+        let log = events(&s, &session);
+        let triggers = log
+            .iter()
+            .filter(|e| match &e.body {
+                EventBody::User { content, .. } => matches!(content,
+                    loom_core::MessageContent::Parts(p)
+                        if p.iter().any(|p| p.opaque_type() == Some("compaction_trigger"))),
+                _ => false,
+            })
+            .count();
+        assert_eq!(triggers, 2, "{mode:?}");
+        let summaries: Vec<&loom_core::NativeReasoning> = log
+            .iter()
+            .filter_map(|e| match &e.body {
+                EventBody::Assistant {
+                    content: None,
+                    tool_calls,
+                    native: Some(native),
+                    ..
+                } if tool_calls.is_empty() && native.items[0]["type"] == "compaction" => {
+                    Some(native)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(summaries.len(), 2, "{mode:?}: the model's summaries, once each");
+        let compactions = log
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.body,
+                    EventBody::Rewrite {
+                        compaction: true,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(compactions, 2, "{mode:?}");
+    }
+}
+
 /// Claude Code compacts its own history (auto-compact, `/compact`): the next request opens with
 /// the same system prompt and a continuation summary. The session continues, the compaction is
 /// recorded with what it replaced, and a fitted request renders what the client sent.

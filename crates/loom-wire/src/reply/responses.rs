@@ -62,13 +62,13 @@ fn meta(obj: &Map<String, Value>, path: &str) -> Out<AssistantReply> {
 
 /// Reads the output items into the reply. Messages give text (refusals included), function
 /// calls give tool calls (`call_id` is the id their outputs answer), reasoning items give their
-/// summary (or, from open models, their reasoning text) and are kept whole in `native`; other
-/// items (built-in tool calls) are not turns of the log.
+/// summary (or, from open models, their reasoning text) and are kept whole in `native`, as is a
+/// `compaction` item; other items (built-in tool calls) are not turns of the log.
 fn items(output: &[Value], path: &str, reply: &mut AssistantReply) -> Out<()> {
     let modelled = |item: &Value| {
         matches!(
             item.get("type").and_then(Value::as_str),
-            Some("message" | "function_call" | "custom_tool_call" | "reasoning")
+            Some("message" | "function_call" | "custom_tool_call" | "reasoning" | "compaction")
         )
     };
     // Items a client sends back as more than one turn (built-in tool calls, or a second message,
@@ -131,6 +131,8 @@ fn items(output: &[Value], path: &str, reply: &mut AssistantReply) -> Out<()> {
                 }
                 reply.native.push(item.clone());
             }
+            // The provider's summary of the conversation (a remote compaction's reply).
+            Some("compaction") => reply.native.push(item.clone()),
             _ => {}
         }
     }

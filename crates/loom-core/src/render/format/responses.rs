@@ -41,6 +41,12 @@ fn assistant_message(c: &MessageContent) -> Value {
     json!({"type": "message", "role": "assistant", "content": text_only(c)})
 }
 
+/// Whether a native item of an assistant turn is the turn's output itself, as a `compaction` item
+/// (the provider's summary of the conversation before it) is, rather than reasoning before it.
+fn is_output(item: &Value) -> bool {
+    item.get("type").and_then(Value::as_str) != Some("reasoning")
+}
+
 pub(super) fn wire(msg: &Msg) -> Vec<Value> {
     match msg {
         Msg::System(c) => vec![message("system", c)],
@@ -63,8 +69,9 @@ pub(super) fn wire(msg: &Msg) -> Vec<Value> {
                 .unwrap_or_default();
             match content {
                 Some(c) => out.push(assistant_message(c)),
-                // An empty turn still takes its place in the conversation.
-                None if calls.is_empty() => {
+                // An empty turn still takes its place in the conversation, unless an item of its
+                // own stands for it (a `compaction`).
+                None if calls.is_empty() && !out.iter().any(is_output) => {
                     out.push(assistant_message(&MessageContent::Text(String::new())));
                 }
                 None => {}
@@ -159,7 +166,9 @@ pub(super) fn items(msg: &Msg) -> impl Iterator<Item = Item<'_>> {
                 .map_or_else(Vec::new, |n| n.items.iter().collect());
             let head = match content {
                 Some(c) => Some(Item::Assistant(Some(c))),
-                None if calls.is_empty() => Some(Item::Assistant(None)),
+                None if calls.is_empty() && !native.iter().copied().any(is_output) => {
+                    Some(Item::Assistant(None))
+                }
                 None => None,
             };
             (native, head, calls)
