@@ -69,6 +69,12 @@ USAGE: cargo bench -p loom-server --bench load -- [OPTIONS]
   --recall-every N        latency: every Nth user turn asks the model to read an earlier
                           output again; in fit mode it calls loom_recall, which Loom
                           answers in a hidden round (loom_recall_round_seconds) [0: never]
+  --breakpoint none|last|second
+                          latency: a cache breakpoint (`cache_control`) on the newest
+                          message of every call, as Claude Code moves it (the history
+                          still only appends: the fast path), or on the second newest
+                          (the message that ended the last call changes: every history
+                          is read whole); the two read the same log  [none]
   --quick                 small sizes, to check the tool works
 ";
 
@@ -101,6 +107,7 @@ struct Options {
     seed: u64,
     stream: bool,
     recall_every: usize,
+    breakpoint: conversation::Breakpoint,
 }
 
 impl Default for Options {
@@ -123,6 +130,7 @@ impl Default for Options {
             seed: 1,
             stream: false,
             recall_every: 0,
+            breakpoint: conversation::Breakpoint::None,
         }
     }
 }
@@ -180,6 +188,14 @@ impl Options {
                 }
                 "--budget" => o.budget = number(&flag, &value()?)?,
                 "--recall-every" => o.recall_every = number(&flag, &value()?)?,
+                "--breakpoint" => {
+                    o.breakpoint = match value()?.as_str() {
+                        "none" => conversation::Breakpoint::None,
+                        "last" => conversation::Breakpoint::Last,
+                        "second" => conversation::Breakpoint::Second,
+                        other => bail!("--breakpoint: `{other}`; expected none, last or second"),
+                    }
+                }
                 "--turns" => o.turns = number(&flag, &value()?)?,
                 "--sample" => o.sample = number(&flag, &value()?)?,
                 "--clients" => o.clients = number(&flag, &value()?)?,
@@ -269,6 +285,7 @@ fn run(o: &Options) -> Result<()> {
         seed: o.seed,
         stream: o.stream,
         recall_every: o.recall_every,
+        breakpoint: o.breakpoint,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

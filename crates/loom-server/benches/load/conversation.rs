@@ -67,6 +67,20 @@ struct Body<'a> {
     stream_options: Option<Value>,
 }
 
+/// Where a call puts its one cache breakpoint (`cache_control` on a text part, as Anthropic-model
+/// routes of Chat clients send it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Breakpoint {
+    /// None.
+    None,
+    /// On the newest message, moved there on every call (Claude Code's way): the message that
+    /// ended the previous call comes again without it.
+    Last,
+    /// On the second newest message: the message that ended the previous call comes again
+    /// changed, so no history only appends to the one before.
+    Second,
+}
+
 /// One agent conversation, as its client holds it.
 #[derive(Debug)]
 pub(crate) struct Conversation {
@@ -77,6 +91,7 @@ pub(crate) struct Conversation {
     outputs: usize,
     stream: bool,
     recall_every: usize,
+    breakpoint: Breakpoint,
 }
 
 impl Conversation {
@@ -91,6 +106,7 @@ impl Conversation {
             outputs: 0,
             stream,
             recall_every: 0,
+            breakpoint: Breakpoint::None,
         };
         c.ask();
         c
@@ -103,11 +119,34 @@ impl Conversation {
         self
     }
 
+    /// Where each call puts its cache breakpoint.
+    pub(crate) fn marking(mut self, breakpoint: Breakpoint) -> Self {
+        self.breakpoint = breakpoint;
+        self
+    }
+
     /// The next request's body, serialised.
     pub(crate) fn body(&self) -> serde_json::Result<Vec<u8>> {
+        let back = match self.breakpoint {
+            Breakpoint::None => None,
+            Breakpoint::Last => Some(1),
+            Breakpoint::Second => Some(2),
+        };
+        let marked;
+        let messages = match back.and_then(|n| self.messages.len().checked_sub(n)) {
+            Some(at) if self.messages[at]["content"].is_string() => {
+                let mut all = self.messages.clone();
+                let text = all[at]["content"].take();
+                all[at]["content"] = json!([{"type": "text", "text": text,
+                    "cache_control": {"type": "ephemeral"}}]);
+                marked = all;
+                &marked
+            }
+            _ => &self.messages,
+        };
         serde_json::to_vec(&Body {
             model: MODEL,
-            messages: &self.messages,
+            messages,
             tools: &self.tools,
             temperature: 0,
             stream: self.stream.then_some(true),

@@ -39,6 +39,8 @@ pub(crate) struct Common {
     pub(crate) stream: bool,
     /// Latency: every how many user turns one asks to recall an earlier output (0: never).
     pub(crate) recall_every: usize,
+    /// Latency: where each call puts its cache breakpoint.
+    pub(crate) breakpoint: super::conversation::Breakpoint,
 }
 
 /// Milliseconds, for tables.
@@ -91,7 +93,9 @@ pub(crate) async fn latency(
     let h = Harness::start(ServerOptions::default()).await?;
     let via = Via::Loom(mode, Some(common.budget));
     let session = format!("latency-{mode}");
-    let mut conv = Conversation::new(common.seed, common.stream).recalling(common.recall_every);
+    let mut conv = Conversation::new(common.seed, common.stream)
+        .recalling(common.recall_every)
+        .marking(common.breakpoint);
     let from = turns.saturating_sub(sample);
     let started = Instant::now();
     let mut out = Latency {

@@ -470,7 +470,8 @@ impl<'de> Visitor<'de> for Items {
 
 /// The hash of a conversation item without the cache breakpoints on its content blocks
 /// (`cache_control` on a text, tool result, image or tool call: the blocks whose events do not
-/// hold it, so that the item reads into the same events with or without it). `None` when the
+/// hold it, so that the item reads into the same events with or without it), content that is
+/// one plain text block hashed as the string it says. `None` when the
 /// item is not JSON, or a breakpoint sits anywhere else (an item Loom keeps as it came).
 fn unmarked_hash(item: &[u8]) -> Option<u128> {
     let mut value: Value = serde_json::from_slice(item).ok()?;
@@ -482,6 +483,15 @@ fn unmarked_hash(item: &[u8]) -> Option<u128> {
             );
             if modelled {
                 block.remove("cache_control");
+            }
+        }
+        // One plain text block says what a string says (a Chat client that marks its newest
+        // message turns its string into that block, and back once the mark moves on).
+        if let [Value::Object(block)] = blocks.as_slice() {
+            if block.len() == 2 && block.get("type").and_then(Value::as_str) == Some("text") {
+                if let Some(text) = block.get("text").filter(|t| t.is_string()).cloned() {
+                    value["content"] = text;
+                }
             }
         }
     }

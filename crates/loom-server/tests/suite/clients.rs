@@ -497,7 +497,9 @@ async fn codex_remote_compaction_logs_its_items_as_what_they_are() {
         let mut session = String::new();
         for compaction in 0..2 {
             for turn in 0..3 {
-                let r = s.post("/v1/responses", None, &headers, &body(&window)).await;
+                let r = s
+                    .post("/v1/responses", None, &headers, &body(&window))
+                    .await;
                 assert_eq!(r.status(), 200, "{mode:?} {compaction}.{turn}");
                 assert!(r.headers().get("x-loom-diverged").is_none(), "{mode:?}");
                 session = r.headers()["x-loom-session"].to_str().unwrap().to_owned();
@@ -521,7 +523,12 @@ async fn codex_remote_compaction_logs_its_items_as_what_they_are() {
             // here as the provider returns it).
             let summary = json!({"type": "compaction", "id": format!("cmp_{compaction}"),
                 "encrypted_content": format!("gAAAA-summary-{compaction}")});
-            window = vec![developer.clone(), user("fix calc.py"), summary, user("go on")];
+            window = vec![
+                developer.clone(),
+                user("fix calc.py"),
+                summary,
+                user("go on"),
+            ];
         }
         let r = s
             .post(
@@ -541,7 +548,11 @@ async fn codex_remote_compaction_logs_its_items_as_what_they_are() {
             .position(|i| i["type"] == "compaction")
             .expect("the summary went upstream");
         assert_eq!(input[at], window[2], "{mode:?}: as it came");
-        assert_eq!(input[at + 1], window[3], "{mode:?}: nothing between: {sent}");
+        assert_eq!(
+            input[at + 1],
+            window[3],
+            "{mode:?}: nothing between: {sent}"
+        );
         let log = events(&s, &session);
         let triggers = log
             .iter()
@@ -567,7 +578,11 @@ async fn codex_remote_compaction_logs_its_items_as_what_they_are() {
                 _ => None,
             })
             .collect();
-        assert_eq!(summaries.len(), 2, "{mode:?}: the model's summaries, once each");
+        assert_eq!(
+            summaries.len(),
+            2,
+            "{mode:?}: the model's summaries, once each"
+        );
         let compactions = log
             .iter()
             .filter(|e| {
@@ -1151,6 +1166,53 @@ async fn claude_codes_moving_breakpoint_takes_the_continuation_path() {
         .filter(|e| matches!(e.body, EventBody::User { .. } | EventBody::Assistant { .. }))
         .count();
     assert_eq!(said, 2 * turns, "{log:#?}");
+}
+
+/// A Chat client routing to an Anthropic model marks its newest message the same way, turning
+/// its string content into one text block with the breakpoint and back into a string once the
+/// mark moves on: still a continuation, with the log a whole read gives.
+#[tokio::test]
+async fn a_chat_clients_moving_breakpoint_takes_the_continuation_path() {
+    let s = start(AuthMode::None, ProxyMode::Observe).await;
+    let headers = [("x-loom-session", "chat-fast")];
+    let mut messages = vec![
+        json!({"role": "system", "content": "You build things."}),
+        json!({"role": "user", "content": "fix calc.py"}),
+    ];
+    let turns = 8;
+    for turn in 0..turns {
+        let mut sent = messages.clone();
+        let last = sent.len() - 1;
+        let text = sent[last]["content"].take();
+        sent[last]["content"] =
+            json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]);
+        let body = json!({"model": "anthropic/claude-opus-5-5", "messages": sent});
+        let r = s.post("/v1/chat/completions", None, &headers, &body).await;
+        assert_eq!(r.status(), 200, "turn {turn}");
+        let reply: Value = r.json().await.unwrap();
+        messages.push(reply["choices"][0]["message"].clone());
+        messages.push(json!({"role": "user", "content": format!("step {turn}")}));
+    }
+    let metrics = text(s.get("/metrics", None).await).await;
+    assert!(
+        metrics.contains("loom_proxy_histories_total{read=\"whole\"} 1")
+            && metrics.contains(&format!(
+                "loom_proxy_histories_total{{read=\"continuation\"}} {}",
+                turns - 1
+            )),
+        "{metrics}"
+    );
+    let log = events(&s, "chat-fast");
+    let said = log
+        .iter()
+        .filter(|e| matches!(e.body, EventBody::User { .. } | EventBody::Assistant { .. }))
+        .count();
+    assert_eq!(said, 2 * turns, "{log:#?}");
+    assert!(
+        !log.iter()
+            .any(|e| matches!(e.body, EventBody::Rewrite { .. })),
+        "{log:#?}"
+    );
 }
 
 /// opencode compacts by asking its summarization agent, then goes on from "What did we do so
