@@ -2,19 +2,24 @@
 """Checks what the mock upstream received through `loom serve` (tests/clients/run.sh).
 
   check.py --mock DIR --client DIR --mode observe|fit [--json OUT]
+  check.py --mock DIR --mode direct [--json OUT]
 
 --mock is mock_upstream.py's record (what reached the provider, and what the mock replied);
---client is recorder.py's record (what the client sent to Loom, and Loom's replies).
+--client is recorder.py's record (what the client sent to Loom, and Loom's replies). A direct run
+(client -> mock) has no client record: only `pairing` and `thinking` (what the mock emitted came
+back unchanged) are checked.
 
 Checks:
   errors     every reply Loom gave the client is 2xx (else: status and error body)
   pairing    in every request the mock received, every tool call has its result and every result
              its call, by the provider's rules (Anthropic: tool_result blocks in the user message
              right after the assistant's tool_use; Responses: *_call / *_call_output by call_id;
-             Chat: the assistant's tool_calls answered by the tool messages that follow)
-  thinking   every thinking block (Anthropic) / reasoning item (Responses) the mock received is
-             one the mock emitted, byte for byte (thinking text and signature; id, summary and
-             encrypted_content); and the ones the client sent in its request are all still there
+             Chat: the assistant's tool_calls answered by the tool messages that follow;
+             Gemini: a model content's functionCall parts answered, by id and name, by the
+             functionResponse parts of the user content right after it)
+  thinking   every thinking block (Anthropic) / reasoning item (Responses) / thoughtSignature
+             (Gemini) the mock received is one the mock emitted, byte for byte (thinking text and
+             signature; id, summary and encrypted_content; the signature); and the ones the client sent in its request are all still there
              (fit may drop old turns, but then the latest assistant turn's must stay)
   observe    (observe mode) every body the client sent to a model route reached the mock
              byte-identical
@@ -41,6 +46,8 @@ import re
 import sys
 
 MODEL_ROUTES = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+# Gemini's model routes (countTokens is not one).
+GEMINI_ROUTE = re.compile(r"/models/[^/:]+:(generateContent|streamGenerateContent)$")
 
 
 def load_dir(d):
@@ -78,7 +85,18 @@ def fmt_of(path):
         return "responses"
     if path.endswith("/chat/completions"):
         return "chat"
+    if GEMINI_ROUTE.search(path):
+        return "gemini"
     return None
+
+
+def gemini_contents(body):
+    return [c for c in body.get("contents") or [] if isinstance(c, dict)] if isinstance(body, dict) else []
+
+
+def gemini_parts(content, key):
+    return [(j, p) for j, p in enumerate(content.get("parts") or [])
+            if isinstance(p, dict) and isinstance(p.get(key), dict)]
 
 
 # -- pairing
@@ -88,6 +106,8 @@ def pairing_problems(fmt, body):
     out = []
     if not isinstance(body, dict):
         return out
+    if fmt == "gemini":
+        return gemini_pairing(body)
     if fmt == "anthropic":
         msgs = body.get("messages") or []
         for i, m in enumerate(msgs):
@@ -155,6 +175,42 @@ def pairing_problems(fmt, body):
     return out
 
 
+def gemini_pairing(body):
+    """Gemini: every functionCall of a model content is answered by a functionResponse with its id
+    and name in the user content right after it, and every functionResponse answers one of the
+    model content right before it."""
+    out = []
+    cs = gemini_contents(body)
+    # A request without tools is a question about a slice of the history (Gemini CLI's loop
+    # check sends its last 20 contents and then asks, in a user text, whether they loop): the
+    # model content before that question may end on calls with no result.
+    question = not body.get("tools")
+
+    def key(p, kind):
+        return (p[kind].get("id"), p[kind].get("name"))
+
+    for i, c in enumerate(cs):
+        if c.get("role") == "model":
+            calls = [key(p, "functionCall") for _, p in gemini_parts(c, "functionCall")]
+            nxt = cs[i + 1] if i + 1 < len(cs) else None
+            got = {key(p, "functionResponse") for _, p in gemini_parts(nxt, "functionResponse")} \
+                if nxt and nxt.get("role") == "user" else set()
+            if question and nxt is not None and nxt.get("role") == "user" and not got:
+                continue
+            for cid, name in calls:
+                if (cid, name) not in got:
+                    out.append(f"contents[{i}]: functionCall {name} {cid} has no functionResponse in contents[{i + 1}]")
+        elif c.get("role") == "user":
+            res = [key(p, "functionResponse") for _, p in gemini_parts(c, "functionResponse")]
+            prev = cs[i - 1] if i > 0 else None
+            have = {key(p, "functionCall") for _, p in gemini_parts(prev, "functionCall")} \
+                if prev and prev.get("role") == "model" else set()
+            for cid, name in res:
+                if (cid, name) not in have:
+                    out.append(f"contents[{i}]: functionResponse {name} {cid} answers no functionCall in contents[{i - 1}]")
+    return out
+
+
 # -- thinking / reasoning
 
 
@@ -178,6 +234,16 @@ def thinking_in(fmt, body):
                 found.append((f"input[{i}]", it.get("id"),
                               {"id": it.get("id"), "summary": it.get("summary"),
                                "encrypted_content": it.get("encrypted_content")}))
+    elif fmt == "gemini":
+        # The signatures (thought parts themselves are the client's to keep or drop; Gemini CLI
+        # drops them).
+        for i, c in enumerate(gemini_contents(body)):
+            if c.get("role") != "model":
+                continue
+            for j, p in enumerate(c.get("parts") or []):
+                if isinstance(p, dict) and p.get("thoughtSignature"):
+                    found.append((f"contents[{i}].parts[{j}]", p["thoughtSignature"],
+                                  {"thoughtSignature": p["thoughtSignature"]}))
     return found
 
 
@@ -186,9 +252,11 @@ def emitted_thinking(mock_reqs):
     for r in mock_reqs:
         rep = r.get("reply") or {}
         for p in rep.get("turn") or []:
+            fmt = fmt_of(r["path"])
+            if fmt == "gemini" and p.get("signature"):
+                emitted[p["signature"]] = {"thoughtSignature": p["signature"]}
             if p.get("type") != "thinking":
                 continue
-            fmt = fmt_of(r["path"])
             if fmt == "anthropic":
                 emitted[p["signature"]] = {"thinking": p["text"], "signature": p["signature"]}
             elif fmt == "responses":
@@ -209,6 +277,11 @@ def conv_key(fmt, body):
             if isinstance(it, dict) and it.get("role") == "user":
                 return json.dumps(it.get("content"))[:200]
         return ""
+    if fmt == "gemini":
+        for c in gemini_contents(body):
+            if c.get("role") == "user":
+                return json.dumps(c.get("parts"))[:200]
+        return ""
     for m in body.get("messages") or []:
         if m.get("role") == "user":
             return json.dumps(m.get("content"))[:200]
@@ -224,7 +297,7 @@ CHURN_FIELDS = ("internal_chat_message_metadata_passthrough", "metadata", "creat
 def conversation(fmt, body):
     if not isinstance(body, dict):
         return []
-    items = body.get("input") if fmt == "responses" else body.get("messages")
+    items = {"responses": body.get("input"), "gemini": body.get("contents")}.get(fmt, body.get("messages"))
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
@@ -296,13 +369,15 @@ def shape_problems(fmt, client_body, sent_body):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mock", required=True)
-    ap.add_argument("--client", required=True)
-    ap.add_argument("--mode", choices=("observe", "fit"), required=True)
+    ap.add_argument("--client")
+    ap.add_argument("--mode", choices=("direct", "observe", "fit"), required=True)
     ap.add_argument("--scenario")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.mode != "direct" and not args.client:
+        ap.error("--client is needed in observe and fit")
     mock = load_dir(args.mock)
-    client = load_dir(args.client)
+    client = load_dir(args.client) if args.mode != "direct" else []
     problems = collections.defaultdict(list)
 
     for r in client:
@@ -403,7 +478,8 @@ def main():
         diverged += "x-loom-diverged" in h
     mock_hashes = collections.Counter(hashlib.sha256(r["raw"]).hexdigest() for r in model_mock)
     changed = sum(1 for c in model_client if not mock_hashes[hashlib.sha256(c["raw"]).hexdigest()])
-    print(f"  sessions: {diverged}/{len(model_client)} calls diverged, {changed} bodies changed by Loom")
+    if args.mode != "direct":
+        print(f"  sessions: {diverged}/{len(model_client)} calls diverged, {changed} bodies changed by Loom")
 
     total = sum(len(v) for v in problems.values())
     for kind in ("errors", "pairing", "thinking", "observe", "sessions", "shape"):
@@ -412,7 +488,7 @@ def main():
         extra = len(problems.get(kind, [])) - 20
         if extra > 0:
             print(f"  {kind}: ... and {extra} more")
-    print(f"  check: {len(model_client)} client model calls, {len(model_mock)} reached the mock, "
+    print(f"  check: {len(model_client) if args.mode != 'direct' else 'no'} client model calls, {len(model_mock)} reached the mock, "
           f"{len(emitted)} thinking/reasoning emitted; {total} problems")
     if args.json:
         with open(args.json, "w") as f:

@@ -4,7 +4,8 @@
 # the pin is left as it is. Every step is bounded with `timeout`.
 #
 #   npm:  @anthropic-ai/claude-code (Claude Code), @openai/codex (Codex CLI), opencode-ai (opencode),
-#         @qwen-code/qwen-code (qwen-code)
+#         @qwen-code/qwen-code (qwen-code), @google/gemini-cli (Gemini CLI; not in the default list
+#         until Loom speaks Gemini: LOOM_CLIENTS_ONLY=gemini)
 #   PyPI: aider-chat (aider), mini-swe-agent (mini-swe-agent), each in a venv of its own because
 #         they pin different litellm versions.
 #
@@ -23,6 +24,7 @@ OPENCODE_VERSION=1.18.33
 AIDER_VERSION=0.86.2        # Requires-Python >=3.10,<3.13
 MINI_SWE_AGENT_VERSION=2.4.6
 QWEN_CODE_VERSION=0.24.4
+GEMINI_CLI_VERSION=0.61.0
 
 npm_timeout=900
 pip_timeout=900
@@ -44,7 +46,7 @@ if ! command -v npm >/dev/null 2>&1; then
         timeout 600 apt-get update -qq
         DEBIAN_FRONTEND=noninteractive timeout "$npm_timeout" apt-get install -y -qq nodejs npm >/dev/null
     else
-        echo "npm is needed for Claude Code, Codex, opencode and qwen-code; install Node.js (>= 20)" >&2
+        echo "npm is needed for Claude Code, Codex, opencode, qwen-code and Gemini CLI; install Node.js (>= 20)" >&2
         exit 1
     fi
 fi
@@ -118,4 +120,9 @@ if wanted qwen; then
     npm_install qwen @qwen-code/qwen-code "$QWEN_CODE_VERSION" qwen
     v=$(HOME=$dir/home-probe timeout "$probe_timeout" "$dir/npm/qwen/node_modules/.bin/qwen" --version 2>/dev/null | head -n1 || true)
     report qwen "$v" "$dir/npm/qwen/node_modules/.bin/qwen"
+fi
+if wanted gemini; then
+    npm_install gemini @google/gemini-cli "$GEMINI_CLI_VERSION" gemini
+    v=$(HOME=$dir/home-probe timeout "$probe_timeout" "$dir/npm/gemini/node_modules/.bin/gemini" --version 2>/dev/null | head -n1 || true)
+    report gemini "$v" "$dir/npm/gemini/node_modules/.bin/gemini"
 fi

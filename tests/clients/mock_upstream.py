@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """A scripted mock model provider for the real-client suite (tests/clients).
 
-Speaks the three wire formats a real agent CLI uses, streamed (SSE, chunked transfer encoding,
+Speaks the four wire formats a real agent CLI uses, streamed (SSE, chunked transfer encoding,
 as the providers send it) or not:
 
   POST /v1/messages                 Anthropic Messages (+ /v1/messages/count_tokens)
   POST /v1/responses                OpenAI Responses
   POST /v1/chat/completions         OpenAI Chat Completions
+  POST /v1beta/models/M:generateContent, :streamGenerateContent?alt=sse, :countTokens   Gemini
   GET  /v1/models                   a small model list (both shapes)
 
 and plays a short coding task through the client's OWN tools. The next step is derived only from
@@ -191,11 +192,55 @@ def apply_patch_text(path, old, new):
 # Reading a request: the client flavour, the tool results so far, the working directory.
 
 
+# Gemini (generateContent): `contents` of `user` / `model` turns made of parts; a call is a model
+# part {"functionCall": {"id", "name", "args"}} (the first of a turn with a `thoughtSignature`
+# beside it), its result a user part {"functionResponse": {"id", "name", "response"}}.
+GEMINI_ROUTE = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
+
+
+def gemini_contents(body):
+    return [c for c in body.get("contents") or [] if isinstance(c, dict)]
+
+
+def gemini_parts(content):
+    return [p for p in (content.get("parts") or []) if isinstance(p, dict)]
+
+
+def gemini_response_text(fr):
+    """The text of a functionResponse: its `output` (Gemini CLI's key), else the whole response."""
+    resp = fr.get("response")
+    if isinstance(resp, dict):
+        if isinstance(resp.get("output"), str):
+            return resp["output"]
+        if isinstance(resp.get("error"), str):
+            return resp["error"]
+    return resp if isinstance(resp, str) else json.dumps(resp)
+
+
+def gemini_text(content, results=True):
+    """The text parts of a Gemini Content (thoughts aside), and its function results' text."""
+    if isinstance(content, str):
+        return content
+    out = []
+    for p in gemini_parts(content) if isinstance(content, dict) else []:
+        if isinstance(p.get("text"), str) and not p.get("thought"):
+            out.append(p["text"])
+        elif results and isinstance(p.get("functionResponse"), dict):
+            out.append(gemini_response_text(p["functionResponse"]))
+    return "\n".join(out)
+
+
+def gemini_has_results(content):
+    return any(isinstance(p.get("functionResponse"), dict) for p in gemini_parts(content))
+
+
 def tool_names(fmt, body):
     """Tool name -> declaration. Responses tools may also come in `additional_tools` input items
     (Codex) and inside `namespace` tools."""
     names = {}
     decls = list(body.get("tools") or [])
+    if fmt == "gemini":
+        decls = [d for t in decls if isinstance(t, dict) for d in t.get("functionDeclarations") or []]
     if fmt == "responses" and isinstance(body.get("input"), list):
         for it in body["input"]:
             if isinstance(it, dict) and it.get("type") == "additional_tools":
@@ -252,6 +297,11 @@ def tool_results(fmt, body):
                 if isinstance(it, dict) and it.get("type") in ("function_call_output", "custom_tool_call_output"):
                     out = it.get("output")
                     res.append(out if isinstance(out, str) else text_of(out))
+    elif fmt == "gemini":
+        for c in gemini_contents(body):
+            for p in gemini_parts(c):
+                if isinstance(p.get("functionResponse"), dict):
+                    res.append(gemini_response_text(p["functionResponse"]))
     else:
         for m in body.get("messages") or []:
             if m.get("role") == "tool":
@@ -276,6 +326,10 @@ def all_text(fmt, body):
                     parts.append(text_of(it.get("content")))
                     if isinstance(it.get("output"), str):
                         parts.append(it["output"])
+    elif fmt == "gemini":
+        parts.append(gemini_text(body.get("systemInstruction")))
+        for c in gemini_contents(body):
+            parts.append(gemini_text(c))
     else:
         for m in body.get("messages") or []:
             parts.append(text_of(m.get("content")))
@@ -287,6 +341,8 @@ def system_text(fmt, body):
         return text_of(body.get("system"))
     if fmt == "responses":
         return body.get("instructions") or ""
+    if fmt == "gemini":
+        return gemini_text(body.get("systemInstruction"))
     return "\n".join(text_of(m.get("content")) for m in body.get("messages") or []
                      if m.get("role") in ("system", "developer"))
 
@@ -313,10 +369,17 @@ SUMMARY_PROMPTS = ("CRITICAL: Respond with TEXT ONLY",                # Claude C
                    "Create a new anchored summary from the conversation history")  # opencode
 # opencode's and aider's summarizers are requests of their own, given the conversation as text.
 SUMMARY_AGENTS = ("You are a context summarization agent.",                      # opencode
-                  "*Briefly* summarize this partial conversation about programming")  # aider
+                  "*Briefly* summarize this partial conversation about programming",  # aider
+                  # Gemini CLI's chat compression: a summary request, then a verification one.
+                  "distilling chat history into a structured XML <state_snapshot>")
 
 
 def last_user_text(fmt, body):
+    if fmt == "gemini":
+        for c in reversed(gemini_contents(body)):
+            if c.get("role") == "user":
+                return "" if gemini_has_results(c) else gemini_text(c)
+        return ""
     items = body.get("input") if fmt == "responses" else body.get("messages")
     if isinstance(items, str):
         return items
@@ -354,6 +417,10 @@ def result_ids(fmt, body):
         for it in items if isinstance(items, list) else []:
             if isinstance(it, dict) and it.get("type") in ("function_call_output", "custom_tool_call_output"):
                 ids.add(it.get("call_id"))
+    elif fmt == "gemini":
+        for c in gemini_contents(body):
+            ids.update(p["functionResponse"].get("id") for p in gemini_parts(c)
+                       if isinstance(p.get("functionResponse"), dict))
     else:
         for m in body.get("messages") or []:
             if m.get("role") == "tool":
@@ -380,6 +447,11 @@ def conversation_seed(fmt, body):
         for it in items or []:
             if isinstance(it, dict) and it.get("role") == "user":
                 return text_of(it.get("content"))
+        return ""
+    if fmt == "gemini":
+        for c in gemini_contents(body):
+            if c.get("role") == "user":
+                return gemini_text(c)
         return ""
     for m in body.get("messages") or []:
         if m.get("role") == "user":
@@ -413,6 +485,10 @@ def flavour(fmt, body, names):
         # qwen-code's main agent; its background subagents (the managed-memory extraction, with
         # read_file/edit/run_shell_command too) have other system prompts and get a side reply.
         return "qwen"
+    if (fmt == "gemini" and {"run_shell_command", "read_file", "replace"} <= set(names)
+            and "You are Gemini CLI" in system_text(fmt, body)):
+        # Gemini CLI's main agent; its subagents (invoke_agent) have other system prompts.
+        return "gemini"
     if fmt == "chat" and "bash" in names:
         return "mini"
     if fmt == "chat" and not names and "SEARCH/REPLACE" in system_text(fmt, body):
@@ -526,12 +602,14 @@ def wants_thinking(fmt, body):
         return isinstance(t, dict) and t.get("type") in ("enabled", "adaptive")
     if fmt == "responses":
         return isinstance(body.get("reasoning"), dict) or "reasoning.encrypted_content" in (body.get("include") or [])
+    if fmt == "gemini":
+        return bool(((body.get("generationConfig") or {}).get("thinkingConfig") or {}).get("includeThoughts"))
     return False
 
 
 def tool_call(kind, fmt, names, step, workdir, sid):
     op = step[0]
-    prefix = {"anthropic": "toolu_", "responses": "call_", "chat": "call_"}[fmt]
+    prefix = {"anthropic": "toolu_", "responses": "call_", "chat": "call_", "gemini": "fc_"}[fmt]
     absolute = lambda p: os.path.join(workdir, p)
     if op == "reread":
         # An absolute path: the file tool of each client, or `cat`.
@@ -539,7 +617,7 @@ def tool_call(kind, fmt, names, step, workdir, sid):
             return tool_part("Read", sid, {"file_path": step[1]}, prefix)
         if kind == "opencode":
             return tool_part("read", sid, {"filePath": step[1]}, prefix)
-        if kind == "qwen":
+        if kind in ("qwen", "gemini"):
             return tool_part("read_file", sid, {"file_path": step[1]}, prefix)
         op, step = "read", ("read", step[1])
     if kind == "claude":
@@ -568,6 +646,16 @@ def tool_call(kind, fmt, names, step, workdir, sid):
         if op == "edit":
             return tool_part("edit", sid, {"file_path": absolute(step[1]), "old_string": step[2],
                                            "new_string": step[3]}, prefix)
+        return tool_part("run_shell_command", sid, {"command": TEST_COMMAND, "description": "Run the test"}, prefix)
+    if kind == "gemini":
+        if op == "list":
+            return tool_part("run_shell_command", sid, {"command": "ls -la", "description": "List files"}, prefix)
+        if op == "read":
+            return tool_part("read_file", sid, {"file_path": absolute(step[1])}, prefix)
+        if op == "edit":
+            return tool_part("replace", sid, {"file_path": absolute(step[1]),
+                                              "instruction": f"Replace `{step[2].strip()}` with `{step[3].strip()}`.",
+                                              "old_string": step[2], "new_string": step[3]}, prefix)
         return tool_part("run_shell_command", sid, {"command": TEST_COMMAND, "description": "Run the test"}, prefix)
     # Shell-driven clients: codex and mini.
     if op == "list":
@@ -632,7 +720,42 @@ def aider_turn(fmt, body, scenario, seed):
     return [{"type": "text", "text": text}]
 
 
+# Gemini CLI's JSON side requests (generationConfig.responseJsonSchema): the answers that let it
+# go on with its default model: the router's complexity score (at or over its threshold: the Pro
+# model), the next-speaker check (the user: the turn is over), the loop check (no loop).
+SCHEMA_ANSWERS = {"complexity_score": 90, "next_speaker": "user", "unproductive_state_confidence": 0}
+
+
+def schema_value(schema, name=None):
+    """A value that satisfies a JSON schema (OpenAPI-style upper-case types too)."""
+    if name in SCHEMA_ANSWERS:
+        return SCHEMA_ANSWERS[name]
+    if not isinstance(schema, dict):
+        return "OK."
+    if schema.get("enum"):
+        return schema["enum"][0]
+    t = schema.get("type")
+    if isinstance(t, list):
+        t = next((x for x in t if str(x).lower() != "null"), "string")
+    t = str(t or ("object" if "properties" in schema else "string")).lower()
+    if t == "object":
+        props = schema.get("properties") or {}
+        return {k: schema_value(props[k], k) for k in (schema.get("required") or list(props)) if k in props}
+    if t == "array":
+        return [schema_value(schema["items"])] * int(schema.get("minItems") or 0) if "items" in schema else []
+    if t in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if t == "boolean":
+        return False
+    return "OK."
+
+
 def side_reply(fmt, body):
+    if fmt == "gemini":
+        gc = body.get("generationConfig") or {}
+        if gc.get("responseMimeType") == "application/json":
+            schema = gc.get("responseJsonSchema") or gc.get("responseSchema")
+            return [{"type": "text", "text": json.dumps(schema_value(schema))}]
     sys_text = system_text(fmt, body).lower()
     if "commit message" in sys_text:
         return [{"type": "text", "text": "fix: correct add and mul in calc.py"}]
@@ -864,6 +987,88 @@ def chat_chunks(turn, body, in_tok, cid, created):
     return out
 
 
+def gemini_sign(turn, sid):
+    """Gemini's thought signature: on the first functionCall of the turn, else (when it thought) on
+    its last text part; the thinking part's signature, or one of the call's own. Kept in the turn
+    (`signature`) so that the reply's record says what was sent."""
+    think = next((p for p in turn if p["type"] == "thinking"), None)
+    call = next((p for p in turn if p["type"] == "tool"), None)
+    texts = [p for p in turn if p["type"] == "text"]
+    target = call or (texts[-1] if think and texts else None)
+    if target is not None:
+        target["signature"] = think["signature"] if think else signature_for("sig/" + (call["id"] if call else sid))
+    return turn
+
+
+def gemini_usage(in_tok, turn, final=True):
+    """usageMetadata: thoughts apart from the candidates, as the API counts them."""
+    u = {"promptTokenCount": in_tok}
+    if final:
+        out_tok = sum(approx_tokens(json.dumps(p)) for p in turn if p["type"] != "thinking")
+        thoughts = sum(approx_tokens(json.dumps(p)) for p in turn if p["type"] == "thinking")
+        u["candidatesTokenCount"] = out_tok
+        u["totalTokenCount"] = in_tok + out_tok + thoughts
+        if thoughts:
+            u["thoughtsTokenCount"] = thoughts
+    else:
+        u["totalTokenCount"] = in_tok
+    u["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": in_tok}]
+    return u
+
+
+def gemini_part_list(turn, stream):
+    """The turn's parts, in order; streamed, text split in chunks (the signature on the last)."""
+    out = []
+    for p in turn:
+        if p["type"] == "thinking":
+            if p["text"]:
+                out += [{"text": c, "thought": True} for c in (chunks(p["text"]) if stream else [p["text"]])]
+        elif p["type"] == "text":
+            out += [{"text": c} for c in (chunks(p["text"]) if stream else [p["text"]])]
+            if p.get("signature"):
+                out[-1]["thoughtSignature"] = p["signature"]
+        elif p["type"] == "tool":
+            part = {"functionCall": {"id": p["id"], "name": p["name"], "args": p["input"]}}
+            if p.get("signature"):
+                part["thoughtSignature"] = p["signature"]
+            out.append(part)
+    return out
+
+
+def gemini_response(parts, model, resp_id, usage, finish):
+    cand = {"content": {"parts": parts, "role": "model"}, "index": 0}
+    if finish:
+        cand["finishReason"] = "STOP"
+    return {"candidates": [cand], "usageMetadata": usage, "modelVersion": model, "responseId": resp_id}
+
+
+def gemini_frames(turn, model, in_tok, resp_id):
+    """streamGenerateContent?alt=sse: every frame a whole GenerateContentResponse, one part each
+    (a functionCall whole), the last with finishReason and the final usage; no [DONE]."""
+    parts = gemini_part_list(turn, True) or [{"text": ""}]
+    return [gemini_response([p], model, resp_id, gemini_usage(in_tok, turn, i == len(parts) - 1),
+                            i == len(parts) - 1) for i, p in enumerate(parts)]
+
+
+def gemini_unsigned_call(body):
+    """The API's rule (400 without it): in the current turn (since the last user text), the first
+    functionCall part of every model content carries a thoughtSignature. Returns where it is
+    missing, or None."""
+    contents = gemini_contents(body)
+    start = 0
+    for i, c in enumerate(contents):
+        if c.get("role") == "user" and not gemini_has_results(c) and gemini_text(c):
+            start = i
+    for i in range(start, len(contents)):
+        c = contents[i]
+        if c.get("role") != "model":
+            continue
+        calls = [(j, p) for j, p in enumerate(gemini_parts(c)) if isinstance(p.get("functionCall"), dict)]
+        if calls and not calls[0][1].get("thoughtSignature"):
+            return f"contents[{i}].parts[{calls[0][0]}]"
+    return None
+
+
 # ----------------------------------------------------------------------------------------------
 # The server.
 
@@ -971,7 +1176,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = url.path
         if self.state.delay:
             time.sleep(self.state.delay)
-        if path.endswith("/messages/count_tokens"):
+        gemini = GEMINI_ROUTE.search(path)
+        if gemini:
+            self.handle_gemini(seq, body, raw, gemini.group(1), gemini.group(2))
+        elif path.endswith("/messages/count_tokens"):
             self.send_json(seq, 200, {"input_tokens": approx_tokens(raw)}, "count_tokens")
         elif path.endswith("/messages"):
             self.handle_anthropic(seq, body, raw)
@@ -1042,6 +1250,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                                       responses_items(turn, encrypted),
                                                       responses_usage(in_tok, turn)), note, turn)
 
+    def handle_gemini(self, seq, body, raw, model, method):
+        if method == "countTokens":
+            self.send_json(seq, 200, {"totalTokens": approx_tokens(raw)}, "count_tokens")
+            return
+        where = gemini_unsigned_call(body)
+        if where:
+            self.send_json(seq, 400, {"error": {
+                "code": 400, "status": "INVALID_ARGUMENT",
+                "message": f"Function call is missing a thought_signature in functionCall parts ({where})."}},
+                "unsigned call")
+            return
+        turn, note = plan("gemini", body, self.state.scenario, self.state.workdir)
+        turn = gemini_sign(turn, digest("gemini", seq, note, raw[:256]))
+        resp_id = digest("gemini-resp", seq, raw[:256])[:22]
+        in_tok = approx_tokens(raw)
+        if method == "streamGenerateContent":
+            self.send_sse(seq, [(None, f) for f in gemini_frames(turn, model, in_tok, resp_id)], note, turn)
+        else:
+            self.send_json(seq, 200, gemini_response(gemini_part_list(turn, False), model, resp_id,
+                                                     gemini_usage(in_tok, turn), True), note, turn)
+
     def handle_chat(self, seq, body, raw):
         turn, note = plan("chat", body, self.state.scenario, self.state.workdir)
         cid = "chatcmpl-" + digest("chat", seq, raw[:256])[:24]
@@ -1079,7 +1308,8 @@ def serve(args):
 # ----------------------------------------------------------------------------------------------
 # Exporting recorded requests as fixtures.
 
-REDACT = {"authorization", "x-api-key", "api-key", "cookie", "proxy-authorization", "chatgpt-account-id"}
+REDACT = {"authorization", "x-api-key", "api-key", "cookie", "proxy-authorization", "chatgpt-account-id",
+          "x-goog-api-key"}
 
 
 def load_record(path):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-client suite: real agent CLIs (Claude Code, Codex, opencode, aider, mini-swe-agent,
-# qwen-code) doing a short coding task against a scripted mock provider, directly and through
-# `loom serve`.
+# qwen-code; Gemini CLI on request, direct only until Loom speaks Gemini) doing a short coding
+# task against a scripted mock provider, directly and through `loom serve`.
 #
 # For every client x mode x scenario it makes a scratch git repo (calc.py with two bugs and
 # test_calc.py), starts the mock upstream (tests/clients/mock_upstream.py) and, in the `observe`
@@ -16,7 +16,7 @@
 # and input tokens, the largest request, Loom's sessions and forks, its 4xx/409 replies, orphaned
 # tool calls, requests over the budget or the window), and a table of them ends the output.
 #
-# Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini,qwen,codex2]
+# Usage: bash tests/clients/run.sh [--clients claude,codex,opencode,aider,mini,qwen,codex2,gemini]
 #            [--modes direct,observe,fit,files] [--scenarios short,long,edits,recall,compact]
 #            [--budget N|auto]
 #            [--capture] [--no-install]
@@ -34,9 +34,9 @@
 #   runs' logs go; default LOOM_CLIENTS_DIR/runs/last, emptied first), LOOM_BIN (default
 #   target/release/loom; never built here), PYTHON (default python3).
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 cd "$(dirname "$0")/../.."
 root=$PWD
-here=$root/tests/clients
 dir=${LOOM_CLIENTS_DIR:-$root/target/clients}
 loom_bin=${LOOM_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/loom}
 python=${PYTHON:-python3}
@@ -73,7 +73,7 @@ declare -A fixture_limit=([short]=0 [long]=4 [edits]=10 [recall]=4 [compact]=4) 
 # clears old tool results itself past 500,000 characters of them). The same budget serves every
 # scenario (short and edits stay under it). qwen-code's first request is 17,585 tokens (system
 # prompt 6.5k, 14 tools 8.9k, harness context 2.9k), so its 48,000 leaves room for ~4 notes.
-declare -A auto_budget=([claude]=115000 [codex]=113000 [codex2]=113000 [opencode]=113000 [aider]=104000 [mini]=28000 [qwen]=48000)
+declare -A auto_budget=([claude]=115000 [codex]=113000 [codex2]=113000 [opencode]=113000 [aider]=104000 [mini]=28000 [qwen]=48000 [gemini]=60000)
 case $budget in
     ''|auto) ;;
     *[!0-9]*|0) echo "--budget takes a positive number of tokens or auto, not $budget" >&2; exit 2 ;;
@@ -147,6 +147,7 @@ bin_opencode=$dir/npm/opencode/node_modules/.bin/opencode
 bin_aider=$dir/venv/aider/bin/aider
 bin_mini=$dir/venv/mini/bin/mini
 bin_qwen=$dir/npm/qwen/node_modules/.bin/qwen
+bin_gemini=$dir/npm/gemini/node_modules/.bin/gemini
 
 case ",$modes," in
     *,observe,*|*,fit,*|*,files,*)
@@ -300,8 +301,30 @@ EOF
         "$bin_qwen" --auth-type openai --yolo "$task"
 }
 
-export -f run_claude run_codex run_codex2 codex_as run_opencode run_aider aider_as run_mini run_qwen
-export bin_claude bin_codex bin_opencode bin_aider bin_mini bin_qwen task task_aider
+run_gemini() {
+    local base=$1 d=$2
+    # Gemini CLI's Gemini API key auth (`gemini-api-key`; without it headless mode exits 41) with
+    # its base URL moved to $base; its default model (the router's pick). Usage statistics
+    # (Clearcut), telemetry, update checks and the folder-trust check are off. Its chat
+    # compression splits the history only at a user text turn, so one headless prompt never
+    # compresses (`compact` plays as `long`); past ~50k tokens of tool outputs it masks the older
+    # ones itself (`<tool_output_masked>`).
+    mkdir -p "$d/home/.gemini"
+    cat >"$d/home/.gemini/settings.json" <<EOF
+{
+  "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}},
+  "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+  "privacy": {"usageStatisticsEnabled": false},
+  "telemetry": {"enabled": false}
+}
+EOF
+    GOOGLE_GEMINI_BASE_URL=$base GEMINI_API_KEY=dummy GEMINI_CLI_HOME=$d/home \
+        GEMINI_TELEMETRY_ENABLED=false GEMINI_CLI_TRUST_WORKSPACE=true \
+        "$bin_gemini" --yolo -p "$task"
+}
+
+export -f run_claude run_codex run_codex2 codex_as run_opencode run_aider aider_as run_mini run_qwen run_gemini
+export bin_claude bin_codex bin_opencode bin_aider bin_mini bin_qwen bin_gemini task task_aider
 
 # What the mock must see in a request for the test to count as run: the passing test's output, or
 # for aider (which reports only a failing test back to the model) the failing one's.
@@ -343,7 +366,8 @@ run_one() {
             printf '\n[recall]\nmode = "files"\nfolder = "%s"\n' "$d/recall" >>"$d/loom.toml"
         fi
         if start loom "$d" "$loom_bin" serve --db "$d/loom.db" --listen 127.0.0.1:0 --config "$d/loom.toml" \
-            --upstream-openai "$base/v1" --upstream-anthropic "$base" --auth none; then
+            --upstream-openai "$base/v1" --upstream-anthropic "$base" --upstream-gemini "$base" \
+            --auth none; then
             run_pids+=("$started")
             loom_url=$url
             start recorder "$d" "$python" "$here/recorder.py" --listen 127.0.0.1:0 --upstream "$url" \
@@ -391,6 +415,15 @@ sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=10).re
     if [ "$mode" != direct ] && [ -d "$d/client" ]; then
         if ! "$python" "$here/check.py" --mock "$d/mock" --client "$d/client" --mode "$loom_mode" \
             --scenario "$scenario" --json "$d/check.json" >"$d/check.txt" 2>&1; then
+            problems+=("check.py: $(grep -c '^  [a-z]*: ' "$d/check.txt" | tr -d ' ') problem lines")
+        fi
+    fi
+    # Gemini CLI has no Loom runs yet (Loom does not speak Gemini): its direct runs check what
+    # reached the mock instead (every functionCall answered by its functionResponse, every
+    # thoughtSignature one the mock emitted).
+    if [ "$mode" = direct ] && [ "$client" = gemini ] && [ -d "$d/mock" ]; then
+        if ! "$python" "$here/check.py" --mock "$d/mock" --mode direct --scenario "$scenario" \
+            --json "$d/check.json" >"$d/check.txt" 2>&1; then
             problems+=("check.py: $(grep -c '^  [a-z]*: ' "$d/check.txt" | tr -d ' ') problem lines")
         fi
     fi

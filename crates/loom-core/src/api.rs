@@ -17,11 +17,19 @@ pub enum Api {
     OpenaiResponses,
     /// Anthropic Messages, `POST /v1/messages`.
     Anthropic,
+    /// The Gemini API, `POST /v1beta/models/{model}:generateContent` (and
+    /// `:streamGenerateContent`).
+    Gemini,
 }
 
 impl Api {
     /// Every API.
-    pub const ALL: [Api; 3] = [Api::OpenaiChat, Api::OpenaiResponses, Api::Anthropic];
+    pub const ALL: [Api; 4] = [
+        Api::OpenaiChat,
+        Api::OpenaiResponses,
+        Api::Anthropic,
+        Api::Gemini,
+    ];
 
     /// The API's name: in JSON, configuration, headers and on the command line.
     pub fn as_str(self) -> &'static str {
@@ -29,6 +37,7 @@ impl Api {
             Self::OpenaiChat => "openai-chat",
             Self::OpenaiResponses => "openai-responses",
             Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
         }
     }
 
@@ -38,15 +47,18 @@ impl Api {
             Self::OpenaiChat => "OpenAI Chat",
             Self::OpenaiResponses => "OpenAI Responses",
             Self::Anthropic => "Anthropic Messages",
+            Self::Gemini => "Gemini",
         }
     }
 
-    /// The path a client posts a request to, below the base URL's `/v1`.
+    /// The path a client posts a request to, below the base URL's `/v1` (Gemini's, below
+    /// `/v1beta`, names the model and the method after it: `/models/{model}:generateContent`).
     pub fn endpoint(self) -> &'static str {
         match self {
             Self::OpenaiChat => "/chat/completions",
             Self::OpenaiResponses => "/responses",
             Self::Anthropic => "/messages",
+            Self::Gemini => "/models",
         }
     }
 
@@ -55,6 +67,7 @@ impl Api {
         match self {
             Self::OpenaiResponses => "input",
             Self::OpenaiChat | Self::Anthropic => "messages",
+            Self::Gemini => "contents",
         }
     }
 
@@ -70,12 +83,14 @@ impl Api {
             }
             "openai-responses" | "responses" => Some(Self::OpenaiResponses),
             "anthropic" | "anthropic-messages" | "messages" => Some(Self::Anthropic),
+            "gemini" | "google" | "generate-content" => Some(Self::Gemini),
             _ => None,
         }
     }
 
     /// The names [`Api::parse`] is documented to take, for error messages.
-    pub const NAMES: &'static str = "\"openai-chat\", \"openai-responses\" or \"anthropic\"";
+    pub const NAMES: &'static str =
+        "\"openai-chat\", \"openai-responses\", \"anthropic\" or \"gemini\"";
 }
 
 impl fmt::Display for Api {
@@ -127,8 +142,9 @@ mod tests {
         ] {
             assert_eq!(Api::parse(old), Some(api), "{old}");
         }
-        assert_eq!(Api::parse("gemini"), None);
-        let err = serde_json::from_str::<Api>("\"gemini\"").unwrap_err();
-        assert!(err.to_string().contains("unknown API \"gemini\""), "{err}");
+        assert_eq!(Api::parse("google"), Some(Api::Gemini));
+        assert_eq!(Api::parse("vertex"), None);
+        let err = serde_json::from_str::<Api>("\"vertex\"").unwrap_err();
+        assert!(err.to_string().contains("unknown API \"vertex\""), "{err}");
     }
 }

@@ -285,7 +285,8 @@ pub struct ToolCall {
 /// OpenAI Responses `reasoning` items carry `encrypted_content` the model needs to resume; the
 /// plain `reasoning` text cannot rebuild either, so the objects are kept as they arrived. A
 /// Responses `compaction` item (the provider's encrypted summary of the conversation before it,
-/// the whole output of a remote compaction) is kept the same way, as its turn's output.
+/// the whole output of a remote compaction) is kept the same way, as its turn's output. A Gemini
+/// turn keeps all its parts (thought parts, and the `thoughtSignature` on the part it signs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NativeReasoning {
     /// The provider API the items belong to; they are sent back only to that API.
@@ -302,6 +303,17 @@ impl NativeReasoning {
     fn validate(&self) -> Result<()> {
         for (i, item) in self.items.iter().enumerate() {
             let field = |name: &str| format!("native.items[{i}].{name}");
+            if self.api == Api::Gemini {
+                // A model turn's parts as Gemini sent them (thoughts, text and calls with their
+                // `thoughtSignature`s), replayed whole.
+                if !item.is_object() {
+                    return Err(LogError::invalid(
+                        format!("native.items[{i}]"),
+                        "must be an object: a part of the model's content",
+                    ));
+                }
+                continue;
+            }
             let kind = item.get("type").and_then(serde_json::Value::as_str);
             let required = match (self.api, kind) {
                 (Api::Anthropic, Some("thinking")) => "signature",
@@ -321,6 +333,7 @@ impl NativeReasoning {
                         "expected `reasoning` or `compaction` for the openai-responses api",
                     ))
                 }
+                (Api::Gemini, _) => continue,
                 (Api::OpenaiChat, _) => {
                     return Err(LogError::invalid(
                         field("type"),

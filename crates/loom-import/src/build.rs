@@ -155,6 +155,34 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Tool outputs longer than this many bytes go to the blob store.
+    pub(crate) fn inline_limit(&self) -> usize {
+        self.inline_limit
+    }
+
+    /// The line the record starts on (readers of values already parsed know no finer place).
+    pub(crate) fn line(&self) -> u64 {
+        self.at.line.unwrap_or(1)
+    }
+
+    /// Puts a tool output read whole into the blob store.
+    pub(crate) fn offload(&mut self, spot: &Spot, bytes: &[u8]) -> Result<loom_core::BlobInfo> {
+        match self.blobs.offload(bytes) {
+            Ok(info) => {
+                self.offloaded += 1;
+                Ok(info)
+            }
+            Err(source) => {
+                let mut at = self.at.clone();
+                at.line = spot.line.or(at.line);
+                Err(ImportError::Blob {
+                    at: Box::new(at),
+                    source,
+                })
+            }
+        }
+    }
+
     /// Where a top-level field of the record is.
     pub(crate) fn record_spot(&self) -> Spot {
         Spot {

@@ -39,6 +39,12 @@ pub(crate) fn detect(rec: &RawRecord) -> Result<Option<Clue>, Vec<Clue>> {
     if rec.items_key == crate::raw::ItemsKey::Input {
         add(Api::OpenaiResponses, "top-level `input`".into());
     }
+    if rec.contents.is_some() {
+        add(Api::Gemini, "top-level `contents`".into());
+    }
+    if rec.system_instruction.is_some() {
+        add(Api::Gemini, "top-level `systemInstruction`".into());
+    }
     let key = rec.items_key.name();
     for (i, item) in rec.items.iter().flatten().enumerate() {
         for (format, what) in item_clues(item) {

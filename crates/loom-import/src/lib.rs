@@ -1,8 +1,9 @@
 //! Readers that turn real agent histories into Loom log events.
 //!
-//! Three formats are read: OpenAI Chat Completions (a message list, `{"messages": [...]}`, or
+//! Four formats are read: OpenAI Chat Completions (a message list, `{"messages": [...]}`, or
 //! JSONL of trajectories `{"id", "source", "messages"}`), Anthropic Messages (`system` plus
-//! messages with content blocks) and OpenAI Responses input items; without a requested format
+//! messages with content blocks), OpenAI Responses input items and Gemini `contents` (with
+//! `systemInstruction`); without a requested format
 //! ([`ParseOptions::format`] `None`) they are told apart from the content. The mapping of every field is documented in `docs/formats.md`.
 //!
 //! Every event is checked by a [`loom_core::Ledger`] while it is built. Reading stores nothing but
@@ -14,6 +15,7 @@ mod anthropic;
 mod build;
 mod detect;
 mod error;
+mod gemini;
 mod input;
 mod opaque;
 mod openai;
@@ -33,11 +35,12 @@ pub use sink::{BlobSink, SinkError};
 
 /// The names a requested format is given by (`--format`, the API's `format` parameter): `auto`,
 /// the importer's short names, and each API's own name.
-pub const FORMAT_NAMES: [&str; 7] = [
+pub const FORMAT_NAMES: [&str; 8] = [
     "auto",
     "openai",
     "anthropic",
     "responses",
+    "gemini",
     "openai-chat",
     "openai-responses",
     "anthropic-messages",
@@ -56,7 +59,7 @@ pub fn requested_format(name: &str) -> Result<Option<Api>> {
         .map(Some)
         .ok_or_else(|| {
             ImportError::Options(format!(
-                "unknown format `{name}`; expected auto, openai, anthropic or responses"
+                "unknown format `{name}`; expected auto, openai, anthropic, responses or gemini"
             ))
         })
 }

@@ -20,7 +20,7 @@ use crate::input::{Input, NotUtf8, Tracker};
 use crate::raw::{Ctx, ItemsKey, RawRecord, RecordSeed};
 use loom_core::Api;
 
-use crate::{anthropic, openai, responses};
+use crate::{anthropic, gemini, openai, responses};
 
 /// Tool outputs longer than this many bytes go to the blob store unless told otherwise.
 pub const DEFAULT_INLINE_LIMIT: usize = 1 << 20;
@@ -345,11 +345,12 @@ fn choose(
     record: usize,
     file_clue: &mut Option<(Clue, usize)>,
 ) -> Result<Api> {
-    if raw.items.is_none() {
+    if raw.items.is_none() && raw.contents.is_none() {
         return Err(ImportError::Format {
             at: Box::new(at.clone()),
             reason: "unknown format: expected a list of messages, or an object with `messages` \
-                     (OpenAI Chat, Anthropic Messages) or `input` (OpenAI Responses)"
+                     (OpenAI Chat, Anthropic Messages), `input` (OpenAI Responses) or \
+                     `contents` (Gemini)"
                 .into(),
         });
     }
@@ -357,6 +358,13 @@ fn choose(
         return Err(ImportError::Format {
             at: Box::new(at.clone()),
             reason: "ambiguous format: the object has both `messages` and `input`".into(),
+        });
+    }
+    if raw.items.is_some() && raw.contents.is_some() {
+        return Err(ImportError::Format {
+            at: Box::new(at.clone()),
+            reason: "ambiguous format: the object has both `contents` and `messages` or `input`"
+                .into(),
         });
     }
     if let Some(requested) = requested {
@@ -415,6 +423,27 @@ fn convert(
     if raw.system.is_some() && format != Api::Anthropic {
         return Err(foreign("system", Api::Anthropic));
     }
+    if format != Api::Gemini {
+        if raw.contents.is_some() {
+            return Err(foreign("contents", Api::Gemini));
+        }
+        if raw.system_instruction.is_some() {
+            return Err(foreign("systemInstruction", Api::Gemini));
+        }
+    } else if !items.is_empty() {
+        let field = if key == ItemsKey::Bare {
+            "[]"
+        } else {
+            key.name()
+        };
+        return Err(ImportError::Invalid {
+            at: Box::new(at.clone()),
+            field: field.to_owned(),
+            reason: "is not a Gemini conversation, which is an object with `contents`; pass \
+                     --format auto or the record's own format"
+                .to_owned(),
+        });
+    }
     if (raw.instructions.is_some() || key == ItemsKey::Input) && format != Api::OpenaiResponses {
         let field = if key == ItemsKey::Input {
             "input"
@@ -423,7 +452,13 @@ fn convert(
         };
         return Err(foreign(field, Api::OpenaiResponses));
     }
-    if items.is_empty() && raw.system.is_none() && raw.instructions.is_none() {
+    let contents = raw.contents.unwrap_or_default();
+    if items.is_empty()
+        && contents.is_empty()
+        && raw.system.is_none()
+        && raw.instructions.is_none()
+        && raw.system_instruction.is_none()
+    {
         return Err(ImportError::Invalid {
             at: Box::new(at.clone()),
             field: if key == ItemsKey::Bare {
@@ -443,6 +478,7 @@ fn convert(
         Api::Anthropic => anthropic::convert(&mut b, raw.system, items)?,
         Api::OpenaiResponses => responses::convert(&mut b, raw.instructions, items)?,
         Api::OpenaiChat => openai::convert(&mut b, items)?,
+        Api::Gemini => gemini::convert(&mut b, raw.system_instruction, contents)?,
     }
     Ok(b.finish())
 }

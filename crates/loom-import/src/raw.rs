@@ -130,6 +130,8 @@ pub(crate) enum ItemsKey {
     Messages,
     /// `input` (Responses).
     Input,
+    /// `contents` (Gemini).
+    Contents,
 }
 
 impl ItemsKey {
@@ -138,6 +140,7 @@ impl ItemsKey {
             Self::Bare => "",
             Self::Messages => "messages",
             Self::Input => "input",
+            Self::Contents => "contents",
         }
     }
 }
@@ -155,6 +158,10 @@ pub(crate) struct RawRecord {
     pub(crate) both_keys: bool,
     /// A string given as `input` (Responses accepts a single user message this way).
     pub(crate) input_text: bool,
+    /// Gemini's `contents`, read whole (its parts have shapes of their own).
+    pub(crate) contents: Option<Vec<serde_json::Value>>,
+    /// Gemini's `systemInstruction`.
+    pub(crate) system_instruction: Option<serde_json::Value>,
 }
 
 /// One step of the path to the value being read.
@@ -281,11 +288,13 @@ enum Field {
     Messages,
     System,
     Instructions,
+    Contents,
+    SystemInstruction,
     Other,
 }
 
 impl Field {
-    const ALL: [(Self, &'static str); 29] = [
+    const ALL: [(Self, &'static str); 31] = [
         (Self::Role, "role"),
         (Self::Type, "type"),
         (Self::Content, "content"),
@@ -315,6 +324,8 @@ impl Field {
         (Self::Messages, "messages"),
         (Self::System, "system"),
         (Self::Instructions, "instructions"),
+        (Self::Contents, "contents"),
+        (Self::SystemInstruction, "systemInstruction"),
     ];
 
     fn of(name: &str) -> Self {
@@ -729,6 +740,11 @@ impl<'de> Visitor<'de> for RecordSeed<'_, '_> {
                     Field::Instructions => {
                         r.instructions = Some(map.next_value_seed(ContentSeed(ctx))?);
                     }
+                    Field::Contents => {
+                        r.contents = Some(map.next_value()?);
+                        r.items_key = ItemsKey::Contents;
+                    }
+                    Field::SystemInstruction => r.system_instruction = Some(map.next_value()?),
                     _ => {
                         map.next_value::<IgnoredAny>()?;
                     }

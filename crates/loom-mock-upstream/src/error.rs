@@ -70,6 +70,8 @@ pub(crate) enum Flavor {
     OpenAi,
     /// `{"type": "error", "error": {"type", "message"}}`
     Anthropic,
+    /// `{"error": {"code", "message", "status"}}`
+    Google,
 }
 
 /// A rejected request, as the provider answers a malformed one.
@@ -141,6 +143,16 @@ fn error_reply(
             });
             Outgoing::json(status, &body).header("request-id", request_id)
         }
+        Flavor::Google => {
+            let message = match param {
+                Some(p) if !message.contains(p) => format!("{p}: {message}"),
+                _ => message.to_owned(),
+            };
+            let body = json!({
+                "error": { "code": code, "message": message, "status": google_status(code) }
+            });
+            Outgoing::json(status, &body)
+        }
     };
     if code == 408 || code == 409 || code == 429 || code >= 500 {
         reply.header("retry-after-ms", "10")
@@ -158,6 +170,21 @@ fn openai_kind(status: u16) -> (&'static str, Value) {
         429 => ("requests", json!("rate_limit_exceeded")),
         500.. => ("server_error", Value::Null),
         _ => ("invalid_request_error", Value::Null),
+    }
+}
+
+/// Google's canonical status name for an HTTP status.
+fn google_status(status: u16) -> &'static str {
+    match status {
+        400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        429 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        500.. => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
     }
 }
 

@@ -30,6 +30,7 @@ mod chat;
 mod embeddings;
 mod error;
 mod fault;
+mod gemini;
 mod messages;
 mod mock;
 mod request;

@@ -22,8 +22,9 @@ use crate::chat::ChatReply;
 use crate::embeddings;
 use crate::error::{self, Flavor, MockError};
 use crate::fault::Fault;
+use crate::gemini::GeminiReply;
 use crate::messages::MessagesReply;
-use crate::request::{self, Api};
+use crate::request::{self, Api, GeminiTarget};
 use crate::responses::ResponsesReply;
 use crate::wire::Outgoing;
 
@@ -145,6 +146,7 @@ impl Mock {
             .route("/v1/chat/completions", generate(Api::OpenaiChat))
             .route("/v1/responses", generate(Api::OpenaiResponses))
             .route("/v1/messages", generate(Api::Anthropic))
+            .route("/v1beta/models/{target}", post(gemini_route))
             .route("/v1/embeddings", post(embeddings_route))
             .route("/v1/models", get(models))
             .route(
@@ -252,10 +254,12 @@ impl Mock {
         inner.serial
     }
 
-    /// Answers one generation request: record, take the fault, wait, reply.
+    /// Answers one generation request: record, take the fault, wait, reply. A Gemini request
+    /// comes with the `target` its path names.
     async fn answer(
         &self,
         api: Api,
+        target: Option<GeminiTarget>,
         method: Method,
         uri: Uri,
         headers: HeaderMap,
@@ -267,7 +271,12 @@ impl Mock {
         let flavor = match api {
             Api::Anthropic => Flavor::Anthropic,
             Api::OpenaiChat | Api::OpenaiResponses => Flavor::OpenAi,
+            Api::Gemini => Flavor::Google,
         };
+        // Gemini streams as server-sent events only with `alt=sse`.
+        let sse = uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
         let outgoing = match fault.status {
             Some(status) => {
                 let reply = error::fault_reply(flavor, status, &request_id(self.next_serial()));
@@ -280,15 +289,23 @@ impl Mock {
             }
             None => match &fault.body {
                 Some(raw) => Outgoing::raw(StatusCode::OK, raw.clone()),
-                None => self.generate(api, parsed, flavor),
+                None => self.generate(api, target.as_ref(), sse, parsed, flavor),
             },
         };
         outgoing.into_response(&fault)
     }
 
     /// The reply to a well-formed request, or the provider's 400 for a malformed one.
-    fn generate(&self, api: Api, parsed: Result<Value, MockError>, flavor: Flavor) -> Outgoing {
-        let read = parsed.and_then(|body| request::parse(api, &body).map(|prompt| (body, prompt)));
+    fn generate(
+        &self,
+        api: Api,
+        target: Option<&GeminiTarget>,
+        sse: bool,
+        parsed: Result<Value, MockError>,
+        flavor: Flavor,
+    ) -> Outgoing {
+        let read =
+            parsed.and_then(|body| request::parse(api, &body, target).map(|prompt| (body, prompt)));
         let (body, prompt) = match read {
             Ok(read) => read,
             Err(err) => return error::bad_request(flavor, &err, &request_id(self.next_serial())),
@@ -334,6 +351,14 @@ impl Mock {
             }
             .render()
             .header("request-id", &rid),
+            Api::Gemini => GeminiReply {
+                prompt: &prompt,
+                reply: &reply,
+                usage,
+                ids,
+                sse,
+            }
+            .render(),
         }
     }
 }
@@ -389,8 +414,51 @@ fn generate(api: Api) -> MethodRouter<Mock> {
               method: Method,
               uri: Uri,
               headers: HeaderMap,
-              body: Bytes| async move { mock.answer(api, method, uri, headers, body).await },
+              body: Bytes| async move {
+            mock.answer(api, None, method, uri, headers, body).await
+        },
     )
+}
+
+/// `POST /v1beta/models/{model}:{method}`: Gemini's `generateContent`,
+/// `streamGenerateContent` and `countTokens` (answered with the mock's own count).
+async fn gemini_route(
+    State(mock): State<Mock>,
+    axum::extract::Path(target): axum::extract::Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (model, action) = target.rsplit_once(':').unwrap_or((target.as_str(), ""));
+    match action {
+        "generateContent" | "streamGenerateContent" if !model.is_empty() => {
+            let target = GeminiTarget {
+                model: model.to_owned(),
+                stream: action == "streamGenerateContent",
+            };
+            mock.answer(Api::Gemini, Some(target), method, uri, headers, body)
+                .await
+        }
+        "countTokens" if !model.is_empty() => {
+            let parsed = parse_body(&body);
+            mock.receive_unfaulted(record(&method, &uri, &headers, &parsed, &body));
+            let tokens = body.len().div_ceil(4).max(1);
+            Outgoing::json(StatusCode::OK, &json!({ "totalTokens": tokens }))
+                .into_response(&Fault::default())
+        }
+        _ => {
+            let parsed = parse_body(&body);
+            mock.receive_unfaulted(record(&method, &uri, &headers, &parsed, &body));
+            error::not_found(
+                Flavor::Google,
+                method.as_str(),
+                uri.path(),
+                &request_id(mock.next_serial()),
+            )
+            .into_response(&Fault::default())
+        }
+    }
 }
 
 /// `POST /v1/embeddings`: OpenAI's shape, vectors from the text (see [`crate::embeddings`]).

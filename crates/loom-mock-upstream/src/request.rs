@@ -16,6 +16,7 @@ pub(crate) fn record(api: Api) -> &'static str {
         Api::OpenaiChat => "chat completion request",
         Api::OpenaiResponses => "responses request",
         Api::Anthropic => "messages request",
+        Api::Gemini => "generate content request",
     }
 }
 
@@ -57,27 +58,43 @@ pub(crate) struct Prompt {
     pub(crate) cache_breakpoint: Option<usize>,
 }
 
-/// Reads a request body for `api`.
-pub(crate) fn parse(api: Api, body: &Value) -> Result<Prompt> {
+/// The model and the method a Gemini request's path names (`models/{model}:{method}`): the API
+/// reads them from the path, not the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GeminiTarget {
+    /// The model.
+    pub(crate) model: String,
+    /// `streamGenerateContent` rather than `generateContent`.
+    pub(crate) stream: bool,
+}
+
+/// Reads a request body for `api`; a Gemini request also needs the `target` its path names.
+pub(crate) fn parse(api: Api, body: &Value, target: Option<&GeminiTarget>) -> Result<Prompt> {
     let record = record(api);
     let Some(body) = body.as_object() else {
         return Err(MockError::field(record, "(body)", "expected a JSON object"));
     };
-    let model = match body.get("model") {
-        Some(Value::String(model)) if !model.is_empty() => model.clone(),
-        _ => {
-            return Err(MockError::field(
-                record,
-                "model",
-                "expected a non-empty string",
-            ))
+    let (model, stream) = match target {
+        Some(t) => (t.model.clone(), t.stream),
+        None => {
+            let model = match body.get("model") {
+                Some(Value::String(model)) if !model.is_empty() => model.clone(),
+                _ => {
+                    return Err(MockError::field(
+                        record,
+                        "model",
+                        "expected a non-empty string",
+                    ))
+                }
+            };
+            (model, optional_bool(record, body, "stream")?)
         }
     };
-    let stream = optional_bool(record, body, "stream")?;
     let prompt = match api {
         Api::OpenaiChat => chat(record, body, model, stream)?,
         Api::OpenaiResponses => responses(record, body, model, stream)?,
         Api::Anthropic => messages(record, body, model, stream)?,
+        Api::Gemini => gemini(record, body, model, stream)?,
     };
     rules::check(api, body, prompt.thinking)?;
     Ok(prompt)
@@ -347,6 +364,109 @@ fn messages(
     })
 }
 
+/// Gemini: `contents` of `user` and `model` parts, `systemInstruction`, `tools` with
+/// `functionDeclarations`, `generationConfig.thinkingConfig.includeThoughts`.
+fn gemini(
+    record: &'static str,
+    body: &Map<String, Value>,
+    model: String,
+    stream: bool,
+) -> Result<Prompt> {
+    let contents = non_empty_array(record, body, "contents")?;
+    for (i, content) in contents.iter().enumerate() {
+        match content.get("role") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(r)) if matches!(r.as_str(), "user" | "model") => {}
+            Some(_) => {
+                return Err(MockError::field(
+                    record,
+                    format!("contents[{i}].role"),
+                    "Please use a valid role: user, model.",
+                ))
+            }
+        }
+        if !content.get("parts").is_some_and(Value::is_array) {
+            return Err(MockError::field(
+                record,
+                format!("contents[{i}].parts"),
+                "expected an array",
+            ));
+        }
+    }
+    let parts = |c: &Value| -> Vec<Value> {
+        c.get("parts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (last, last_text) = match contents.last() {
+        Some(c) if c.get("role").and_then(Value::as_str) != Some("model") => {
+            let parts = parts(c);
+            let response = parts.iter().rev().find_map(|p| p.get("functionResponse"));
+            match response {
+                Some(r) => (
+                    Last::ToolResult,
+                    r.get("response").map(Value::to_string).unwrap_or_default(),
+                ),
+                None => (Last::User, content_text(Some(&Value::Array(parts)))),
+            }
+        }
+        Some(c) => (Last::Other, content_text(Some(&Value::Array(parts(c))))),
+        None => (Last::Other, String::new()),
+    };
+    let mut tools = Vec::new();
+    for (i, tool) in optional_array(record, body, "tools")?.iter().enumerate() {
+        let declarations = tool
+            .get("functionDeclarations")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        for (j, d) in declarations.iter().enumerate() {
+            let Some(name) = d
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            else {
+                return Err(MockError::field(
+                    record,
+                    format!("tools[{i}].functionDeclarations[{j}].name"),
+                    "expected a non-empty string",
+                ));
+            };
+            tools.push(name.to_owned());
+        }
+    }
+    let mode = body
+        .get("toolConfig")
+        .and_then(|c| c.pointer("/functionCallingConfig/mode"))
+        .and_then(Value::as_str);
+    if mode == Some("NONE") {
+        tools.clear();
+    }
+    let thinking = body
+        .get("generationConfig")
+        .and_then(|c| c.pointer("/thinkingConfig/includeThoughts"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    let cache_key = cache_key(&[
+        body.get("tools"),
+        body.get("systemInstruction"),
+        body.get("contents"),
+    ]);
+    Ok(Prompt {
+        model,
+        stream,
+        include_usage: true,
+        tools,
+        items: contents.len(),
+        last,
+        last_text,
+        thinking,
+        cache_key,
+        cache_breakpoint: None,
+    })
+}
+
 /// OpenAI's `tool_choice`: `"none"` offers nothing, a named function offers only that one.
 fn apply_tool_choice(
     tools: Vec<String>,
@@ -473,7 +593,7 @@ mod tests {
             "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "find cats"}]}],
             "tools": [{"type": "function", "function": {"name": "search"}}],
         });
-        let p = parse(Api::OpenaiChat, &body).unwrap();
+        let p = parse(Api::OpenaiChat, &body, None).unwrap();
         assert_eq!(p.last, Last::User);
         assert_eq!(p.last_text, "find cats");
         assert_eq!(p.tools, vec!["search"]);
@@ -489,7 +609,10 @@ mod tests {
             "tools": [{"type": "function", "function": {"name": "search"}}],
             "tool_choice": "none",
         });
-        assert!(parse(Api::OpenaiChat, &body).unwrap().tools.is_empty());
+        assert!(parse(Api::OpenaiChat, &body, None)
+            .unwrap()
+            .tools
+            .is_empty());
     }
 
     #[test]
@@ -497,6 +620,7 @@ mod tests {
         let p = parse(
             Api::OpenaiResponses,
             &json!({"model": "gpt-4o", "input": "hello"}),
+            None,
         )
         .unwrap();
         assert_eq!((p.last, p.items), (Last::User, 1));
@@ -505,7 +629,7 @@ mod tests {
             {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c", "output": "42 rows"},
         ], "reasoning": {"effort": "low"}});
-        let p = parse(Api::OpenaiResponses, &body).unwrap();
+        let p = parse(Api::OpenaiResponses, &body, None).unwrap();
         assert_eq!(
             (p.last, p.last_text.as_str(), p.thinking),
             (Last::ToolResult, "42 rows", true)
@@ -524,7 +648,7 @@ mod tests {
             ],
             "thinking": {"type": "enabled", "budget_tokens": 1024},
         });
-        let p = parse(Api::Anthropic, &body).unwrap();
+        let p = parse(Api::Anthropic, &body, None).unwrap();
         assert_eq!(
             (p.last, p.last_text.as_str(), p.thinking),
             (Last::ToolResult, "out", true)
@@ -574,7 +698,7 @@ mod tests {
             (Api::Anthropic, json!([1, 2]), "(body)"),
         ];
         for (api, body, field) in cases {
-            match parse(api, &body) {
+            match parse(api, &body, None) {
                 Err(MockError::BadField { field: got, .. }) => assert_eq!(got, field, "{body}"),
                 other => panic!("{body}: expected an error on {field}, got {other:?}"),
             }

@@ -25,7 +25,115 @@ pub(crate) fn check(api: Api, body: &Map<String, Value>, thinking: bool) -> Resu
             responses(record, items(body, "input"))
         }
         Api::Anthropic => messages(record, items(body, "messages"), thinking),
+        Api::Gemini => gemini(record, items(body, "contents")),
     }
+}
+
+/// Gemini: a `functionResponse` answers a `functionCall` of the model content right before it
+/// (by id, or by name when the call has none); every call is answered in the user content right
+/// after it; and in the current turn (the contents after the last user text), the first
+/// `functionCall` of each model content carries its `thoughtSignature` exactly as the mock gave
+/// it, as Gemini 3 requires.
+fn gemini(record: &'static str, contents: &[Value]) -> Result<()> {
+    let parts = |c: &Value| -> Vec<Value> {
+        c.get("parts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let role = |c: &Value| {
+        c.get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("user")
+            .to_owned()
+    };
+    // Where the current turn starts: after the last user content with text.
+    let turn = contents
+        .iter()
+        .rposition(|c| role(c) == "user" && parts(c).iter().any(|p| p.get("text").is_some()))
+        .map_or(0, |i| i + 1);
+    let mut pending: Vec<(String, usize)> = Vec::new();
+    for (i, c) in contents.iter().enumerate() {
+        let at = format!("contents[{i}]");
+        let parts = parts(c);
+        if role(c) == "model" {
+            if let Some((key, from)) = pending.first() {
+                return Err(unanswered(record, key, *from));
+            }
+            let mut first = true;
+            for (j, p) in parts.iter().enumerate() {
+                let Some(call) = p.get("functionCall") else {
+                    continue;
+                };
+                let name = id_at(
+                    record,
+                    call,
+                    "name",
+                    &format!("{at}.parts[{j}].functionCall"),
+                )?;
+                let id = call.get("id").and_then(Value::as_str);
+                if first && i >= turn {
+                    let signature = p.get("thoughtSignature").and_then(Value::as_str);
+                    match (signature, id) {
+                        (None, _) => {
+                            return Err(MockError::field(
+                                record,
+                                format!("{at}.parts[{j}]"),
+                                "Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance.",
+                            ))
+                        }
+                        (Some(s), Some(id)) if s != crate::gemini::call_signature(id) => {
+                            return Err(MockError::field(
+                                record,
+                                format!("{at}.parts[{j}].thoughtSignature"),
+                                "Corrupted thought signature.",
+                            ))
+                        }
+                        _ => {}
+                    }
+                }
+                first = false;
+                pending.push((id.unwrap_or(name).to_owned(), i));
+            }
+        } else {
+            for (j, p) in parts.iter().enumerate() {
+                let Some(response) = p.get("functionResponse") else {
+                    continue;
+                };
+                let path = format!("{at}.parts[{j}].functionResponse");
+                let name = id_at(record, response, "name", &path)?;
+                let key = response.get("id").and_then(Value::as_str).unwrap_or(name);
+                match pending.iter().position(|(k, _)| k == key) {
+                    Some(n) => {
+                        pending.remove(n);
+                    }
+                    None => {
+                        return Err(MockError::field(
+                            record,
+                            path,
+                            format!("Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn (no call `{key}` waits for a response)."),
+                        ))
+                    }
+                }
+            }
+            if let Some((key, from)) = pending.first() {
+                return Err(unanswered(record, key, *from));
+            }
+        }
+    }
+    match pending.first() {
+        Some((key, from)) => Err(unanswered(record, key, *from)),
+        None => Ok(()),
+    }
+}
+
+/// The error for a Gemini call left without its response.
+fn unanswered(record: &'static str, key: &str, from: usize) -> MockError {
+    MockError::field(
+        record,
+        format!("contents[{from}]"),
+        format!("Please ensure that function call turn comes immediately after a user turn or after a function response turn, and every call is answered (call `{key}` has no function response)."),
+    )
 }
 
 /// The array under `field`, or nothing.

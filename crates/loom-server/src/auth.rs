@@ -31,7 +31,7 @@ pub struct Principal {
 }
 
 /// Headers that carry a client's credentials, to the provider or to Loom.
-pub(crate) const CREDENTIAL_HEADERS: [&str; 2] = ["authorization", "x-api-key"];
+pub(crate) const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "x-api-key", "x-goog-api-key"];
 
 impl Principal {
     /// The local user: everything visible, the client's own credentials forwarded.
@@ -114,8 +114,8 @@ impl Principal {
     }
 }
 
-/// The Loom key a request presents: `Authorization: Bearer KEY` (OpenAI SDKs) or
-/// `x-api-key: KEY` (Anthropic SDKs).
+/// The Loom key a request presents: `Authorization: Bearer KEY` (OpenAI SDKs), `x-api-key: KEY`
+/// (Anthropic SDKs) or `x-goog-api-key: KEY` (Google's).
 pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
     if let Some(v) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
         let v = v.trim();
@@ -126,9 +126,9 @@ pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
             return Some(key.trim());
         }
     }
-    headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
+    ["x-api-key", "x-goog-api-key"]
+        .iter()
+        .find_map(|name| headers.get(*name)?.to_str().ok())
         .map(str::trim)
 }
 
@@ -141,6 +141,6 @@ pub(crate) fn key_hash(key: &str) -> String {
 pub(crate) fn refused() -> ApiError {
     ApiError::unauthorized(
         "invalid Loom key: send a key made by `loom keys create` as the API key \
-         (Authorization: Bearer KEY or x-api-key: KEY)",
+         (Authorization: Bearer KEY, x-api-key: KEY or x-goog-api-key: KEY)",
     )
 }

@@ -111,6 +111,8 @@ pub struct ServeConfig {
     pub openai: Upstream,
     /// Anthropic (Messages).
     pub anthropic: Upstream,
+    /// Google (the Gemini API).
+    pub gemini: Upstream,
     /// Per-tenant upstream credentials that override the server-wide ones.
     pub tenant_keys: BTreeMap<TenantId, TenantUpstreams>,
     /// Limits.
@@ -199,6 +201,8 @@ pub struct TenantUpstreams {
     pub openai: Option<String>,
     /// Its Anthropic key.
     pub anthropic: Option<String>,
+    /// Its Gemini API key.
+    pub gemini: Option<String>,
 }
 
 impl TenantUpstreams {
@@ -207,6 +211,7 @@ impl TenantUpstreams {
         match provider {
             loom_wire::Provider::OpenAi => self.openai.as_ref(),
             loom_wire::Provider::Anthropic => self.anthropic.as_ref(),
+            loom_wire::Provider::Google => self.gemini.as_ref(),
         }
     }
 }
@@ -224,6 +229,8 @@ pub struct ServeArgs {
     pub upstream_openai: Option<String>,
     /// `--upstream-anthropic`.
     pub upstream_anthropic: Option<String>,
+    /// `--upstream-gemini`.
+    pub upstream_gemini: Option<String>,
     /// `--auth`.
     pub auth: Option<AuthMode>,
 }
@@ -316,6 +323,7 @@ struct RawRecall {
 struct RawUpstreams {
     openai: Option<RawUpstream>,
     anthropic: Option<RawUpstream>,
+    gemini: Option<RawUpstream>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -346,6 +354,7 @@ struct RawLimits {
 struct RawTenant {
     openai_key_env: Option<String>,
     anthropic_key_env: Option<String>,
+    gemini_key_env: Option<String>,
 }
 
 /// OpenAI's public endpoint, as its SDK's base URL.
@@ -356,6 +365,10 @@ pub const ANTHROPIC_URL: &str = "https://api.anthropic.com";
 pub const OPENAI_KEY_ENV: &str = "LOOM_UPSTREAM_OPENAI_KEY";
 /// Where the server-wide Anthropic key is read from by default.
 pub const ANTHROPIC_KEY_ENV: &str = "LOOM_UPSTREAM_ANTHROPIC_KEY";
+/// The Gemini API's public endpoint, as Google's SDKs take it.
+pub const GEMINI_URL: &str = "https://generativelanguage.googleapis.com";
+/// Where the server-wide Gemini API key is read from by default.
+pub const GEMINI_KEY_ENV: &str = "LOOM_UPSTREAM_GEMINI_KEY";
 
 impl ServeConfig {
     /// The upstream that serves `provider`'s APIs.
@@ -363,6 +376,7 @@ impl ServeConfig {
         match provider {
             loom_wire::Provider::OpenAi => &self.openai,
             loom_wire::Provider::Anthropic => &self.anthropic,
+            loom_wire::Provider::Google => &self.gemini,
         }
     }
 
@@ -442,6 +456,13 @@ impl ServeConfig {
             ANTHROPIC_URL,
             ANTHROPIC_KEY_ENV,
         )?;
+        let gemini = upstream(
+            "gemini",
+            args.upstream_gemini,
+            raw.upstream.gemini,
+            GEMINI_URL,
+            GEMINI_KEY_ENV,
+        )?;
         let mut tenant_keys = BTreeMap::new();
         for (name, t) in raw.tenants {
             let tenant = TenantId::new(&name)
@@ -452,6 +473,7 @@ impl ServeConfig {
                 TenantUpstreams {
                     openai: read(t.openai_key_env),
                     anthropic: read(t.anthropic_key_env),
+                    gemini: read(t.gemini_key_env),
                 },
             );
         }
@@ -536,6 +558,7 @@ impl ServeConfig {
             default_budget: raw.budget,
             openai,
             anthropic,
+            gemini,
             tenant_keys,
             limits,
             policy: raw.policy,

@@ -116,6 +116,21 @@ pub fn stream_deltas(api: Api, event: &SseEvent, out: &mut Vec<Delta>) {
             }
             _ => {}
         },
+        // Every event is a whole response with the next pieces of candidate 0's parts.
+        Api::Gemini => {
+            let parts = data
+                .pointer("/candidates/0/content/parts")
+                .and_then(Value::as_array);
+            for part in parts.into_iter().flatten() {
+                if let Some(call) = part.get("functionCall") {
+                    out.extend(text(call, "name").map(|name| Delta::ToolCall { name }));
+                } else if part.get("thought").and_then(Value::as_bool) == Some(true) {
+                    out.extend(text(part, "text").map(Delta::Thinking));
+                } else {
+                    out.extend(text(part, "text").map(Delta::Text));
+                }
+            }
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! OpenAI (both APIs): `{"error": {"message", "type", "param", "code"}}`.
 //! Anthropic: `{"type": "error", "error": {"type", "message"}}`.
+//! Google (Gemini): `{"error": {"code", "message", "status"}}`.
 
 use serde_json::{json, Value};
 
@@ -31,6 +32,34 @@ pub(crate) fn anthropic(status: u16, message: &str, param: Option<&str>) -> Valu
         None => message.to_owned(),
     };
     json!({"type": "error", "error": {"type": anthropic_type(status), "message": message}})
+}
+
+/// Google's error body: the HTTP status as `code`, its canonical name as `status`, and the field
+/// at fault opening the message (Google's own errors name it there).
+pub(crate) fn google(status: u16, message: &str, param: Option<&str>) -> Value {
+    let message = match param.filter(|p| !p.is_empty()) {
+        Some(p) => format!("{p}: {message}"),
+        None => message.to_owned(),
+    };
+    json!({"error": {"code": status, "message": message, "status": google_status(status)}})
+}
+
+/// The canonical status name Google's APIs give an HTTP status.
+fn google_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        500..=599 => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
+    }
 }
 
 /// OpenAI's `type` and `code` for a status.

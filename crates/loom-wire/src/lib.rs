@@ -55,8 +55,9 @@ mod sse;
 pub use check::{check_continuation, check_request, CallIds, RequestError};
 pub use delta::{reply_deltas, stream_deltas, Delta};
 pub use dialect::{
-    api_of_path, content_text, dialect, without_churn, without_churn_lines, Dialect, Header,
-    ItemHead, Provider, ProviderEnv, ANTHROPIC_VERSION, CHURN_FIELDS, CHURN_LINES,
+    api_of_path, content_text, dialect, gemini_max_output_tokens, gemini_target, generate_url,
+    without_churn, without_churn_lines, Dialect, GeminiMethod, Header, ItemHead, Provider,
+    ProviderEnv, ANTHROPIC_VERSION, CHURN_FIELDS, CHURN_LINES, GEMINI_VERSION_PATH,
 };
 pub use error::{ProviderError, Result};
 pub use error_body::error_body;

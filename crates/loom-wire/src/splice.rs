@@ -43,6 +43,9 @@ pub struct Splice {
     stop_instead: bool,
     /// The event being rewritten was changed: an unchanged one goes out as the upstream's bytes.
     changed: bool,
+    /// The `functionCall` parts of the held events rewritten so far (Gemini, whose calls are
+    /// numbered by their order in the round).
+    calls_seen: u64,
 }
 
 impl Splice {
@@ -59,6 +62,7 @@ impl Splice {
             holding: false,
             stop_instead: false,
             changed: false,
+            calls_seen: 0,
         }
     }
 
@@ -89,6 +93,7 @@ impl Splice {
             BTreeSet::new()
         };
         self.stop_instead = !drops.is_empty() && call_indices(self.api, &held) == drops;
+        self.calls_seen = 0;
         held.into_iter()
             .filter_map(|e| self.rewrite(e, &drops))
             .collect()
@@ -206,6 +211,33 @@ impl Splice {
                     }
                 }
             }
+            // Every event is a whole response with the next parts; a call is a part of its own.
+            Api::Gemini => {
+                if let Some(Value::Array(parts)) = v.pointer_mut("/candidates/0/content/parts") {
+                    let before = parts.len();
+                    let mut kept = Vec::with_capacity(before);
+                    for part in std::mem::take(parts) {
+                        if part.get("functionCall").is_some() {
+                            let n = self.calls_seen;
+                            self.calls_seen += 1;
+                            if drops.contains(&n) {
+                                continue;
+                            }
+                        }
+                        kept.push(part);
+                    }
+                    let emptied = kept.is_empty() && before > 0;
+                    self.changed |= kept.len() != before;
+                    *parts = kept;
+                    // A response left with nothing to say goes, unless it ends the reply.
+                    if emptied
+                        && v.pointer("/candidates/0/finishReason").is_none()
+                        && v.get("usageMetadata").is_none()
+                    {
+                        return None;
+                    }
+                }
+            }
             Api::OpenaiResponses => {
                 match kind.as_str() {
                     "response.created" | "response.in_progress" | "response.queued" => {
@@ -279,7 +311,18 @@ fn opens_a_call(api: Api, v: &Value) -> bool {
                     .is_some_and(|calls| !calls.is_empty())
             })
         }),
+        Api::Gemini => gemini_calls(v).next().is_some(),
     }
+}
+
+/// The names of the `functionCall` parts of a Gemini response, in order.
+fn gemini_calls(v: &Value) -> impl Iterator<Item = Option<&str>> {
+    v.pointer("/candidates/0/content/parts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("functionCall"))
+        .map(|c| c.get("name").and_then(Value::as_str))
 }
 
 /// The upstream numbers of the tool calls the held events open, and of those that call
@@ -295,11 +338,18 @@ fn calls_in(api: Api, held: &[SseEvent]) -> (BTreeSet<u64>, BTreeSet<u64>) {
             }
         }
     };
+    let mut gemini_seen = 0;
     for event in held {
         let Ok(v) = serde_json::from_str::<Value>(&event.data) else {
             continue;
         };
         match api {
+            Api::Gemini => {
+                for name in gemini_calls(&v) {
+                    note(Some(gemini_seen), name);
+                    gemini_seen += 1;
+                }
+            }
             Api::Anthropic => {
                 if v["type"] == "content_block_start" && v["content_block"]["type"] == "tool_use" {
                     note(v["index"].as_u64(), v["content_block"]["name"].as_str());
@@ -350,7 +400,7 @@ pub fn stream_error(api: Api, status: u16, message: &str, seq: u64) -> SseEvent 
             event: Some("error".to_owned()),
             data: body.to_string(),
         },
-        Api::OpenaiChat => SseEvent {
+        Api::OpenaiChat | Api::Gemini => SseEvent {
             event: None,
             data: body.to_string(),
         },

@@ -29,6 +29,9 @@ pub(crate) struct Args {
     /// Anthropic upstream base URL, as the Anthropic SDK takes it (default https://api.anthropic.com).
     #[arg(long, value_name = "URL")]
     upstream_anthropic: Option<String>,
+    /// Gemini API upstream base URL (default https://generativelanguage.googleapis.com).
+    #[arg(long, value_name = "URL")]
+    upstream_gemini: Option<String>,
     /// `none` (local single user; only on loopback) or `keys` (Loom keys; shared deployments).
     #[arg(long, value_name = "none|keys", value_parser = parse_auth)]
     auth: Option<AuthMode>,
@@ -52,6 +55,7 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
             config: args.config,
             upstream_openai: args.upstream_openai,
             upstream_anthropic: args.upstream_anthropic,
+            upstream_gemini: args.upstream_gemini,
             auth: args.auth,
         },
         &|name| std::env::var(name).ok(),
@@ -78,6 +82,11 @@ pub(crate) fn run(ctx: &Context, args: Args) -> anyhow::Result<()> {
                 "anthropic",
                 &config.anthropic,
                 loom_server::config::ANTHROPIC_KEY_ENV,
+            ),
+            (
+                "gemini",
+                &config.gemini,
+                loom_server::config::GEMINI_KEY_ENV,
             ),
         ] {
             if upstream.key.is_none() {

@@ -60,6 +60,7 @@ pub fn check_request(format: Format, body: &Value) -> Result<(), Violation> {
         Format::OPENAI_CHAT => check_chat(body),
         Format::OPENAI_RESPONSES => check_responses(body),
         Format::ANTHROPIC => check_anthropic(body),
+        Format::GEMINI => check_gemini(body),
         Format::React => match body.get("prompt") {
             Some(Value::String(s)) if !s.is_empty() => Ok(()),
             _ => Err(malformed(0, "`prompt` must be a non-empty string")),
@@ -250,6 +251,108 @@ pub fn check_responses(body: &Value) -> Result<(), Violation> {
     match open.first() {
         Some((id, index)) => Err(Violation::OrphanCall {
             index: *index,
+            id: id.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Gemini: `contents` alternate between `user` and `model`, opening with the user; every part
+/// holds data; the `functionCall` parts of a model content are answered, one `functionResponse`
+/// each (by id when the call has one, else by name, in order), by the user content right after
+/// it, and a `functionResponse` answers a call of the model content right before it. Parts Loom
+/// does not model (code execution, file data) pass as they came.
+pub fn check_gemini(body: &Value) -> Result<(), Violation> {
+    let contents = array(body, "contents")?;
+    if contents.is_empty() {
+        return Err(malformed(0, "`contents` must not be empty"));
+    }
+    if let Some(system) = body.get("systemInstruction") {
+        if !system.get("parts").is_some_and(Value::is_array) {
+            return Err(malformed(0, "`systemInstruction.parts` must be an array"));
+        }
+    }
+    // The calls of the model content before, as (id or name, answered).
+    let mut open: Vec<(String, bool)> = Vec::new();
+    let mut open_at = 0;
+    let mut last_role = "";
+    for (i, c) in contents.iter().enumerate() {
+        let role = str_field(c, "role", i)?;
+        if !matches!(role, "user" | "model") {
+            return Err(malformed(
+                i,
+                format!("role `{role}`: expected user or model"),
+            ));
+        }
+        if i == 0 && role != "user" {
+            return Err(malformed(0, "the first content must be the user's"));
+        }
+        if role == last_role {
+            return Err(malformed(i, format!("two `{role}` contents in a row")));
+        }
+        last_role = role;
+        let parts = c
+            .get("parts")
+            .and_then(Value::as_array)
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| malformed(i, "`parts` must be a non-empty array"))?;
+        let mut calls = Vec::new();
+        for p in parts {
+            let Some(part) = p.as_object() else {
+                return Err(malformed(i, "a part must be an object"));
+            };
+            if let Some(call) = part.get("functionCall") {
+                if role != "model" {
+                    return Err(malformed(i, "a `functionCall` part in a user content"));
+                }
+                let name = str_field(call, "name", i)?;
+                if call.get("args").is_some_and(|a| !a.is_object()) {
+                    return Err(malformed(i, "`functionCall.args` must be an object"));
+                }
+                let key = call.get("id").and_then(Value::as_str).unwrap_or(name);
+                calls.push((key.to_owned(), false));
+            } else if let Some(response) = part.get("functionResponse") {
+                if role != "user" {
+                    return Err(malformed(i, "a `functionResponse` part in a model content"));
+                }
+                let name = str_field(response, "name", i)?;
+                if !response.get("response").is_some_and(Value::is_object) {
+                    return Err(malformed(
+                        i,
+                        "`functionResponse.response` must be an object",
+                    ));
+                }
+                let key = response.get("id").and_then(Value::as_str).unwrap_or(name);
+                match open.iter_mut().find(|(k, answered)| k == key && !answered) {
+                    Some(call) => call.1 = true,
+                    None => {
+                        return Err(Violation::OrphanResult {
+                            index: i,
+                            id: key.to_owned(),
+                        })
+                    }
+                }
+            } else if part.is_empty() {
+                return Err(malformed(i, "a part must hold data"));
+            }
+        }
+        if role == "user" {
+            if let Some((id, _)) = open.iter().find(|(_, answered)| !answered) {
+                return Err(Violation::OrphanCall {
+                    index: open_at,
+                    id: id.clone(),
+                });
+            }
+            open.clear();
+        } else {
+            open = calls;
+            open_at = i;
+        }
+    }
+    // Calls in the last content wait for results the request does not hold.
+    match open.first() {
+        Some((id, _)) => Err(Violation::OrphanCall {
+            index: open_at,
             id: id.clone(),
         }),
         None => Ok(()),

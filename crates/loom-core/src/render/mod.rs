@@ -27,7 +27,9 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-pub use check::{check_anthropic, check_chat, check_request, check_responses, Violation};
+pub use check::{
+    check_anthropic, check_chat, check_gemini, check_request, check_responses, Violation,
+};
 pub use cost::{CostMemo, Key as CostKey};
 pub use format::{Format, ANTHROPIC_TOOL_PROMPT};
 pub use layout::{StepIndex, SummaryView, COMPACT_HEADER};

@@ -49,11 +49,28 @@ impl ToolSpec {
                 ))
             }
         };
-        let mut names = std::collections::BTreeSet::new();
-        list.iter()
+        // Gemini groups its definitions: one tool holds `functionDeclarations`.
+        let entries: Vec<(String, &serde_json::Value)> = list
+            .iter()
             .enumerate()
-            .map(|(i, entry)| {
-                let at = format!("tools[{i}]");
+            .flat_map(|(i, entry)| {
+                match entry
+                    .get("functionDeclarations")
+                    .and_then(serde_json::Value::as_array)
+                {
+                    Some(declarations) => declarations
+                        .iter()
+                        .enumerate()
+                        .map(|(j, d)| (format!("tools[{i}].functionDeclarations[{j}]"), d))
+                        .collect::<Vec<_>>(),
+                    None => vec![(format!("tools[{i}]"), entry)],
+                }
+            })
+            .collect();
+        let mut names = std::collections::BTreeSet::new();
+        entries
+            .into_iter()
+            .map(|(at, entry)| {
                 let tool = Self::parse_one(entry, &at)?;
                 if !names.insert(tool.name.clone()) {
                     return Err(LogError::invalid(
@@ -109,8 +126,15 @@ impl ToolSpec {
                 ))
             }
         };
-        let (key, schema) = match (def.get("parameters"), def.get("input_schema")) {
+        let (key, schema) = match (
+            def.get("parameters"),
+            def.get("input_schema")
+                .or_else(|| def.get("parametersJsonSchema")),
+        ) {
             (Some(p), None) => ("parameters", Some(p)),
+            (None, Some(p)) if def.contains_key("parametersJsonSchema") => {
+                ("parametersJsonSchema", Some(p))
+            }
             (None, Some(p)) => ("input_schema", Some(p)),
             (None, None) => ("parameters", None),
             (Some(_), Some(_)) => {
@@ -223,10 +247,15 @@ mod tests {
             {"type": "function", "name": "write", "parameters": schema},
             {"name": "grep", "description": "Search", "input_schema": schema},
             {"name": "noop"},
+            {"functionDeclarations": [
+                {"name": "search", "description": "Search", "parametersJsonSchema": schema},
+                {"name": "list"}
+            ]},
         ]);
         let tools = ToolSpec::parse_list(&list).unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["read", "write", "grep", "noop"]);
+        assert_eq!(names, ["read", "write", "grep", "noop", "search", "list"]);
+        assert_eq!(tools[4].parameters, schema);
         assert_eq!(tools[0].description, "Read a file");
         assert_eq!(tools[2].parameters, schema);
         assert_eq!(tools[3].parameters, empty_schema());

@@ -89,6 +89,11 @@ fn every_documented_import_gives_the_documented_events() {
     }
     assert_eq!(
         checked,
-        [Api::OpenaiChat, Api::Anthropic, Api::OpenaiResponses]
+        [
+            Api::OpenaiChat,
+            Api::Anthropic,
+            Api::OpenaiResponses,
+            Api::Gemini
+        ]
     );
 }

@@ -330,6 +330,13 @@ fn reply_body(api: Api, text: &str) -> String {
             "stop_reason": "end_turn", "stop_sequence": null,
             "usage": {"input_tokens": 321, "output_tokens": 12}
         }),
+        Api::Gemini => serde_json::json!({
+            "candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+                "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 321, "candidatesTokenCount": 12,
+                "totalTokenCount": 333},
+            "modelVersion": "gemini-3-flash", "responseId": "r1"
+        }),
     };
     body.to_string()
 }
@@ -341,6 +348,11 @@ fn the_provider_extractor_speaks_each_api_and_records_its_usage() {
         (Api::OpenaiChat, "gpt-4o-mini", "/v1/chat/completions"),
         (Api::OpenaiResponses, "gpt-4o-mini", "/v1/responses"),
         (Api::Anthropic, "claude-haiku-4-5", "/v1/messages"),
+        (
+            Api::Gemini,
+            "gemini-3-flash",
+            "/v1beta/models/gemini-3-flash:generateContent",
+        ),
     ] {
         up.reset();
         let mut c = ProviderConfig::new(api, up.base_url());
@@ -367,7 +379,10 @@ fn the_provider_extractor_speaks_each_api_and_records_its_usage() {
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].path, path);
         let body = &sent[0].body;
-        assert_eq!(body["model"], model);
+        // Gemini names the model in the path.
+        if api != Api::Gemini {
+            assert_eq!(body["model"], model);
+        }
         let (system, user) = match api {
             Api::OpenaiChat => (
                 body["messages"][0]["content"].clone(),
@@ -377,6 +392,10 @@ fn the_provider_extractor_speaks_each_api_and_records_its_usage() {
             Api::Anthropic => (
                 body["system"].clone(),
                 body["messages"][0]["content"].clone(),
+            ),
+            Api::Gemini => (
+                body["systemInstruction"]["parts"][0]["text"].clone(),
+                body["contents"][0]["parts"][0]["text"].clone(),
             ),
         };
         assert_eq!(system, INSTRUCTIONS);

@@ -39,13 +39,22 @@ pub(super) async fn run<F: FnMut(&Delta) + ?Sized>(
     let config = &client.config;
     let deadline = start + config.timeout;
     let bytes = prepare(config.api, config.model.as_deref(), body, stream)?;
-    let url = client.url.as_str();
+    // Gemini names the model and whether to stream in the path, not the body.
+    let gemini_url;
+    let target = match config.api {
+        Api::Gemini => {
+            gemini_url = gemini_target(client, config.model.as_deref(), body, stream)?;
+            &gemini_url
+        }
+        _ => &client.url,
+    };
+    let url = target.as_str();
     let accept = if stream {
         "text/event-stream"
     } else {
         "application/json"
     };
-    let (response, attempts) = send(client, http, &client.url, accept, bytes, deadline).await?;
+    let (response, attempts) = send(client, http, target, accept, bytes, deadline).await?;
     let request_id = ["x-request-id", "request-id"]
         .iter()
         .find_map(|name| response.headers().get(*name)?.to_str().ok())
@@ -143,7 +152,42 @@ pub(super) fn value_bytes(body: &Value) -> Result<Vec<u8>, CallError> {
     })
 }
 
-/// The body as sent: `model` and `stream` set, Chat's usage asked for when streaming.
+/// The URL of a Gemini call: the configured model (or the body's `model`) and the method, below
+/// the collection URL the client holds.
+fn gemini_target(
+    client: &Client,
+    model: Option<&str>,
+    body: &[u8],
+    stream: bool,
+) -> Result<reqwest::Url, CallError> {
+    let named;
+    let model = match model {
+        Some(m) => m,
+        None => {
+            named = serde_json::from_slice::<Map<String, Value>>(body)
+                .ok()
+                .and_then(|b| b.get("model")?.as_str().map(str::to_owned))
+                .ok_or_else(|| CallError::Request {
+                    reason: "field `model`: missing, and no model is configured".into(),
+                })?;
+            named.as_str()
+        }
+    };
+    let model = model.strip_prefix("models/").unwrap_or(model);
+    let method = if stream {
+        loom_wire::GeminiMethod::Stream
+    } else {
+        loom_wire::GeminiMethod::Generate
+    };
+    let base = client.url.as_str().trim_end_matches('/');
+    let base = base.strip_suffix("/models").unwrap_or(base);
+    let full = loom_wire::generate_url(base, model, method);
+    reqwest::Url::parse(&full)
+        .map_err(|e| CallError::config("model", format!("`{full}` is not a URL: {e}")))
+}
+
+/// The body as sent: `model` and `stream` set, Chat's usage asked for when streaming (Gemini's
+/// body has neither: the path names both).
 ///
 /// Only the top level is read: each field's value is checked and kept as the bytes it was given
 /// (a request's messages are most of its size, and are sent as they are), and the fields are
@@ -158,6 +202,15 @@ fn prepare(api: Api, model: Option<&str>, body: &[u8], stream: bool) -> Result<V
         .into_iter()
         .map(|(k, v)| (k, Cow::Borrowed(v)))
         .collect();
+    if api == Api::Gemini {
+        map.remove("model");
+        map.remove("stream");
+        let mut out = Vec::with_capacity(body.len());
+        serde_json::to_writer(&mut out, &map).map_err(|e| CallError::Request {
+            reason: format!("cannot be serialised: {e}"),
+        })?;
+        return Ok(out);
+    }
     match model {
         Some(model) => {
             map.insert("model".into(), raw(model)?);
@@ -318,8 +371,9 @@ async fn refused(
 }
 
 /// The provider's error type and message from an error body: `{"error": {"type"|"code",
-/// "message"}}` (OpenAI, and Anthropic inside its `{"type": "error", …}`); otherwise `unknown`
-/// and the start of the body.
+/// "message"}}` (OpenAI, and Anthropic inside its `{"type": "error", …}`), Google's
+/// `{"error": {"code", "message", "status"}}` (its `status`); otherwise `unknown` and the start
+/// of the body.
 fn error_of(body: &[u8]) -> (String, String) {
     let value: Option<Value> = serde_json::from_slice(body).ok();
     let error = value.as_ref().and_then(|v| v.get("error"));
@@ -329,7 +383,10 @@ fn error_of(body: &[u8]) -> (String, String) {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
     };
-    let kind = field("type").or_else(|| field("code")).unwrap_or("unknown");
+    let kind = field("type")
+        .or_else(|| field("status"))
+        .or_else(|| field("code"))
+        .unwrap_or("unknown");
     let message = match field("message") {
         Some(m) => m.to_owned(),
         None if body.is_empty() => "(empty body)".to_owned(),

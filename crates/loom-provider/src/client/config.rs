@@ -237,7 +237,7 @@ impl RawProviderConfig {
         let api = self.api.ok_or_else(|| {
             CallError::config(
                 "provider.api",
-                "missing: expected \"chat_completions\", \"responses\" or \"messages\"",
+                "missing: expected \"chat_completions\", \"responses\", \"messages\" or \"gemini\"",
             )
         })?;
         let mut c = ProviderConfig::from_lookup(

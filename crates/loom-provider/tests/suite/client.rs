@@ -11,7 +11,7 @@ use loom_provider::client::{Backoff, CallError, Client, Completion, Delta, Provi
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-const APIS: [Api; 3] = [Api::OpenaiChat, Api::OpenaiResponses, Api::Anthropic];
+const APIS: [Api; 4] = Api::ALL;
 
 /// A mock served by its own runtime, so the blocking client runs on the test's thread.
 struct Upstream {
@@ -35,6 +35,7 @@ fn upstream() -> Upstream {
 fn model(api: Api) -> &'static str {
     match api {
         Api::Anthropic => "claude-haiku-4-5",
+        Api::Gemini => "gemini-3-flash",
         _ => "gpt-4o",
     }
 }
@@ -66,6 +67,7 @@ fn body(api: Api, text: &str, tools: bool) -> Value {
         Api::Anthropic => {
             json!({"max_tokens": 256, "messages": [{"role": "user", "content": text}]})
         }
+        Api::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": text}]}]}),
     };
     if tools {
         let names = ["search", "fetch"];
@@ -81,6 +83,9 @@ fn body(api: Api, text: &str, tools: bool) -> Value {
                         json!({"type": "function", "name": n, "parameters": schema})
                     }
                     Api::Anthropic => json!({"name": n, "input_schema": schema}),
+                    Api::Gemini => json!({"functionDeclarations": [
+                        {"name": n, "description": n, "parametersJsonSchema": schema}
+                    ]}),
                 }
             })
             .collect();
@@ -131,7 +136,8 @@ fn text_whole_and_streamed_in_every_api_with_split_chunks() {
             let done = r.unwrap_or_else(|e| panic!("{api} stream={stream}: {e}"));
             assert_eq!(done.attempts, 1);
             assert!(done.first_byte <= done.total);
-            assert!(done.request_id.is_some(), "{api}");
+            // Google's API sends no request id header.
+            assert!(done.request_id.is_some() || api == Api::Gemini, "{api}");
             let content = done.reply.content.clone().unwrap();
             assert!(
                 content.starts_with("ok: 1 messages, last: tell me about"),
@@ -142,14 +148,27 @@ fn text_whole_and_streamed_in_every_api_with_split_chunks() {
             assert!(usage.input_tokens > 0 && usage.output_tokens.unwrap() > 0);
 
             let sent = &up.handle.requests()[0];
-            assert_eq!(sent.body["model"], model(api));
-            assert_eq!(sent.body["stream"], stream);
+            if api == Api::Gemini {
+                // The model and the method are in the path, not the body.
+                let method = if stream {
+                    "streamGenerateContent"
+                } else {
+                    "generateContent"
+                };
+                assert_eq!(sent.path, format!("/v1beta/models/{}:{method}", model(api)));
+                assert_eq!(sent.query.as_deref(), stream.then_some("alt=sse"));
+                assert!(sent.body.get("model").is_none() && sent.body.get("stream").is_none());
+            } else {
+                assert_eq!(sent.body["model"], model(api));
+                assert_eq!(sent.body["stream"], stream);
+            }
             match api {
                 Api::Anthropic => {
                     assert_eq!(sent.header("x-api-key"), Some("test-key"));
                     assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
                     assert_eq!(sent.path, "/v1/messages");
                 }
+                Api::Gemini => assert_eq!(sent.header("x-goog-api-key"), Some("test-key")),
                 _ => assert_eq!(sent.header("authorization"), Some("Bearer test-key")),
             }
             if api == Api::OpenaiChat {
@@ -299,23 +318,22 @@ fn a_400_is_not_retried_and_carries_the_providers_message() {
         else {
             panic!("{api}: {err}")
         };
-        assert_eq!(
-            (*status, kind.as_str(), *attempts),
-            (400, "invalid_request_error", 1)
-        );
+        let expected = match api {
+            Api::Gemini => "INVALID_ARGUMENT",
+            _ => "invalid_request_error",
+        };
+        assert_eq!((*status, kind.as_str(), *attempts), (400, expected, 1));
         assert_eq!(message, "injected fault: bad request");
         assert!(!err.retryable());
         assert_eq!(up.handle.requests().len(), 1, "{api}: not retried");
 
         // A request the provider refuses on its merits: the message names the field.
         let mut bad = body(api, "hello", false);
-        bad.as_object_mut().unwrap().remove(match api {
-            Api::OpenaiResponses => "input",
-            _ => "messages",
-        });
+        let field = api.history_field();
+        bad.as_object_mut().unwrap().remove(field);
         let err = call(&c, &bad, false).0.unwrap_err();
         assert!(
-            matches!(&err, CallError::Status { status: 400, message, .. } if message.contains("messages") || message.contains("input")),
+            matches!(&err, CallError::Status { status: 400, message, .. } if message.contains(field)),
             "{api}: {err}"
         );
     }

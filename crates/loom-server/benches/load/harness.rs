@@ -110,6 +110,7 @@ impl Harness {
                 config: None,
                 upstream_openai: Some(format!("{}/v1", mock.base_url())),
                 upstream_anthropic: Some(mock.base_url()),
+                upstream_gemini: Some(mock.base_url()),
                 auth: Some(AuthMode::None),
             },
             &|_| None,

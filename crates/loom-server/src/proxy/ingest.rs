@@ -50,6 +50,8 @@ pub(crate) struct RequestBody {
     hashes: Vec<u128>,
     /// The hash of the top-level fields the importer reads besides the items.
     header: u128,
+    /// The model the request's path names (Gemini's), which its body does not.
+    path_model: Option<String>,
 }
 
 /// A history read from a body: its events and the call ids it used.
@@ -117,6 +119,7 @@ impl RequestBody {
             prefix,
             hashes,
             header,
+            path_model: None,
         })
     }
 
@@ -141,12 +144,21 @@ impl RequestBody {
         serde_json::from_slice(self.item(range)).ok()
     }
 
-    /// The model the body names.
+    /// The model the request names: in its path (Gemini), else in the body.
     pub(crate) fn model(&self) -> &str {
+        if let Some(model) = &self.path_model {
+            return model;
+        }
         self.fields
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or_default()
+    }
+
+    /// The body of a request whose path names its model.
+    pub(crate) fn with_model(mut self, model: Option<String>) -> Self {
+        self.path_model = model;
+        self
     }
 
     fn item(&self, range: &Range<usize>) -> &[u8] {
@@ -291,11 +303,13 @@ fn opening_of(events: Vec<NewEvent>) -> Option<Vec<EventBody>> {
 }
 
 /// The top-level fields besides the items that the importer reads (or refuses).
-const HEADER_FIELDS: [&str; 6] = [
+const HEADER_FIELDS: [&str; 8] = [
     "system",
     "instructions",
     "messages",
     "input",
+    "contents",
+    "systemInstruction",
     "id",
     "source",
 ];

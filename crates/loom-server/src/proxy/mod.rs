@@ -64,11 +64,17 @@ use upstream::LogTarget;
 pub fn routes() -> Router<Arc<AppState>> {
     let mut router = Router::new();
     for api in Api::ALL {
+        let dialect = loom_wire::dialect(api);
+        if dialect.routed_by_model() {
+            // `/v1beta/models/{model}:{method}`.
+            router = router.route(&format!("{}/{{target}}", dialect.route()), post(gemini));
+            continue;
+        }
         router = router.route(
-            loom_wire::dialect(api).route(),
+            dialect.route(),
             post(
                 move |state: State<Arc<AppState>>, uri: Uri, headers: HeaderMap, body: Bytes| {
-                    proxy(state.0, api, uri, headers, body)
+                    proxy(state.0, api, None, uri, headers, body)
                 },
             ),
         );
@@ -109,9 +115,35 @@ struct Prepared {
     facts: Vec<loom_telemetry::Attribute>,
 }
 
+/// A Gemini call: `generateContent` and `streamGenerateContent` go through the proxy with the
+/// model their path names; `countTokens` is forwarded as it came.
+async fn gemini(
+    state: State<Arc<AppState>>,
+    axum::extract::Path(target): axum::extract::Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match loom_wire::gemini_target(&target) {
+        Ok((_, loom_wire::GeminiMethod::CountTokens)) => {
+            side::gemini_count_tokens(state.0, uri, headers, body).await
+        }
+        Ok((model, _)) => {
+            let model = model.to_owned();
+            proxy(state.0, Api::Gemini, Some(model), uri, headers, body).await
+        }
+        Err(reason) => provider_error(
+            Api::Gemini,
+            &ApiError::not_found(format!("no such method: {reason}")),
+        ),
+    }
+}
+
+/// A proxied call; `model` is the one the path names, for an API that names it there.
 async fn proxy(
     state: Arc<AppState>,
     api: Api,
+    model: Option<String>,
     uri: Uri,
     headers: HeaderMap,
     raw: Bytes,
@@ -141,7 +173,7 @@ async fn proxy(
             )
         }
     };
-    let mut prepared = match prepare(&state, api, &principal, &headers, raw).await {
+    let mut prepared = match prepare(&state, api, model, &principal, &headers, raw).await {
         Ok(p) => p,
         Err(e) => return refused(&state, api, &headers, started_at, &e),
     };
@@ -151,6 +183,7 @@ async fn proxy(
     let rounds = prepared.recall.map(|mut r| {
         r.principal = Some(principal.clone());
         r.headers = headers.clone();
+        r.path = uri.path().to_owned();
         r.query = uri.query().map(str::to_owned);
         r
     });
@@ -167,6 +200,7 @@ async fn proxy(
         api,
         &principal,
         &headers,
+        uri.path(),
         uri.query(),
         prepared.body,
     ) {

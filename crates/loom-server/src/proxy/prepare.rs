@@ -8,13 +8,14 @@ use super::*;
 pub(super) async fn prepare(
     state: &Arc<AppState>,
     api: Api,
+    path_model: Option<String>,
     principal: &Principal,
     headers: &HeaderMap,
     raw: Bytes,
 ) -> Result<Prepared, ApiError> {
     loom_headers_are_text(headers)?;
     let split = Instant::now();
-    let body = Arc::new(ingest::RequestBody::parse(api, raw)?);
+    let body = Arc::new(ingest::RequestBody::parse(api, raw)?.with_model(path_model));
     state.metrics.phase(Phase::Split, split.elapsed());
     let client = &body.fields;
     let model = body.model().to_owned();
@@ -498,12 +499,8 @@ pub(super) fn limits(
     client: &serde_json::Map<String, Value>,
     headers: &HeaderMap,
 ) -> ModelLimits {
-    let asked = |key: &str| client.get(key).and_then(Value::as_u64).filter(|n| *n > 0);
     let dialect = loom_wire::dialect(api);
-    let reserve = dialect
-        .max_output_fields()
-        .iter()
-        .find_map(|key| asked(key));
+    let reserve = dialect.asked_output(client);
     let headers: Vec<(&str, &str)> = headers
         .iter()
         .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))

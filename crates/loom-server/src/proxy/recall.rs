@@ -45,6 +45,8 @@ pub(crate) struct Rounds {
     max_tokens: u64,
     pub(crate) principal: Option<Principal>,
     pub(crate) headers: HeaderMap,
+    /// The client's path (Gemini's names the model and the method).
+    pub(crate) path: String,
     pub(crate) query: Option<String>,
 }
 
@@ -57,6 +59,7 @@ impl Rounds {
             max_tokens: state.config.recall.max_tokens,
             principal: None,
             headers: HeaderMap::new(),
+            path: String::new(),
             query: None,
         }
     }
@@ -246,6 +249,7 @@ pub(crate) async fn ask_again(
         api,
         principal,
         &rounds.headers,
+        &rounds.path,
         rounds.query.as_deref(),
         body,
     )?;

@@ -137,6 +137,26 @@ pub(super) async fn responses_compact(
     .await
 }
 
+/// `POST /v1beta/models/{model}:countTokens`, Gemini's count, forwarded as it came: the provider
+/// counts with its own tokenizer, which no open one matches.
+pub(super) async fn gemini_count_tokens(
+    state: Arc<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let tail = uri
+        .path()
+        .strip_prefix(loom_wire::GEMINI_VERSION_PATH)
+        .unwrap_or_else(|| uri.path());
+    let base = state.config.gemini.base_url.trim_end_matches('/');
+    let base = base
+        .strip_suffix(loom_wire::GEMINI_VERSION_PATH)
+        .unwrap_or(base);
+    let url = format!("{base}{}{tail}", loom_wire::GEMINI_VERSION_PATH);
+    passthrough(&state, Api::Gemini, url, uri.query(), headers, Some(body)).await
+}
+
 /// Forwards a request Loom neither logs nor fits (a GET without a body, or a POST with one), with
 /// the client's headers and the deployment's credentials, and relays the answer.
 pub(super) async fn passthrough(

@@ -68,6 +68,7 @@ pub(crate) fn forwarded(name: &str) -> bool {
             | "accept-encoding"
             | "authorization"
             | "x-api-key"
+            | "x-goog-api-key"
             | "api-key"
             | "cookie"
     ) && !name.starts_with("x-loom-")
@@ -399,14 +400,23 @@ pub(super) fn upstream_request(
     api: Api,
     principal: &Principal,
     headers: &HeaderMap,
+    path: &str,
     query: Option<&str>,
     body: Bytes,
 ) -> Result<reqwest::RequestBuilder, ApiError> {
-    let base = state.config.upstream(loom_wire::dialect(api).provider());
+    let dialect = loom_wire::dialect(api);
+    let base = state.config.upstream(dialect.provider());
     // The config checked the URL at start-up; this only fails if that check and the client's
     // rules ever disagree.
     let mut url = endpoint(api, &base.base_url)
         .map_err(|e| ApiError::internal(format!("building the upstream URL: {e}")))?;
+    // Gemini names the model and the method in the path, below the API's route.
+    if dialect.routed_by_model() {
+        let tail = path.strip_prefix(dialect.route()).unwrap_or_default();
+        let full = format!("{}{tail}", url.as_str().trim_end_matches('/'));
+        url = reqwest::Url::parse(&full)
+            .map_err(|e| ApiError::internal(format!("building the upstream URL: {e}")))?;
+    }
     // The client's query (Anthropic's `?beta=true`) goes on as it came.
     if let Some(q) = query.filter(|q| !q.is_empty()) {
         url.set_query(Some(q));

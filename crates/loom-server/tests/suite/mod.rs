@@ -4,6 +4,7 @@ mod conformance;
 mod connections;
 mod consistency;
 mod corpus;
+mod gemini;
 mod inspector;
 mod isolation;
 mod memory;

@@ -29,6 +29,7 @@ pub(crate) fn config(db: &str, mock: &MockHandle, auth: AuthMode) -> ServeConfig
             config: None,
             upstream_openai: Some(format!("{}/v1", mock.base_url())),
             upstream_anthropic: Some(mock.base_url()),
+            upstream_gemini: Some(mock.base_url()),
             auth: Some(auth),
         },
         &|name| match name {

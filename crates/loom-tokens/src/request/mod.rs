@@ -2,10 +2,12 @@
 //! per-message overheads, tool calls, tool schemas and images.
 //!
 //! Only OpenAI documents a counting rule (chat messages, and tool schemas in its cookbook); the
-//! Anthropic and Responses counts are documented approximations that reuse the same structure.
+//! Anthropic, Responses and Gemini counts are documented approximations that reuse the same
+//! structure.
 //! Each format's module says where its numbers come from.
 
 mod anthropic;
+mod gemini;
 mod openai_chat;
 mod responses;
 
@@ -61,6 +63,7 @@ pub fn count_request(
         Api::OpenaiChat => openai_chat::count(&mut ctx, body)?,
         Api::OpenaiResponses => responses::count(&mut ctx, body)?,
         Api::Anthropic => anthropic::count(&mut ctx, body)?,
+        Api::Gemini => gemini::count(&mut ctx, body)?,
     }
     Ok(ctx.count)
 }

@@ -6,6 +6,7 @@
 //! and unknown item types pass, because clients send new parameters before Loom knows them.
 
 mod chat;
+mod gemini;
 mod messages;
 mod responses;
 
@@ -93,6 +94,7 @@ pub fn check_continuation(
         Api::OpenaiChat => chat::check(body, &mut calls),
         Api::OpenaiResponses => responses::check(body, &mut calls),
         Api::Anthropic => messages::check(body, &mut calls),
+        Api::Gemini => gemini::check(body, &mut calls),
     }
     .map_err(RequestError::from)?;
     earlier.reused = calls.reused;

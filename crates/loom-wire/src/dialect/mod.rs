@@ -7,9 +7,14 @@
 //! crate that speaks to providers.
 
 mod chat;
+mod gemini;
 mod messages;
 mod responses;
 
+pub use gemini::{
+    gemini_target, generate_url, max_output_tokens as gemini_max_output_tokens, GeminiMethod,
+    GEMINI_VERSION_PATH,
+};
 pub use messages::ANTHROPIC_VERSION;
 
 use std::collections::HashSet;
@@ -26,6 +31,8 @@ pub enum Provider {
     OpenAi,
     /// Anthropic.
     Anthropic,
+    /// Google (the Gemini API).
+    Google,
 }
 
 impl Provider {
@@ -34,6 +41,7 @@ impl Provider {
         match self {
             Self::OpenAi => "openai",
             Self::Anthropic => "anthropic",
+            Self::Google => "gemini",
         }
     }
 
@@ -49,6 +57,12 @@ impl Provider {
                 key: "ANTHROPIC_API_KEY",
                 base_url: "ANTHROPIC_BASE_URL",
                 default_base_url: "https://api.anthropic.com",
+            },
+            // Gemini CLI's own variable for a gateway.
+            Self::Google => ProviderEnv {
+                key: "GEMINI_API_KEY",
+                base_url: "GOOGLE_GEMINI_BASE_URL",
+                default_base_url: "https://generativelanguage.googleapis.com",
             },
         }
     }
@@ -106,6 +120,12 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// trailing slash). OpenAI's clients put the `/v1` in the base URL and Anthropic's do not;
     /// a bare host gets it either way.
     fn url(&self, base: &str) -> String;
+
+    /// Whether the API names the model and the method in the path below its route
+    /// (`/v1beta/models/{model}:generateContent`), rather than the model in the body.
+    fn routed_by_model(&self) -> bool {
+        false
+    }
 
     /// The request field holding the conversation (`messages`, `input`).
     fn history_field(&self) -> &'static str {
@@ -172,6 +192,14 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// The request fields that cap a reply's length, the first one present counting
     /// (`max_tokens`; Chat's `max_completion_tokens` before its older `max_tokens`).
     fn max_output_fields(&self) -> &'static [&'static str];
+
+    /// The reply length a request asks for: the first of [`Dialect::max_output_fields`] it sets
+    /// above 0.
+    fn asked_output(&self, body: &Map<String, Value>) -> Option<u64> {
+        self.max_output_fields()
+            .iter()
+            .find_map(|key| body.get(*key).and_then(Value::as_u64).filter(|n| *n > 0))
+    }
 
     /// The request fields by which a conversation continues one the provider keeps
     /// (Responses' `previous_response_id` and `conversation`): a request with one holds only
@@ -298,6 +326,7 @@ pub fn dialect(api: Api) -> &'static dyn Dialect {
         Api::OpenaiChat => &chat::Chat,
         Api::OpenaiResponses => &responses::Responses,
         Api::Anthropic => &messages::Messages,
+        Api::Gemini => &gemini::Gemini,
     }
 }
 

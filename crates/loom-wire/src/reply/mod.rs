@@ -5,6 +5,7 @@
 //! test exactly that).
 
 mod chat;
+mod gemini;
 mod messages;
 mod responses;
 
@@ -75,6 +76,7 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Result<AssistantReply> {
         Api::OpenaiChat => chat::parse(&value),
         Api::OpenaiResponses => responses::parse(&value),
         Api::Anthropic => messages::parse(&value, body),
+        Api::Gemini => gemini::parse(&value),
     };
     reply.map(normalise).map_err(|f| ctx.fault(f))
 }
@@ -96,6 +98,7 @@ enum State {
     Chat(chat::Stream),
     Responses(responses::Stream),
     Messages(messages::Stream),
+    Gemini(gemini::Stream),
 }
 
 impl StreamAssembler {
@@ -105,6 +108,7 @@ impl StreamAssembler {
             Api::OpenaiChat => State::Chat(chat::Stream::default()),
             Api::OpenaiResponses => State::Responses(responses::Stream::default()),
             Api::Anthropic => State::Messages(messages::Stream::default()),
+            Api::Gemini => State::Gemini(gemini::Stream::default()),
         };
         Self {
             api,
@@ -142,17 +146,20 @@ impl StreamAssembler {
             State::Chat(s) => s.push(&data),
             State::Responses(s) => s.push(&data, name),
             State::Messages(s) => s.push(&data),
+            State::Gemini(s) => s.push(&data),
         };
         pushed.map_err(|f| ctx.fault(f))
     }
 
     /// Whether the provider has said the reply is complete: `data: [DONE]` (Chat Completions),
-    /// `response.completed` / `.incomplete` / `.failed` (Responses), `message_stop` (Messages).
+    /// `response.completed` / `.incomplete` / `.failed` (Responses), `message_stop` (Messages), a
+    /// candidate's `finishReason` (Gemini).
     pub fn is_complete(&self) -> bool {
         match &self.state {
             State::Chat(s) => s.is_complete(),
             State::Responses(s) => s.is_complete(),
             State::Messages(s) => s.is_complete(),
+            State::Gemini(s) => s.is_complete(),
         }
     }
 
@@ -172,6 +179,7 @@ impl StreamAssembler {
                         "no `response.completed`, `.incomplete` or `.failed` event"
                     }
                     Api::Anthropic => "no `message_stop` event",
+                    Api::Gemini => "no response with a `finishReason`",
                 }
                 .to_owned(),
             });
@@ -180,6 +188,7 @@ impl StreamAssembler {
             State::Chat(s) => s.finish(),
             State::Responses(s) => s.finish(),
             State::Messages(s) => s.finish(),
+            State::Gemini(s) => s.finish(),
         };
         reply
             .map(normalise)

@@ -592,6 +592,8 @@ fn a_responses_call_without_its_output_and_a_stream_flag_that_is_not_a_boolean_a
             Api::OpenaiChat => chat(),
             Api::OpenaiResponses => responses(),
             Api::Anthropic => messages(),
+            // Gemini names a stream by its path (`:streamGenerateContent`), not a field.
+            Api::Gemini => continue,
         };
         body["stream"] = json!("yes");
         let err: RequestError = check_request(api, &body).unwrap_err();

@@ -109,6 +109,8 @@ fn a_stream_cut_anywhere_before_its_end_is_incomplete() {
             Api::OpenaiChat => "data: [DONE]",
             Api::OpenaiResponses => "event: response.completed",
             Api::Anthropic => "event: message_stop",
+            // Each event a whole response; the last one gives the candidate's finish reason.
+            Api::Gemini => "\"finishReason\"",
         };
         let end = String::from_utf8_lossy(&bytes).rfind(terminal).unwrap();
         let mut checked = None;

@@ -10,6 +10,7 @@
 //! copy per field of every message) cost more than everything else the turn does.
 
 mod anthropic;
+mod gemini;
 mod openai_chat;
 mod react;
 mod responses;
@@ -54,12 +55,15 @@ impl Format {
     pub const OPENAI_RESPONSES: Format = Format::Api(Api::OpenaiResponses);
     /// Anthropic Messages.
     pub const ANTHROPIC: Format = Format::Api(Api::Anthropic);
+    /// The Gemini API.
+    pub const GEMINI: Format = Format::Api(Api::Gemini);
 
     /// Every format, for tests and help texts.
-    pub const ALL: [Format; 4] = [
+    pub const ALL: [Format; 5] = [
         Format::OPENAI_CHAT,
         Format::OPENAI_RESPONSES,
         Format::ANTHROPIC,
+        Format::GEMINI,
         Format::React,
     ];
 
@@ -94,6 +98,7 @@ impl Format {
             Self::OPENAI_CHAT => openai_chat::wire(msg),
             Self::OPENAI_RESPONSES => responses::wire(msg),
             Self::ANTHROPIC => anthropic::wire(msg),
+            Self::GEMINI => gemini::wire(msg),
             Self::React => vec![Value::String(react::text(msg))],
         }
     }
@@ -108,6 +113,12 @@ impl Format {
                 .wire(msg)
                 .iter()
                 .map(|w| message_tokens(&anthropic::as_metered(w), meter))
+                .sum(),
+            // So is a `functionCall`'s `args`.
+            Self::GEMINI => self
+                .wire(msg)
+                .iter()
+                .map(|w| message_tokens(&gemini::as_metered(w), meter))
                 .sum(),
             _ => self
                 .wire(msg)
@@ -170,6 +181,7 @@ impl Format {
             Self::OPENAI_CHAT => openai_chat::tools(&req.tools),
             Self::OPENAI_RESPONSES => responses::tools(&req.tools),
             Self::ANTHROPIC => anthropic::tools(&req.tools),
+            Self::GEMINI => gemini::tools(&req.tools),
             Self::React => react::tools(&req.tools),
         }
     }
@@ -180,6 +192,7 @@ impl Format {
             Self::OPENAI_CHAT => openai_chat::body(req),
             Self::OPENAI_RESPONSES => responses::body(req),
             Self::ANTHROPIC => anthropic::body(req),
+            Self::GEMINI => gemini::body(req),
             Self::React => react::body(req),
         }
     }
@@ -192,6 +205,9 @@ impl Format {
             Self::OPENAI_CHAT => serde_json::to_writer(out, &openai_chat::Body(req)),
             Self::OPENAI_RESPONSES => serde_json::to_writer(out, &responses::Body(req)),
             Self::ANTHROPIC => serde_json::to_writer(out, &anthropic::Body(req)),
+            // Built as the body builds it: contents of one role are merged, which a writer
+            // straight from the messages would have to look ahead for.
+            Self::GEMINI => serde_json::to_writer(out, &gemini::body(req)),
             // One text, built as the body builds it.
             Self::React => serde_json::to_writer(out, &react::body(req)),
         }
@@ -265,7 +281,7 @@ impl Format {
                 responses::items,
                 &responses::Tools(&req.tools),
             ),
-            Self::ANTHROPIC | Self::React => self.write_body(req, out),
+            Self::ANTHROPIC | Self::GEMINI | Self::React => self.write_body(req, out),
         }
     }
 }

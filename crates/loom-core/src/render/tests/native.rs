@@ -20,11 +20,22 @@ fn reasoning_item(id: &str) -> Value {
     })
 }
 
+/// A Gemini turn's parts as Gemini sent them: its thought, its text, its call signed.
+fn gemini_parts(id: &str) -> Vec<Value> {
+    vec![
+        json!({"text": format!("plan for {id}"), "thought": true}),
+        json!({"text": format!("looking at {id}")}),
+        json!({"functionCall": {"id": id, "name": "bash", "args": {"command": format!("cat {id}")}},
+            "thoughtSignature": format!("gsig_{id}")}),
+    ]
+}
+
 /// A step whose assistant turn carries native items of `api`.
 fn native_step(log: &mut Log, id: &str, api: Api, output: &str) {
-    let item = match api {
-        Api::Anthropic => thinking(id),
-        Api::OpenaiResponses | Api::OpenaiChat => reasoning_item(id),
+    let items = match api {
+        Api::Anthropic => vec![thinking(id)],
+        Api::OpenaiResponses | Api::OpenaiChat => vec![reasoning_item(id)],
+        Api::Gemini => gemini_parts(id),
     };
     log.push(EventBody::Assistant {
         content: Some(format!("looking at {id}").into()),
@@ -35,10 +46,7 @@ fn native_step(log: &mut Log, id: &str, api: Api, output: &str) {
             arguments: format!("{{\"command\":\"cat {id}\"}}"),
         }],
         name: None,
-        native: Some(NativeReasoning {
-            api,
-            items: vec![item],
-        }),
+        native: Some(NativeReasoning { api, items }),
     });
     log.push(EventBody::ToolResult {
         call_id: id.into(),
@@ -120,7 +128,11 @@ fn responses_reasoning_items_precede_the_turns_message_and_calls() {
 #[test]
 fn native_items_are_sent_only_to_their_own_api() {
     let fx = Fixture::new(100_000);
-    for (api, marker) in [(Api::Anthropic, "sig_c0"), (Api::OpenaiResponses, "enc_c0")] {
+    for (api, marker) in [
+        (Api::Anthropic, "sig_c0"),
+        (Api::OpenaiResponses, "enc_c0"),
+        (Api::Gemini, "gsig_c0"),
+    ] {
         let log = native_log(api, 1, 5);
         for format in Format::ALL {
             let text = render_all(&fx, &log, format).body().to_string();
@@ -128,6 +140,7 @@ fn native_items_are_sent_only_to_their_own_api() {
                 (api, format),
                 (Api::Anthropic, Format::ANTHROPIC)
                     | (Api::OpenaiResponses, Format::OPENAI_RESPONSES)
+                    | (Api::Gemini, Format::GEMINI)
             );
             assert_eq!(text.contains(marker), own, "{api:?} in {format:?}");
         }
@@ -140,6 +153,7 @@ fn native_items_are_metered() {
     for (api, format) in [
         (Api::Anthropic, Format::ANTHROPIC),
         (Api::OpenaiResponses, Format::OPENAI_RESPONSES),
+        (Api::Gemini, Format::GEMINI),
     ] {
         let with = native_log(api, 3, 5);
         let mut without = Log::new();

@@ -198,6 +198,25 @@ fn conversation(api: Api, turns: usize) -> Vec<Value> {
                 }
                 bodies.push(json!({"model": "gpt-4o", "instructions": "be brief", "input": items}));
             }
+            Api::Gemini => {
+                if turn == 0 {
+                    items.push(json!({"role": "user", "parts": [{"text": "fix the bug"}]}));
+                } else {
+                    let mut parts = vec![json!({"text": format!("step {turn}")})];
+                    parts.extend(ids.iter().enumerate().map(|(k, id)| {
+                        let mut p =
+                            json!({"functionCall": {"id": id, "name": "f", "args": {"n": turn}}});
+                        if k == 0 {
+                            p["thoughtSignature"] = json!(format!("sig-{id}"));
+                        }
+                        p
+                    }));
+                    items.push(json!({"role": "model", "parts": parts}));
+                    let results: Vec<Value> = ids.iter().map(|id| json!({"functionResponse": {"id": id, "name": "f", "response": {"output": format!("out {id}")}}})).collect();
+                    items.push(json!({"role": "user", "parts": results}));
+                }
+                bodies.push(json!({"systemInstruction": {"parts": [{"text": "be brief"}]}, "contents": items}));
+            }
         }
     }
     bodies
@@ -205,7 +224,7 @@ fn conversation(api: Api, turns: usize) -> Vec<Value> {
 
 #[test]
 fn reading_only_the_new_messages_logs_what_reading_the_whole_body_logs() {
-    for api in [Api::OpenaiChat, Api::Anthropic, Api::OpenaiResponses] {
+    for api in Api::ALL {
         let (fast, slow) = (TestBackend::new(8), TestBackend::new(8));
         let mut continued = 0;
         for body in conversation(api, 12) {

@@ -92,6 +92,7 @@ fn fixture(auth: AuthMode) -> Fixture {
             config: None,
             upstream_openai: Some(format!("{}/v1", mock.base_url())),
             upstream_anthropic: Some(mock.base_url()),
+            upstream_gemini: Some(mock.base_url()),
             auth: Some(auth),
         },
         &|name| (name == "LOOM_UPSTREAM_OPENAI_KEY").then(|| "sk-upstream".to_owned()),
