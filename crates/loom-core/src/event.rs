@@ -296,6 +296,26 @@ pub struct NativeReasoning {
 }
 
 impl NativeReasoning {
+    /// What a turn rendered without its text keeps: a Gemini turn's `functionCall` parts, each
+    /// with the `thoughtSignature` the API requires of the current tool loop's calls (a thought
+    /// or a text part is dropped with the text); `None` for the other APIs, whose earlier turns
+    /// go without their reasoning.
+    pub fn calls_only(&self) -> Option<NativeReasoning> {
+        if self.api != Api::Gemini {
+            return None;
+        }
+        let items: Vec<serde_json::Value> = self
+            .items
+            .iter()
+            .filter(|p| p.get("functionCall").is_some())
+            .cloned()
+            .collect();
+        (!items.is_empty()).then_some(NativeReasoning {
+            api: self.api,
+            items,
+        })
+    }
+
     /// Checks that every item is a reasoning item (or a Responses `compaction`) of its API, with
     /// what that API needs to accept
     /// it back: an item that is not would turn every later request of the session into a

@@ -12,7 +12,7 @@ use super::projection::{Paired, Projection, Unit, UnitBody};
 use super::refs::{Locator, RecallRefs};
 use super::request::{Msg, RenderedCall, ResultForm};
 use super::state::CompactionState;
-use crate::event::{MessageContent, Seq, ToolOutput};
+use crate::event::{MessageContent, NativeReasoning, Seq, ToolOutput};
 use crate::step::{Category, Step, ToolKind};
 
 /// Header of the compact block.
@@ -286,9 +286,14 @@ fn message(
                 content: if thinned { None } else { turn.content.clone() },
                 reasoning: turn.reasoning.clone(),
                 name: turn.name.clone(),
-                // A thinned turn is no longer the provider's turn as sent, and both providers accept
-                // an earlier turn without its reasoning: the native items go with the text.
-                native: if thinned { None } else { turn.native.clone() },
+                // A thinned turn is no longer the provider's turn as sent, and the providers accept
+                // an earlier turn without its reasoning: the native items go with the text, but
+                // for a Gemini call's signature, which goes with the call.
+                native: if thinned {
+                    turn.native.as_ref().and_then(NativeReasoning::calls_only)
+                } else {
+                    turn.native.clone()
+                },
                 calls: turn
                     .calls
                     .iter()

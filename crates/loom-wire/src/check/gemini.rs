@@ -2,9 +2,11 @@
 //! `tools`, `generationConfig`. The model is named by the path, not the body.
 //!
 //! A `functionResponse` answers a `functionCall` of the model content right before it (by `id`
-//! when the call has one, else by `name`), and every call of a model content is answered in the
-//! user content right after it. A part holds one kind of data; parts Loom does not model
-//! (inline and file data, code execution, fields added later) pass as they came.
+//! when the call has one, else by `name`). A call need not be answered: the API takes a history
+//! whose call the next user content leaves unanswered (Gemini CLI's loop check sends one, a
+//! slice of its history ending in a question), so Loom does too. A part holds one kind of data;
+//! parts Loom does not model (inline and file data, code execution, fields added later) pass as
+//! they came.
 
 use serde_json::{Map, Value};
 
@@ -25,13 +27,12 @@ pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
         let role = opt_str(c, &path, "role")?.unwrap_or("user");
         match role {
             "model" => {
-                calls.settled_before(&path)?;
+                // Calls left unanswered can be answered no more.
+                calls.close();
                 parts(c, &path, Some(Role::Model), calls)?;
             }
             "user" => {
                 parts(c, &path, Some(Role::User), calls)?;
-                // What the model content before asked must be answered here.
-                calls.settled_before(&format!("the content after {path}"))?;
                 calls.close();
             }
             other => {
@@ -42,8 +43,7 @@ pub(super) fn check(body: &Value, calls: &mut Calls) -> Checked {
             }
         }
     }
-    // A call of the last content waits for a result the request does not hold.
-    calls.settled_before("the end of the contents")
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,13 +164,24 @@ mod tests {
             {"role": "user", "parts": [{"functionResponse": {"name": "read", "response": {}}}]}
         ]});
         check_request(Api::Gemini, &by_name).unwrap();
+        // A call the next content leaves unanswered passes (the API takes it), but cannot be
+        // answered later.
         let unanswered = json!({"contents": [
             {"role": "user", "parts": [{"text": "fix it"}]},
             {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "read"}}]},
-            {"role": "user", "parts": [{"text": "go on"}]}
+            {"role": "user", "parts": [{"text": "was that a loop?"}]}
         ]});
-        let e = check_request(Api::Gemini, &unanswered).unwrap_err();
-        assert_eq!(e.field, "contents[1].parts[0].functionCall.id");
+        check_request(Api::Gemini, &unanswered).unwrap();
+        let late = json!({"contents": [
+            {"role": "user", "parts": [{"text": "fix it"}]},
+            {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "read"}}]},
+            {"role": "user", "parts": [{"text": "go on"}]},
+            {"role": "model", "parts": [{"text": "ok"}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "read",
+                "response": {"output": "x"}}}]}
+        ]});
+        let e = check_request(Api::Gemini, &late).unwrap_err();
+        assert_eq!(e.field, "contents[4].parts[0].functionResponse.id");
         let orphan = json!({"contents": [
             {"role": "user", "parts": [{"functionResponse": {"id": "c9", "name": "read",
                 "response": {"output": "x"}}}]}

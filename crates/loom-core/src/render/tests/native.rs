@@ -219,6 +219,39 @@ fn only_turns_rendered_in_place_keep_their_native_items() {
     );
 }
 
+/// Gemini refuses the current tool loop's calls without their signatures, and an agent's run
+/// is one tool loop: every call a render sends, thinned turns' included, goes with the signature
+/// Gemini gave it, while folded turns (no calls left) and thinned ones drop their thoughts.
+#[test]
+fn every_gemini_call_sent_keeps_its_signature() {
+    let fx = Fixture::new(2_000);
+    let log = native_log(Api::Gemini, 80, 40);
+    let renders = replay(&fx, &log, Format::GEMINI);
+    assert!(
+        renders.iter().any(|r| !r.receipt.thinned.is_empty()),
+        "the fixture must thin turns"
+    );
+    let mut calls = 0;
+    for r in &renders {
+        let body = r.body();
+        crate::render::check_gemini(&body).unwrap();
+        for content in body["contents"].as_array().unwrap() {
+            for part in content["parts"].as_array().unwrap() {
+                if let Some(call) = part.get("functionCall") {
+                    calls += 1;
+                    let id = call["id"].as_str().unwrap();
+                    assert_eq!(
+                        part["thoughtSignature"],
+                        json!(format!("gsig_{id}")),
+                        "{part}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(calls > 100, "{calls} calls sent");
+}
+
 /// A turn that holds only thinking (no text, no calls) is the last message: the tail's cache
 /// breakpoint must not land on a signed block.
 #[test]
