@@ -124,19 +124,15 @@ fn model(b: &mut Builder<'_>, spot: &Spot, content: &Value) -> Result<()> {
             } else {
                 text.push_str(t);
             }
-        } else if b.keep_unknown {
-            // Code execution and parts added later, kept as they came.
-            other.push(ContentPart::Opaque {
-                api: Api::Gemini,
-                whole: false,
-                value: part.clone(),
-            });
         } else {
-            return Err(b.invalid(
+            // Code execution and parts added later.
+            other.push(unmodelled(
+                b,
                 spot,
                 &field,
-                "unsupported part; a model part is text, a thought or a functionCall",
-            ));
+                part,
+                "a model part is text, a thought or a functionCall",
+            )?);
         }
     }
     b.assign_ids(&mut calls);
@@ -223,7 +219,7 @@ fn user(b: &mut Builder<'_>, spot: &Spot, content: &Value) -> Result<()> {
             },
             _ => return Err(b.invalid(spot, &format!("{field}.response"), "must be an object")),
         };
-        let (content, stats) = output(b, spot, &format!("{field}.response"), text)?;
+        let (content, stats) = output(b, spot, text)?;
         b.push(
             spot,
             "",
@@ -251,17 +247,11 @@ fn user(b: &mut Builder<'_>, spot: &Spot, content: &Value) -> Result<()> {
 }
 
 /// A tool's output, offloaded to the blob store when it is long.
-fn output(
-    b: &mut Builder<'_>,
-    spot: &Spot,
-    field: &str,
-    text: String,
-) -> Result<(ToolOutput, ContentStats)> {
+fn output(b: &mut Builder<'_>, spot: &Spot, text: String) -> Result<(ToolOutput, ContentStats)> {
     if text.len() <= b.inline_limit() {
         let stats = ContentStats::of(text.as_bytes());
         return Ok((ToolOutput::Text(text), stats));
     }
-    let _ = field;
     let info = b.offload(spot, text.as_bytes())?;
     Ok((ToolOutput::Blob(info.blob), info.stats))
 }
@@ -306,21 +296,36 @@ fn user_parts(
                 url: uri.to_owned(),
                 detail: None,
             });
-        } else if b.keep_unknown {
-            out.push(ContentPart::Opaque {
-                api: Api::Gemini,
-                whole: false,
-                value: part.clone(),
-            });
         } else {
-            return Err(b.invalid(
+            out.push(unmodelled(
+                b,
                 spot,
                 &path,
-                "unsupported part; a user part is text, an image or a functionResponse",
-            ));
+                part,
+                "a user part is text, an image or a functionResponse",
+            )?);
         }
     }
     Ok(out)
+}
+
+/// A part Loom does not model: kept as it came when the reader keeps what it does not model (a
+/// proxy), else refused, naming what a part of that content may be.
+fn unmodelled(
+    b: &Builder<'_>,
+    spot: &Spot,
+    field: &str,
+    part: &Value,
+    expected: &str,
+) -> Result<ContentPart> {
+    if !b.keep_unknown {
+        return Err(b.invalid(spot, field, format!("unsupported part; {expected}")));
+    }
+    Ok(ContentPart::Opaque {
+        api: Api::Gemini,
+        whole: false,
+        value: part.clone(),
+    })
 }
 
 /// Whether inline or file data is an image (file data without a type is taken for one).
